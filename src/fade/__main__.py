@@ -1,0 +1,5 @@
+import sys
+
+from fade.cli import main
+
+sys.exit(main())

@@ -1,0 +1,116 @@
+"""Apply the environment fixes the doctor marks safe, before the GPU runtime starts, and nothing else.
+
+Why env only: the original FADE monkey-patched `torch.cuda.get_device_properties` to report more CUs
+and a wider wave. ATen, rocBLAS, hipBLASLt and MIOpen read HIP's C++ property cache, not that Python
+attribute, so no kernel changed; only Python callers (and Inductor's heuristics) saw fake numbers
+(amd-pitfalls §1.5). What does change behaviour is environment read by the HSA/HIP/MIOpen runtimes at
+start-up: HSA_OVERRIDE_GFX_VERSION for an arch the wheel lacks, MIOPEN_FIND_* for known slow solvers.
+
+Rules: a value the user set always wins; every variable set is returned and reported on stderr;
+`FADE_APPLIED` lists what FADE set, so a second call (or a child process) sees it and does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+
+from fade.analyze.doctor import evaluate
+from fade.collect.snapshot import collect_snapshot
+
+APPLIED_MARKER = "FADE_APPLIED"
+
+
+@dataclass(frozen=True)
+class EnvChange:
+    name: str
+    value: str
+    status: str  # "set" | "kept-user-value" | "already-set-by-fade"
+    rule: str  # the finding id that asked for it
+    reason: str  # the finding's title
+
+    def __str__(self) -> str:
+        verb = {"set": "set", "kept-user-value": "kept your", "already-set-by-fade": "already set"}[self.status]
+        return f"fade: {verb} {self.name}={self.value}  ({self.rule}: {self.reason})"
+
+
+def _gpu_runtime_started() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def planned_env(snapshot: dict) -> list[tuple[str, str, str, str]]:
+    """(name, value, rule id, title) for every safe env fix that applies to this snapshot.
+
+    On a machine whose GPUs need different overrides, HSA_OVERRIDE_GFX_VERSION becomes per KFD node
+    (HSA_OVERRIDE_GFX_VERSION_<node>, read before the global one by ROCR's topology.c).
+    """
+    truths, findings = evaluate(snapshot)
+    node_of = {t.index if t.index is not None else f"os{i}": t.kfd_node for i, t in enumerate(truths)}
+    safe = [f for f in findings if f["fix_safety"] == "safe" and f["fix_env"]]
+    amd_gpus = [t for t in truths if t.vendor == "amd"]
+    overrides = {f["fix_env"].get("HSA_OVERRIDE_GFX_VERSION") for f in safe} - {None}
+    need_per_node = len(amd_gpus) > sum(1 for f in safe if "HSA_OVERRIDE_GFX_VERSION" in f["fix_env"]) or len(overrides) > 1
+    plan, seen = [], set()
+    for finding in safe:
+        for name, value in finding["fix_env"].items():
+            node = node_of.get(finding["device"])
+            if name == "HSA_OVERRIDE_GFX_VERSION" and need_per_node and node is not None:
+                name = f"HSA_OVERRIDE_GFX_VERSION_{node}"
+            if name not in seen:
+                seen.add(name)
+                plan.append((name, value, finding["id"], finding["title"]))
+    return plan
+
+
+def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = None,
+                       verbose: bool = True) -> list[EnvChange]:
+    """Set the safe env fixes for this machine's GPUs. Call it before the first torch.cuda call.
+
+    Returns every change considered, including the ones skipped because you set the variable.
+    """
+    environ = os.environ if environ is None else environ
+    if _gpu_runtime_started():
+        warnings.warn("fade.apply_fade_patches() was called after torch initialized the GPU: HSA/HIP "
+                      "variables are read at runtime start-up and will not affect this process. "
+                      "Call it before the first torch.cuda call.", RuntimeWarning, stacklevel=2)
+    if snapshot is None:
+        snapshot = collect_snapshot(torch="static", environ=dict(environ), run_tools=False)
+    applied_before = set(filter(None, environ.get(APPLIED_MARKER, "").split(",")))
+    changes = []
+    for name, value, rule, title in planned_env(snapshot):
+        if name in applied_before:
+            status = "already-set-by-fade"
+            value = environ.get(name, value)
+        elif name in environ:
+            status, value = "kept-user-value", environ[name]
+        else:
+            environ[name] = value
+            applied_before.add(name)
+            status = "set"
+        changes.append(EnvChange(name, value, status, rule, title))
+    if applied_before:
+        environ[APPLIED_MARKER] = ",".join(sorted(applied_before))
+    if verbose:
+        for change in changes:
+            print(change, file=sys.stderr)
+    return changes
+
+
+def device_truth(index: int = 0):
+    """The corrected view of torch device `index` (CUs, wave size, peaks). Never patches torch."""
+    from fade.analyze.devices import device_truths
+
+    snapshot = collect_snapshot(torch="inprocess")
+    for truth in device_truths(snapshot):
+        if truth.index == index:
+            return truth
+    count = (snapshot.get("torch") or {}).get("device_count", 0)
+    raise IndexError(f"no torch GPU device {index} (torch sees {count})")

@@ -1,0 +1,188 @@
+"""Turn a snapshot (plus device truths and measurements) into flat facts that rules can test.
+
+Code here only *extracts*: "is /dev/kfd writable", "is the real arch in the wheel". What a fact means,
+how bad it is and how to fix it lives in data/rules.toml. A fact that cannot be known is None, and a
+rule never fires on None (so a fixture without sysfs cannot trigger a permission finding).
+"""
+
+from __future__ import annotations
+
+import re
+
+from fade.analyze import specs
+from fade.analyze.devices import DeviceTruth, base_arch, gfx_from_override, torch_build
+from fade.analyze.tool_output import parse_nvidia_smi
+
+NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smbfs", "smb3", "fuse.sshfs", "lustre", "gpfs", "beegfs",
+                       "ceph", "fuse.glusterfs", "9p", "afs", "fuse.s3fs"}
+GPU_GROUPS = {"render", "video"}
+# The newest ROCm with a PyTorch wheel index when this file was written; used only to build a fix line.
+LATEST_ROCM_INDEX = "rocm6.4"
+
+
+def _version(text: str | None) -> str | None:
+    match = re.match(r"(\d+(?:\.\d+){0,2})", text or "")
+    return match.group(1) if match else None
+
+
+def _wheel_rocm(torch_version: str | None) -> str | None:
+    match = re.search(r"\+rocm(\d+(?:\.\d+){0,2})", torch_version or "")
+    return match.group(1) if match else None
+
+
+def _newer(a: str | None, b: str | None) -> bool | None:
+    """Is version a newer than b (major.minor)? None when either is unknown."""
+    va, vb = _version(a), _version(b)
+    if not va or not vb:
+        return None
+    return tuple(int(x) for x in va.split(".")[:2]) > tuple(int(x) for x in vb.split(".")[:2])
+
+
+def _rocm_index(rocm_version: str | None) -> str:
+    parts = (rocm_version or "").split(".")
+    return f"rocm{parts[0]}.{parts[1]}" if len(parts) >= 2 else LATEST_ROCM_INDEX
+
+
+def system_facts(snapshot: dict, truths: list[DeviceTruth]) -> dict:
+    env = snapshot.get("env") or {}
+    torch = snapshot.get("torch")
+    build = torch_build(torch)
+    pci_vendors = {d["vendor"] for d in snapshot.get("pci") or []}
+    files = snapshot.get("device_files") or {}
+    kfd = files.get("/dev/kfd")
+    renders = [v for k, v in files.items() if k.startswith("/dev/dri/renderD")]
+    groups = set(snapshot.get("groups") or [])
+    user = snapshot.get("user") or {}
+    smi = parse_nvidia_smi((snapshot.get("tools") or {}).get("nvidia-smi"))
+    mounts = snapshot.get("mounts") or {}
+    rocm = snapshot.get("rocm") or {}
+    system_rocm = _version(rocm.get("version"))
+    kfd_gpus = [n for n in snapshot.get("kfd_nodes") or [] if n["properties"].get("simd_count", 0)]
+    amd_gpu = "0x1002" in pci_vendors or bool(kfd_gpus) or any(t.vendor == "amd" for t in truths)
+    nvidia_gpu = "0x10de" in pci_vendors or bool(smi["gpus"])
+    facts = {
+        "amd_gpu_present": amd_gpu,
+        "nvidia_gpu_present": nvidia_gpu,
+        "gpu_present": amd_gpu or nvidia_gpu,
+        "torch_importable": torch is not None,
+        "torch_build": build,
+        "torch_version": torch["version"] if torch else None,
+        "torch_available": torch["available"] if torch else None,
+        "torch_device_count": torch["device_count"] if torch else None,
+        "torch_error": (torch or {}).get("error"),
+        "torch_cuda": _version((torch or {}).get("cuda")),
+        "driver_cuda": _version(smi["cuda_version"]),
+        "driver_version": smi["driver_version"],
+        "torch_cuda_newer_than_driver": _newer((torch or {}).get("cuda"), smi["cuda_version"]),
+        "driver_too_old_warning": any("driver" in w.lower() and "too old" in w.lower()
+                                      for w in (torch or {}).get("warnings") or []) or None,
+        "rocm": system_rocm or _wheel_rocm((torch or {}).get("version")),
+        "rocm_install": system_rocm,
+        "wheel_rocm": _wheel_rocm((torch or {}).get("version")),
+        "rocm_index": _rocm_index(system_rocm or _wheel_rocm((torch or {}).get("version"))),
+        "kfd_exists": kfd["exists"] if kfd else None,
+        "kfd_rw": (kfd["readable"] and kfd["writable"]) if kfd and kfd["exists"] else None,
+        "kfd_group": kfd.get("group") if kfd else None,
+        "render_node_exists": bool(renders) if files else None,
+        "render_rw": all(r["readable"] and r["writable"] for r in renders) if renders else None,
+        "dxg_exists": (files.get("/dev/dxg") or {}).get("exists", False) if files else None,
+        "user_is_root": user.get("uid") == 0 if "uid" in user else None,
+        "user_in_gpu_group": bool(groups & (GPU_GROUPS | ({kfd["group"]} if kfd and kfd.get("group") else set())))
+        if groups else None,
+        "user_name": user.get("name") or "$USER",
+        "tf32_matmul_off": (not torch["backends"].get("matmul_allow_tf32", True)
+                            and torch["backends"].get("float32_matmul_precision") == "highest")
+        if torch and torch.get("backends") else None,
+    }
+    miopen_db = _miopen_db_fs(env, mounts)
+    facts.update(miopen_db)
+    facts.update(_igpu_facts(truths))
+    for name, value in env.items():
+        facts[f"env.{name}"] = value
+    return facts
+
+
+def _miopen_db_fs(env: dict, mounts: dict) -> dict:
+    if not mounts:
+        return {"miopen_db_fstype": None, "miopen_db_network_fs": None, "miopen_db_path": None}
+    # the DB path is the user-DB entry collect.system.miopen_paths() put second; fall back to any path
+    path = env.get("MIOPEN_USER_DB_PATH") or next((p for p in mounts if p.rstrip("/").endswith(".config/miopen")),
+                                                  next(iter(mounts)))
+    fstype = mounts.get(path)
+    return {"miopen_db_fstype": fstype, "miopen_db_path": path,
+            "miopen_db_network_fs": fstype in NETWORK_FILESYSTEMS if fstype else None}
+
+
+def _igpu_facts(truths: list[DeviceTruth]) -> dict:
+    visible = [t for t in truths if t.index is not None]
+    integrated = [t for t in visible if t.is_integrated]
+    discrete = [t for t in visible if t.is_integrated is False]
+    first = visible[0] if visible else None
+    return {
+        "igpu_first": bool(first and first.is_integrated and discrete),
+        "dgpu_indices": ",".join(str(t.index) for t in discrete) or None,
+        "igpu_name": integrated[0].name if integrated else None,
+        "dgpu_name": discrete[0].name if discrete else None,
+    }
+
+
+def device_facts(truth: DeviceTruth, snapshot: dict, measurement: dict | None = None) -> dict:
+    env = snapshot.get("env") or {}
+    torch = snapshot.get("torch") or {}
+    arch_list = [base_arch(a) for a in torch.get("arch_list") or []]
+    arch_spec = specs.arch_spec(truth.arch) if truth.arch else None
+    override = None
+    if truth.kfd_node is not None:
+        override = env.get(f"HSA_OVERRIDE_GFX_VERSION_{truth.kfd_node}")
+    override = override or env.get("HSA_OVERRIDE_GFX_VERSION")
+    override_arch = gfx_from_override(override)
+    suggested = arch_spec.hsa_override if arch_spec else None
+    suggested_arch = gfx_from_override(suggested)
+    facts = {
+        "vendor": truth.vendor, "arch": truth.arch, "runtime_arch": truth.runtime_arch,
+        "family": truth.family, "device_name": truth.name, "device_index": truth.index,
+        "torch_sees_device": truth.index is not None,
+        "is_integrated": truth.is_integrated,
+        "compute_units": truth.compute_units, "runtime_units": truth.runtime_units,
+        "override_set": override is not None,
+        "override_value": override,
+        "override_valid": override_arch is not None if override is not None else None,
+        "override_arch": override_arch,
+        "override_in_wheel": (override_arch in arch_list) if override_arch and arch_list else None,
+        "override_danger": arch_spec.override_danger if arch_spec else None,
+        "hsa_override": suggested,
+        "hsa_override_arch": suggested_arch,
+        "hsa_override_in_wheel": (suggested_arch in arch_list) if suggested_arch and arch_list else None,
+        "partitioned": None,
+        # only sysfs keeps the real gfx under an override: torch and rocminfo both report the override
+        "real_arch_known": truth.witnesses.get("arch") == "KFD gfx_target_version",
+    }
+    if truth.vendor == "amd" and torch_build(snapshot.get("torch")) == "rocm" and arch_list and truth.arch:
+        facts["arch_in_wheel"] = truth.arch in arch_list
+    else:
+        facts["arch_in_wheel"] = None
+    if truth.vendor == "nvidia" and arch_list and truth.arch:
+        sm = int(truth.arch[3:])
+        ptx = [int(a[8:]) for a in arch_list if a.startswith("compute_") and a[8:].isdigit()]
+        facts["arch_in_wheel"] = truth.arch in arch_list
+        facts["ptx_fallback"] = any(p <= sm for p in ptx)
+        facts["sm"] = sm
+    gpu = specs.find_gpu(truth.name, arch=truth.arch) if truth.name else None
+    if gpu and truth.compute_units and truth.compute_units < gpu.compute_units:
+        facts["partitioned"] = True
+        facts["full_compute_units"] = gpu.compute_units
+    facts.update(measured_facts(measurement))
+    return facts
+
+
+def measured_facts(measurement: dict | None) -> dict:
+    """Facts from fade.measure.quick's result for one device (after with_percent_of_peak)."""
+    if not measurement or measurement.get("error"):
+        return {}
+    pcts = [g["pct_of_peak"] for k, g in (measurement.get("gemm") or {}).items()
+            if k in ("fp16", "bf16") and g.get("pct_of_peak") is not None]
+    selftest = measurement.get("selftest") or {}
+    return {"measured.gemm_best_pct": max(pcts) if pcts else None,
+            "measured.selftest_ok": selftest.get("ok"),
+            "measured.selftest_max_rel_err": selftest.get("max_rel_err"),
+            "measured.selftest_bad_rows": ", ".join(str(r) for r in selftest.get("bad_rows") or []) or None}

@@ -1,0 +1,165 @@
+"""Load the known-issue rules (data/rules.toml or a user's file) and test them against facts.
+
+A rule is data: id, severity, scope, a `when` condition over facts, explanation, fix and source.
+Conditions are AND over keys; `any = [{...}, {...}]` is an OR of sub-conditions. A key's value is
+  scalar       → the fact equals it
+  list         → the fact is one of them
+  {version=S}  → the fact is a version inside the specifier set S (">=6.3.0,<6.3.1")
+  {present=B}  → the fact is (not) None;  {ne=V}, {lt=N}, {gt=N}, {not_in=[...]}, {contains=S}
+A fact that is None satisfies only {present=false}: unknown never fires a rule.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+
+RULES_FILE = Path(__file__).resolve().parent.parent / "data" / "rules.toml"
+SEVERITIES = ("fail", "warn", "info")  # in report order
+SCOPES = ("system", "device")
+RULE_ID = re.compile(r"^[A-Z]{2,8}\d{3}$")
+OPERATORS = {"version", "present", "ne", "lt", "gt", "not_in", "contains"}
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][\w.]*)\}")
+
+
+class RuleError(ValueError):
+    """A malformed rules file; the message names the file and the rule."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    severity: str
+    scope: str
+    title: str
+    when: dict
+    explain: str
+    fix: str
+    source: str
+    fix_env: dict = field(default_factory=dict)  # env lines apply_fade_patches may set
+    fix_safety: str = "review"  # "safe": apply_fade_patches sets fix_env by default
+    suppressed_by: tuple = ()  # ids of more specific rules that make this one redundant
+
+
+def _check_condition(cond, where: str):
+    if not isinstance(cond, dict):
+        raise RuleError(f"{where}: condition must be a table")
+    for key, value in cond.items():
+        if key == "any":
+            if not isinstance(value, list) or not value:
+                raise RuleError(f"{where}: 'any' must be a non-empty list of tables")
+            for sub in value:
+                _check_condition(sub, where)
+        elif isinstance(value, dict):
+            unknown = set(value) - OPERATORS
+            if unknown or len(value) != 1:
+                raise RuleError(f"{where}: condition on '{key}' must be one of {sorted(OPERATORS)}")
+            if "version" in value:
+                try:
+                    SpecifierSet(value["version"])
+                except InvalidSpecifier:
+                    raise RuleError(f"{where}: bad version specifier {value['version']!r}") from None
+
+
+def _rule_from_row(row: dict, where: str) -> Rule:
+    for key in ("id", "severity", "scope", "title", "when", "explain", "fix", "source"):
+        if not row.get(key) and key != "when":
+            raise RuleError(f"{where}: missing '{key}'")
+    if not RULE_ID.match(row["id"]):
+        raise RuleError(f"{where}: id {row['id']!r} must look like ROCM012")
+    if row["severity"] not in SEVERITIES:
+        raise RuleError(f"{where}: severity must be one of {SEVERITIES}")
+    if row["scope"] not in SCOPES:
+        raise RuleError(f"{where}: scope must be one of {SCOPES}")
+    if row.get("fix_safety", "review") not in ("safe", "review"):
+        raise RuleError(f"{where}: fix_safety must be 'safe' or 'review'")
+    _check_condition(row.get("when", {}), where)
+    known = {"id", "severity", "scope", "title", "when", "explain", "fix", "source", "fix_env",
+             "fix_safety", "suppressed_by"}
+    if set(row) - known:
+        raise RuleError(f"{where}: unknown keys {sorted(set(row) - known)}")
+    return Rule(id=row["id"], severity=row["severity"], scope=row["scope"], title=row["title"],
+                when=row.get("when", {}), explain=row["explain"], fix=row["fix"], source=row["source"],
+                fix_env={k: str(v) for k, v in row.get("fix_env", {}).items()},
+                fix_safety=row.get("fix_safety", "review"),
+                suppressed_by=tuple(row.get("suppressed_by", ())))
+
+
+@lru_cache(maxsize=8)
+def load_rules(path: str | Path = RULES_FILE) -> tuple[Rule, ...]:
+    """Bundled rules and a user's rules file load through this same function."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RuleError(f"{path}: {exc}") from None
+    rules, seen = [], set()
+    for i, row in enumerate(data.get("rule", [])):
+        rule = _rule_from_row(row, f"{path.name} rule #{i + 1} ({row.get('id', '?')})")
+        if rule.id in seen:
+            raise RuleError(f"{path.name}: duplicate rule id {rule.id}")
+        seen.add(rule.id)
+        rules.append(rule)
+    return tuple(rules)
+
+
+def _as_version(value) -> Version | None:
+    try:
+        return Version(str(value))
+    except InvalidVersion:
+        return None
+
+
+def _matches(fact, expected) -> bool:
+    if isinstance(expected, dict):
+        (op, arg), = expected.items()
+        if op == "present":
+            return (fact is not None) == bool(arg)
+        if fact is None:
+            return False
+        if op == "version":
+            version = _as_version(fact)
+            return version is not None and SpecifierSet(arg).contains(version, prereleases=True)
+        if op == "ne":
+            return fact != arg
+        if op == "not_in":
+            return fact not in arg
+        if op == "contains":
+            return str(arg).lower() in str(fact).lower()
+        if not isinstance(fact, (int, float)) or isinstance(fact, bool):
+            return False
+        return fact < arg if op == "lt" else fact > arg
+    if fact is None:
+        return False
+    if isinstance(expected, list):
+        return fact in expected
+    return fact == expected
+
+
+def condition_holds(cond: dict, facts: dict) -> bool:
+    for key, expected in cond.items():
+        if key == "any":
+            if not any(condition_holds(sub, facts) for sub in expected):
+                return False
+        elif not _matches(facts.get(key), expected):
+            return False
+    return True
+
+
+def render(template: str, facts: dict) -> str:
+    """Fill {fact} placeholders; an unknown fact renders as '?' so a gap is visible, never a crash."""
+    def fill(match):
+        value = facts.get(match.group(1))
+        return "?" if value is None else str(value)
+
+    return _PLACEHOLDER.sub(fill, template)

@@ -1,0 +1,205 @@
+"""Collect a schema-v1 snapshot of the live system, and load/validate a saved one (docs/snapshot.md).
+
+The doctor never looks at the live system directly: it analyzes a snapshot, so `fade doctor` and
+`fade doctor --snapshot FILE` run the same analysis on the same data.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import json
+import platform
+from pathlib import Path
+
+from fade import __version__
+from fade.collect import system, tools
+from fade.errors import FadeUsageError
+
+SCHEMA_VERSION = 1
+
+
+def _section(snapshot: dict, errors: dict, key: str, probe, default):
+    try:
+        snapshot[key] = probe()
+    except Exception as exc:  # noqa: BLE001 - a probe failure is data, never a crash
+        snapshot[key] = default
+        errors[key] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def collect_snapshot(*, torch: str = "subprocess", root: str = "/", environ: dict | None = None,
+                     run_tools: bool = True) -> dict:
+    """Describe this machine. `torch`: "subprocess" (safe default), "inprocess", "static" or "skip".
+
+    "static" reads only what the wheel was built for, without starting the GPU runtime: that is what
+    `apply_fade_patches()` uses, since env it sets afterwards must still reach the runtime.
+    """
+    snap: dict = {"schema_version": SCHEMA_VERSION, "fade_version": __version__,
+                  "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "source": "live", "os": system.os_info(), "python": platform.python_version()}
+    errors: dict = {}
+    snap["env"] = system.gpu_env(environ)
+    # the tools and the torch probe are both child processes of a second or so: run them side by side
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    tools_future = pool.submit(tools.collect_tools) if run_tools else None
+    if torch == "subprocess":
+        snap["torch"], reason = _torch_subprocess()
+        if reason:
+            errors["torch"] = reason
+    elif torch == "inprocess":
+        from fade.collect.torch_probe import probe_torch
+
+        _section(snap, errors, "torch", probe_torch, None)
+        if snap["torch"] is None:
+            errors.setdefault("torch", "torch is not importable in this Python")
+    elif torch == "static":
+        from fade.collect.torch_probe import probe_torch_static
+
+        _section(snap, errors, "torch", probe_torch_static, None)
+    else:
+        snap["torch"] = None
+        errors["torch"] = "not probed (collected without starting a GPU runtime)"
+    _section(snap, errors, "pci", lambda: system.pci_devices(root), [])
+    _section(snap, errors, "kfd_nodes", lambda: system.kfd_nodes(root), [])
+    _section(snap, errors, "device_files", lambda: system.device_files(root), {})
+    _section(snap, errors, "groups", system.user_groups, [])
+    _section(snap, errors, "user", system.user_info, {})
+    _section(snap, errors, "rocm", lambda: system.rocm_install(root, environ), None)
+    _section(snap, errors, "mounts",
+             lambda: system.filesystem_types(system.miopen_paths(environ), root), {})
+    _section(snap, errors, "memory", lambda: system.memory_info(root), {})
+    if tools_future is not None:
+        snap["tools"], tool_errors = tools_future.result()
+        errors.update(tool_errors)
+    else:
+        snap["tools"] = {name: None for name in tools.TOOL_COMMANDS}
+    pool.shutdown()
+    snap["errors"] = errors
+    return snap
+
+
+def _torch_subprocess():
+    from fade.collect.torch_probe import probe_torch_subprocess
+
+    return probe_torch_subprocess()
+
+
+def save_snapshot(snapshot: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(snapshot, indent=2, sort_keys=False) + "\n")
+
+
+# ---- validation: what a reader may rely on. Anything beyond these keys is optional. ----
+
+_TOP = {"schema_version": int, "os": dict, "env": dict, "pci": list, "kfd_nodes": list,
+        "device_files": dict, "groups": list, "tools": dict}
+_TOP_NULLABLE = {"torch": dict, "rocm": dict}
+_TOP_OPTIONAL = {"mounts": dict, "memory": dict, "errors": dict, "user": dict, "source": str,
+                 "created": str, "fade_version": str, "python": str}
+_TORCH = {"version": str, "available": bool, "device_count": int, "arch_list": list, "devices": list}
+_TORCH_NULLABLE = {"hip": str, "cuda": str, "cudnn_version": int, "error": str, "backends": dict,
+                   "warnings": list}
+_DEVICE = {"index": int, "name": str, "major": int, "minor": int, "multi_processor_count": int,
+           "total_memory": int}
+_DEVICE_NULLABLE = {"gcnArchName": str, "warp_size": int, "is_integrated": int, "L2_cache_size": int,
+                    "pci_bus_id": str}
+
+
+def _type_name(value) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _check(obj: dict, where: str, required: dict, nullable: dict, optional: dict | None = None):
+    for key, kind in required.items():
+        if key not in obj:
+            raise FadeUsageError(f"{where}: missing key '{key}'")
+        _check_type(obj[key], kind, f"{where}.{key}", nullable=False)
+    for key, kind in nullable.items():
+        if key in obj:
+            _check_type(obj[key], kind, f"{where}.{key}", nullable=True)
+    for key, kind in (optional or {}).items():
+        if key in obj:
+            _check_type(obj[key], kind, f"{where}.{key}", nullable=True)
+
+
+def _check_type(value, kind, where: str, nullable: bool):
+    if value is None and nullable:
+        return
+    # bool is an int subclass in Python; a JSON true where a count belongs is still wrong
+    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not ok:
+        raise FadeUsageError(f"{where} must be {kind.__name__}, got {_type_name(value)}")
+
+
+def _check_strings(items, where: str):
+    for i, item in enumerate(items):
+        _check_type(item, str, f"{where}[{i}]", nullable=False)
+
+
+def validate_snapshot(snap, where: str = "snapshot") -> dict:
+    """Raise FadeUsageError (one line, naming the key) unless `snap` is a usable schema-v1 snapshot."""
+    if not isinstance(snap, dict):
+        raise FadeUsageError(f"{where}: top level must be a JSON object, got {_type_name(snap)}")
+    version = snap.get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version != SCHEMA_VERSION:
+        raise FadeUsageError(f"{where}: schema_version {version} is not supported "
+                             f"(this FADE reads {SCHEMA_VERSION}); upgrade FADE or re-collect")
+    _check(snap, where, _TOP, _TOP_NULLABLE, _TOP_OPTIONAL)
+    for key in ("env",):
+        for name, value in snap[key].items():
+            _check_type(value, str, f"{where}.{key}.{name}", nullable=False)
+    for name, value in snap["tools"].items():
+        _check_type(value, str, f"{where}.tools.{name}", nullable=True)
+    _check_strings(snap["groups"], f"{where}.groups")
+    for i, dev in enumerate(snap["pci"]):
+        _check_type(dev, dict, f"{where}.pci[{i}]", nullable=False)
+        _check(dev, f"{where}.pci[{i}]", {"vendor": str, "device": str, "class": str}, {"address": str})
+    for i, node in enumerate(snap["kfd_nodes"]):
+        _check_type(node, dict, f"{where}.kfd_nodes[{i}]", nullable=False)
+        _check(node, f"{where}.kfd_nodes[{i}]", {"node": int, "properties": dict}, {"name": str})
+        for key, value in node["properties"].items():
+            if not isinstance(value, (int, str)) or isinstance(value, bool):
+                raise FadeUsageError(f"{where}.kfd_nodes[{i}].properties.{key} must be int, "
+                                     f"got {_type_name(value)}")
+    for path, access in snap["device_files"].items():
+        _check_type(access, dict, f"{where}.device_files.{path}", nullable=False)
+        _check(access, f"{where}.device_files.{path}",
+               {"exists": bool, "readable": bool, "writable": bool}, {"group": str})
+    for key in ("mounts",):
+        for path, fstype in snap.get(key, {}).items():
+            _check_type(fstype, str, f"{where}.{key}.{path}", nullable=True)
+    if snap.get("memory") is not None:
+        _check(snap["memory"], f"{where}.memory", {}, {"total_bytes": int})
+    if snap.get("rocm") is not None:
+        _check(snap["rocm"], f"{where}.rocm", {"path": str}, {"version": str})
+    _check(snap["os"], f"{where}.os", {}, {"system": str, "release": str, "machine": str})
+    torch = snap.get("torch")
+    if torch is not None:
+        _check(torch, f"{where}.torch", _TORCH, _TORCH_NULLABLE)
+        _check_strings(torch["arch_list"], f"{where}.torch.arch_list")
+        if torch.get("warnings") is not None:
+            _check_strings(torch["warnings"], f"{where}.torch.warnings")
+        for i, dev in enumerate(torch["devices"]):
+            _check_type(dev, dict, f"{where}.torch.devices[{i}]", nullable=False)
+            _check(dev, f"{where}.torch.devices[{i}]", _DEVICE, _DEVICE_NULLABLE)
+    return snap
+
+
+def load_snapshot(path: str | Path) -> dict:
+    """Read and validate a snapshot file; every problem is one FadeUsageError line."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise FadeUsageError(f"snapshot {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FadeUsageError(f"snapshot {path}: cannot read: {exc}") from None
+    if not text.strip():
+        raise FadeUsageError(f"snapshot {path}: file is empty")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FadeUsageError(f"snapshot {path}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                             f"{exc.msg}); truncated?") from None
+    except RecursionError:
+        raise FadeUsageError(f"snapshot {path}: JSON nested too deeply") from None
+    return validate_snapshot(data, where=f"snapshot {path}")

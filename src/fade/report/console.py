@@ -1,0 +1,141 @@
+"""Render reports for a terminal with rich: the doctor's device table, findings and measurements.
+
+Reads report data only (the dicts that `fade.analyze.doctor.diagnose` returns). Styles are semantic
+names from THEME, never raw colours. The text layout is not a contract: use --json for machines.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+from rich.theme import Theme
+
+THEME = Theme({
+    "fade.fail": "bold red", "fade.warn": "yellow", "fade.info": "cyan", "fade.ok": "green",
+    "fade.dim": "dim", "fade.fix": "bold", "fade.head": "bold",
+})
+SEVERITY_LABEL = {"fail": "FAIL", "warn": "WARN", "info": "INFO"}
+
+
+def make_console(**kwargs) -> Console:
+    return Console(theme=THEME, highlight=False, **kwargs)
+
+
+def _gib(nbytes) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes else "?"
+
+
+def _units(dev: dict) -> str:
+    units = dev.get("compute_units")
+    runtime, label = dev.get("runtime_units"), dev.get("runtime_unit_label")
+    kind = "SMs" if dev.get("vendor") == "nvidia" else "CUs"
+    text = f"{units} {kind}" if units else "?"
+    if runtime is not None and label == "WGP":
+        text += f" (runtime: {runtime} WGPs)"
+    return text
+
+
+def _peaks(dev: dict) -> str:
+    peaks = dev.get("peaks")
+    if not peaks:
+        return "unknown"
+    parts = [f"{k} {v:g}" for k, v in peaks["tflops"].items() if k in ("fp32", "tf32", "fp16", "bf16", "fp8")]
+    text = "TFLOP/s: " + ", ".join(parts)
+    if peaks.get("bandwidth_gbs"):
+        text += f"\nmemory: {peaks['bandwidth_gbs']:g} GB/s"
+    if peaks.get("basis") == "computed":
+        text += "\n(computed, not in spec table)"
+    return text
+
+
+def device_table(devices: list[dict]) -> Table:
+    table = Table(title="Devices", title_justify="left", expand=False)
+    for column in ("#", "GPU", "arch", "units", "wave", "memory", "peak (dense)"):
+        table.add_column(column, overflow="fold")
+    for dev in devices:
+        arch = dev.get("arch") or "?"
+        if dev.get("runtime_arch") and dev["runtime_arch"] != dev.get("arch"):
+            arch += f"\n(runtime: {dev['runtime_arch']})"
+        table.add_row(str(dev["index"]) if dev.get("index") is not None else "-",
+                      escape(dev.get("name") or "?") + (f"\n[fade.dim]{escape(dev['family'])}[/]" if dev.get("family") else ""),
+                      escape(arch), _units(dev), str(dev.get("wave_size") or "?"), _gib(dev.get("memory_bytes")),
+                      _peaks(dev))
+    return table
+
+
+def _finding_panel(finding: dict) -> Panel:
+    severity = finding["severity"]
+    where = f" [fade.dim](device {finding['device']})[/]" if finding.get("device") is not None else ""
+    body = Group(
+        Text(finding["detail"]),
+        Text.assemble(("fix: ", "fade.dim"), (finding["fix"], "fade.fix")),
+        Text("source: " + finding["source"], style="fade.dim"),
+    )
+    title = f"[fade.{severity}]{SEVERITY_LABEL[severity]}[/] [fade.head]{finding['id']}[/] {escape(finding['title'])}{where}"
+    return Panel(body, title=title, title_align="left", border_style=f"fade.{severity}")
+
+
+def measurement_table(measurements: dict) -> Table | None:
+    devices = (measurements or {}).get("devices") or {}
+    if not devices:
+        return None
+    table = Table(title="Quick measurements (median of 10 after warm-up; range in brackets)", title_justify="left")
+    for column in ("device", "what", "measured", "% of peak"):
+        table.add_column(column)
+    for name, result in devices.items():
+        if result.get("error"):
+            table.add_row(name, "error", Text(result["error"], style="fade.fail"), "")
+            continue
+        for dtype, gemm in result.get("gemm", {}).items():
+            pct = f"{gemm['pct_of_peak']:.0f}%" if gemm.get("pct_of_peak") is not None else "-"
+            table.add_row(name, f"GEMM {dtype} {gemm['n']}³",
+                          f"{gemm['value']:.1f} TFLOP/s [{gemm['min']:.1f}-{gemm['max']:.1f}]", pct)
+        copy = result.get("copy")
+        if copy:
+            pct = f"{copy['pct_of_peak']:.0f}%" if copy.get("pct_of_peak") is not None else "-"
+            table.add_row(name, f"copy {copy['bytes'] >> 20} MiB (r+w)",
+                          f"{copy['value']:.0f} GB/s [{copy['min']:.0f}-{copy['max']:.0f}]", pct)
+        test = result.get("selftest")
+        if test:
+            verdict = Text("ok", style="fade.ok") if test["ok"] else Text("WRONG RESULTS", style="fade.fail")
+            table.add_row(name, f"self-test GEMM {test['rows']}×{test['k']}×{test['n']} vs fp64",
+                          Text.assemble(verdict, f" (max rel err {float(test['max_rel_err']):.1e})"), "")
+    return table
+
+
+def render_doctor(report: dict, console: Console) -> None:
+    stack = report["stack"]
+    line = f"torch {stack['torch'] or 'not importable'}"
+    if stack.get("hip"):
+        line += f" · HIP {stack['hip']}"
+    if stack.get("cuda"):
+        line += f" · CUDA {stack['cuda']}"
+    if stack.get("rocm"):
+        line += f" · ROCm {stack['rocm']}"
+    if stack.get("os"):
+        line += f" · {stack['os'].get('system')} {stack['os'].get('release')}"
+    console.print(Text(line, style="fade.dim"))
+    if report["devices"]:
+        console.print(device_table(report["devices"]))
+        for dev in report["devices"]:
+            for note in dev.get("notes") or []:
+                console.print(Text(f"  note (device {dev['index'] if dev.get('index') is not None else '-'}): {note}",
+                                   style="fade.dim"))
+    else:
+        console.print("No GPU found (PCI, kernel driver and torch all agree).")
+    table = measurement_table(report.get("measurements"))
+    if table is not None:
+        console.print(table)
+    elif (report.get("measurements") or {}).get("error"):
+        console.print(Text(report["measurements"]["error"], style="fade.fail"))
+    findings = report["findings"]
+    counts = {s: sum(f["severity"] == s for f in findings) for s in SEVERITY_LABEL}
+    if not findings:
+        console.print(Text("No known issue applies.", style="fade.ok"))
+    for finding in findings:
+        console.print(_finding_panel(finding))
+    console.print(Text(f"{counts['fail']} fail, {counts['warn']} warn, {counts['info']} info",
+                       style="fade.fail" if counts["fail"] else "fade.ok"))
