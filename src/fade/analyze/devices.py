@@ -161,7 +161,9 @@ def _truth_for_kfd_node(kfd: dict, agent: dict | None, env: dict) -> DeviceTruth
     units = props["simd_count"] // props["simd_per_cu"] if props.get("simd_per_cu") else None
     clock = props.get("max_engine_clk_fcompute") or None
     pci_id = f"0x{props['device_id']:04x}" if props.get("device_id") else None
-    name = (agent or {}).get("marketing_name") or kfd.get("name") or (arch or "AMD GPU")
+    name = (agent or {}).get("marketing_name") or kfd.get("name") or None
+    gpu = specs.find_gpu(name, arch=arch, pci_device_id=pci_id, compute_units=units)
+    name = name or (gpu.name if gpu else arch or "AMD GPU")
     peaks = specs.peaks_for(name, arch=arch, pci_device_id=pci_id, compute_units=units, clock_mhz=clock)
     wave = props.get("wave_front_size") or (arch_spec.wave_size if arch_spec else None)
     return DeviceTruth(
@@ -172,6 +174,22 @@ def _truth_for_kfd_node(kfd: dict, agent: dict | None, env: dict) -> DeviceTruth
         kfd_node=kfd["node"], peaks=peaks,
         witnesses={"arch": "KFD gfx_target_version", "compute_units": "KFD simd_count/simd_per_cu"},
         notes=["the kernel driver sees this GPU but torch does not"])
+
+
+def _truth_for_agent(agent: dict) -> DeviceTruth:
+    """A GPU only rocminfo reports (no sysfs in the snapshot, torch does not see it)."""
+    arch = base_arch(agent.get("name"))
+    arch_spec = specs.arch_spec(arch) if arch else None
+    name = agent.get("marketing_name") or arch or "AMD GPU"
+    units, clock = agent.get("compute_units"), agent.get("max_clock_mhz")
+    peaks = specs.peaks_for(name, arch=arch, compute_units=units, clock_mhz=clock)
+    return DeviceTruth(
+        index=None, vendor="amd", name=name, arch=arch, runtime_arch=arch,
+        family=arch_spec.family if arch_spec else None, compute_units=units, runtime_units=None,
+        runtime_unit_label=None, wave_size=agent.get("wavefront_size"), memory_bytes=None, clock_mhz=clock,
+        is_integrated=bool(arch_spec.igpu) if arch_spec else None, pci_device_id=None, kfd_node=agent.get("node"),
+        peaks=peaks, witnesses={"arch": "rocminfo Name", "compute_units": "rocminfo Compute Unit"},
+        notes=["rocminfo sees this GPU but torch does not"])
 
 
 def _truth_for_pci(dev: dict) -> DeviceTruth:
@@ -230,6 +248,8 @@ def device_truths(snapshot: dict) -> list[DeviceTruth]:
                 continue
             agent = next((a for a in agents if a.get("node") == kfd["node"]), None)
             truths.append(_truth_for_kfd_node(kfd, agent, env))
+    if not truths and not kfd_gpus:
+        truths.extend(_truth_for_agent(agent) for agent in agents)
     seen_vendors = {t.vendor for t in truths}
     for dev in snapshot.get("pci") or []:
         vendor = PCI_VENDORS.get(dev["vendor"])

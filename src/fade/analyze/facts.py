@@ -126,6 +126,11 @@ def _igpu_facts(truths: list[DeviceTruth]) -> dict:
     }
 
 
+def _igpu_facts_dgpu(snapshot: dict, truth: DeviceTruth) -> bool:
+    devices = (snapshot.get("torch") or {}).get("devices") or []
+    return any(d.get("is_integrated") == 0 and d["index"] != truth.index for d in devices)
+
+
 def device_facts(truth: DeviceTruth, snapshot: dict, measurement: dict | None = None) -> dict:
     env = snapshot.get("env") or {}
     torch = snapshot.get("torch") or {}
@@ -152,8 +157,11 @@ def device_facts(truth: DeviceTruth, snapshot: dict, measurement: dict | None = 
         "override_danger": arch_spec.override_danger if arch_spec else None,
         "hsa_override": suggested,
         "hsa_override_arch": suggested_arch,
-        "hsa_override_in_wheel": (suggested_arch in arch_list) if suggested_arch and arch_list else None,
+        # False (not None) when no override is known: "no override helps" is a fact rules act on
+        "hsa_override_in_wheel": (suggested_arch in arch_list) if arch_list else None,
         "partitioned": None,
+        # an iGPU next to a dGPU: the fix is to hide it (DEVSEL001), not to make it work
+        "igpu_beside_dgpu": bool(truth.is_integrated and _igpu_facts_dgpu(snapshot, truth)),
         # only sysfs keeps the real gfx under an override: torch and rocminfo both report the override
         "real_arch_known": truth.witnesses.get("arch") == "KFD gfx_target_version",
     }

@@ -1,0 +1,69 @@
+"""Scaled-dot-product attention forward per backend (TFLOP/s), recording which backend actually ran.
+
+A forced backend runs alone inside `sdpa_kernel([backend])`; when it cannot take the inputs, torch raises
+and the case is "skipped" with torch's reasons. "default" lets dispatch choose and records its choice
+(torch._fused_sdp_choice, a private API: "unknown" if it is missing).
+FLOPs = 4*B*H*S^2*D for the two matmuls, halved when causal (FlashAttention's convention).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from fade.measure.case import CaseResult, CaseSkipped, random_tensor
+from fade.measure.timing import measure
+
+BACKEND_NAMES = {  # FADE's name -> torch.nn.attention.SDPBackend member
+    "math": "MATH",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+}
+
+
+def sdpa(ctx, *, batch: int, heads: int, seq: int, head_dim: int, dtype: str, backend: str, causal: bool) -> CaseResult:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    shape = (batch, heads, seq, head_dim)
+    q = random_tensor(shape, dtype, ctx.device)
+    k = random_tensor(shape, dtype, ctx.device, seed=1)
+    v = random_tensor(shape, dtype, ctx.device, seed=2)
+    call = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    if backend == "default":
+        ran = _dispatch_choice(q, k, v, causal)
+        timing = measure(call, device=ctx.device, **ctx.timing)
+    else:
+        member = getattr(SDPBackend, BACKEND_NAMES[backend])
+        with sdpa_kernel([member]):
+            with warnings.catch_warnings(record=True) as reasons:
+                warnings.simplefilter("always")
+                try:
+                    call()
+                except RuntimeError as error:
+                    details = [str(reason.message).splitlines()[0] for reason in reasons]
+                    first = details[0] if details else str(error).splitlines()[0]
+                    raise CaseSkipped(f"{backend} cannot run these inputs: {first}" + "".join(f"\n{d}" for d in details[1:])) from None
+            timing = measure(call, device=ctx.device, **ctx.timing)
+        ran = member.name
+    flops = 4 * batch * heads * seq * seq * head_dim // (2 if causal else 1)
+    return CaseResult(
+        value=flops / timing.median_s / 1e12,
+        unit="TFLOP/s",
+        formula="4*B*H*S^2*D (/2 if causal) / median_s / 1e12",
+        timing=timing,
+        work={"flops": flops},
+        peak_kind="tflops",
+        peak_dtype=dtype,
+        extra={"backend_requested": backend, "backend_ran": ran},
+    )
+
+
+def _dispatch_choice(q, k, v, causal: bool) -> str:
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    try:
+        return SDPBackend(torch._fused_sdp_choice(q, k, v, None, 0.0, causal)).name
+    except Exception:
+        return "unknown"

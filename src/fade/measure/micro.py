@@ -1,0 +1,415 @@
+"""The micro suite: which cases exist per device (GEMM, memory, transfer, launch, conv, SDPA, norm,
+CPU vs GPU), how `only`/`dtypes` select them, and `run_micro`, which validates the request and runs them.
+
+Sizes are chosen so the whole suite takes under two minutes on an H100 and `quick` under a minute on a
+2-core CPU, including process start-up; each family's comment says what its sizes show.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+from pathlib import Path
+from typing import Optional, Sequence
+
+from fade.errors import FadeUsageError
+from fade.measure.case import GEMM_DTYPES, Case
+from fade.measure.record import read_records
+from fade.measure.runner import CASE_TIMEOUT_S, InProcessExecutor, IsolatedExecutor, RunSummary, run_cases
+
+SUITE = "micro"
+FAMILIES = ("gemm", "memory", "transfer", "launch", "conv", "sdpa", "norm", "cpu_vs_gpu")
+KNOWN_DTYPES = GEMM_DTYPES
+
+# timing.measure settings per mode. Full: enough timed work (min_run_s) for clocks and power to settle on
+# a large GEMM; quick: the least that still gives a median of >= 5 warm samples.
+FULL_TIMING = {
+    "warmup_s": 0.05,
+    "min_warmup_calls": 3,
+    "min_run_s": 0.1,
+    "budget_s": 0.3,
+    "min_samples": 5,
+    "max_samples": 100,
+    "target_cov": 0.01,
+}
+QUICK_TIMING = {
+    "warmup_s": 0.02,
+    "min_warmup_calls": 2,
+    "min_run_s": 0.03,
+    "budget_s": 0.15,
+    "min_samples": 5,
+    "max_samples": 40,
+    "target_cov": 0.02,
+}
+QUICK_CASE_TIMEOUT_S = 60.0  # quick cases are small: one stuck for a minute is hung
+
+MiB = 2**20
+GiB = 2**30
+
+# GEMM. Squares show the size sweep; the Llama-3-8B projections (hidden 4096, 8 KV heads x 128,
+# intermediate 14336; https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json) for
+# 8192 tokens show the non-square shapes a transformer runs, plus a 16-token decode GEMM.
+GPU_SQUARE_SIZES = (1024, 2048, 4096, 8192)
+GPU_QUICK_SQUARE_SIZES = (2048, 8192)
+TRANSFORMER_SHAPES = {  # name -> (m, n, k)
+    "llama3-8b.qkv": (8192, 6144, 4096),
+    "llama3-8b.attn_out": (8192, 4096, 4096),
+    "llama3-8b.mlp_gate_up": (8192, 28672, 4096),
+    "llama3-8b.mlp_down": (8192, 4096, 14336),
+    "llama3-8b.decode_gate_up": (16, 28672, 4096),
+}
+CPU_SQUARE_SIZES = (256, 512, 1024, 2048)
+CPU_QUICK_SQUARE_SIZES = (256, 512, 1024)
+CPU_FP16_MAX_SIZE = 512  # most x86 CPUs have no fast fp16 matmul (1-3 GFLOP/s measured): 1024^3 takes seconds
+
+# Memory: bytes per array. 1 MiB sits in any L2 (launch- and cache-bound); 1 GiB is far past every LLC.
+GPU_STREAM_ARRAY_BYTES = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB)
+GPU_QUICK_STREAM_ARRAY_BYTES = (16 * MiB, 1 * GiB)
+CPU_STREAM_ARRAY_BYTES = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
+CPU_QUICK_STREAM_ARRAY_BYTES = (4 * MiB, 64 * MiB)
+TRANSFER_BYTES = (1 * MiB, 16 * MiB, 256 * MiB)
+QUICK_TRANSFER_BYTES = (64 * MiB,)
+
+# Convolution: ResNet-50 v1.5 layers at 224x224 (torchvision names), one per distinct kind of shape:
+# name -> (C, H=W, K, R=S, stride, padding)
+RESNET50_LAYERS = {
+    "conv1": (3, 224, 64, 7, 2, 3),
+    "layer1.0.conv1": (64, 56, 64, 1, 1, 0),
+    "layer1.0.conv2": (64, 56, 64, 3, 1, 1),
+    "layer1.0.conv3": (64, 56, 256, 1, 1, 0),
+    "layer2.0.conv2": (128, 56, 128, 3, 2, 1),
+    "layer3.0.downsample.0": (512, 28, 1024, 1, 2, 0),
+    "layer3.1.conv2": (256, 14, 256, 3, 1, 1),
+    "layer4.0.conv3": (512, 7, 2048, 1, 1, 0),
+    "layer4.1.conv2": (512, 7, 512, 3, 1, 1),
+}
+GPU_QUICK_CONV_LAYERS = ("layer1.0.conv2", "layer3.1.conv2")
+CPU_QUICK_CONV_LAYERS = ("layer3.1.conv2", "layer4.1.conv2")
+CONV_DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
+CONV_LAYOUTS = ("nchw", "channels_last")
+GPU_CONV_BATCH, GPU_QUICK_CONV_BATCH, CPU_CONV_BATCH, CPU_QUICK_CONV_BATCH = 128, 64, 4, 2
+
+# Attention: a 4096-token, 32-head, d=128 prefill (Llama-class); the CPU gets a small one.
+SDPA_BACKENDS = ("default", "math", "flash", "efficient", "cudnn")
+CPU_SDPA_BACKENDS = ("default", "math", "flash")  # efficient and cudnn are CUDA/ROCm kernels
+GPU_SDPA_SHAPE = {"batch": 4, "heads": 32, "seq": 4096, "head_dim": 128}
+CPU_SDPA_SHAPE = {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64}
+
+# layer_norm / softmax / sum: rows x hidden.
+GPU_NORM_SHAPES = ((4096, 4096), (16384, 8192))
+GPU_QUICK_NORM_SHAPES = ((16384, 8192),)
+CPU_NORM_SHAPES = ((1024, 1024), (4096, 4096))
+CPU_QUICK_NORM_SHAPES = ((2048, 2048),)
+NORM_OPS = ("layer_norm", "softmax", "sum")
+
+CPU_VS_GPU_SIZES = (256, 1024, 2048)
+QUICK_CPU_VS_GPU_SIZES = (1024,)
+
+
+def build_catalog(device: str, *, quick: bool) -> list:
+    """Every micro case for a device type ("cpu", "cuda:0", "mps", ...), unsupported dtypes included."""
+    device_type = device.split(":", 1)[0]
+    on_cpu = device_type == "cpu"
+    cases: list = []
+
+    def add(case_id: str, module: str, function: str, params: dict, *, dtype=None, needs_gpu=False) -> None:
+        cases.append(
+            Case(
+                case_id=case_id,
+                suite=SUITE,
+                module=f"fade.measure.{module}",
+                function=function,
+                params=params,
+                dtype=dtype,
+                needs_gpu=needs_gpu,
+            )
+        )
+
+    # GEMM
+    if on_cpu:
+        squares = CPU_QUICK_SQUARE_SIZES if quick else CPU_SQUARE_SIZES
+        shapes = {f"square{size}": (size, size, size) for size in squares}
+        gemm_dtypes = ("fp32", "bf16", "fp16", "tf32", "fp8")
+    else:
+        squares = GPU_QUICK_SQUARE_SIZES if quick else GPU_SQUARE_SIZES
+        shapes = {f"square{size}": (size, size, size) for size in squares}
+        if not quick:
+            shapes.update(TRANSFORMER_SHAPES)
+        gemm_dtypes = GEMM_DTYPES
+    for dtype in gemm_dtypes:
+        for shape, (m, n, k) in shapes.items():
+            if on_cpu and dtype == "fp16" and max(m, n, k) > CPU_FP16_MAX_SIZE:
+                continue
+            add(f"gemm/{dtype}/{m}x{n}x{k}", "cases_gemm", "gemm", {"m": m, "n": n, "k": k, "dtype": dtype, "shape": shape}, dtype=dtype)
+
+    # Memory bandwidth
+    if on_cpu:
+        array_sizes = CPU_QUICK_STREAM_ARRAY_BYTES if quick else CPU_STREAM_ARRAY_BYTES
+    else:
+        array_sizes = GPU_QUICK_STREAM_ARRAY_BYTES if quick else GPU_STREAM_ARRAY_BYTES
+    for op in ("copy", "scale", "add", "triad"):
+        for array_bytes in array_sizes:
+            add(f"memory/{op}/{size_label(array_bytes)}", "cases_memory", "stream", {"op": op, "elements": array_bytes // 4, "dtype": "fp32"})
+
+    # Host <-> device
+    if not on_cpu:
+        for direction in ("h2d", "d2h"):
+            for memory in ("pinned", "pageable"):
+                for nbytes in QUICK_TRANSFER_BYTES if quick else TRANSFER_BYTES:
+                    add(
+                        f"transfer/{direction}/{memory}/{size_label(nbytes)}",
+                        "cases_memory",
+                        "transfer",
+                        {"direction": direction, "memory": memory, "nbytes": nbytes},
+                        needs_gpu=True,
+                    )
+
+    # Launch latency
+    launch_modes = ("eager",) if on_cpu else ("eager", "graph", "sync") if device_type == "cuda" else ("eager", "sync")
+    for mode in launch_modes:
+        add(f"launch/{mode}", "cases_memory", "launch", {"mode": mode})
+
+    # Convolution
+    if on_cpu:
+        layers = CPU_QUICK_CONV_LAYERS if quick else tuple(RESNET50_LAYERS)
+        conv_dtypes = ("fp32",) if quick else ("fp32", "bf16")
+        batch = CPU_QUICK_CONV_BATCH if quick else CPU_CONV_BATCH
+    else:
+        layers = GPU_QUICK_CONV_LAYERS if quick else tuple(RESNET50_LAYERS)
+        conv_dtypes = ("bf16",) if quick else ("fp32", "bf16")
+        batch = GPU_QUICK_CONV_BATCH if quick else GPU_CONV_BATCH
+    for dtype in conv_dtypes:
+        for layout in CONV_LAYOUTS:
+            for direction in CONV_DIRECTIONS:
+                for layer in layers:
+                    c, hw, k, rs, stride, padding = RESNET50_LAYERS[layer]
+                    params = {
+                        "layer": layer, "n": batch, "c": c, "h": hw, "w": hw, "k": k, "r": rs, "s": rs,
+                        "stride": stride, "padding": padding, "dtype": dtype, "layout": layout, "direction": direction,
+                    }  # fmt: skip
+                    add(f"conv/{dtype}/{layout}/{direction}/{layer}/n{batch}", "cases_conv", "conv", params, dtype=dtype)
+
+    # Attention
+    if on_cpu:
+        shape, backends = CPU_SDPA_SHAPE, CPU_SDPA_BACKENDS
+        sdpa_dtypes, causal_modes = (("fp32",), (False,)) if quick else (("fp32", "bf16"), (False, True))
+    else:
+        shape, backends = GPU_SDPA_SHAPE, SDPA_BACKENDS
+        sdpa_dtypes, causal_modes = (("bf16",), (False,)) if quick else (("bf16", "fp16"), (False, True))
+    shape_label = "b{batch}h{heads}s{seq}d{head_dim}".format(**shape)
+    for dtype in sdpa_dtypes:
+        for causal in causal_modes:
+            for backend in backends:
+                label = shape_label + ("-causal" if causal else "")
+                add(f"sdpa/{dtype}/{backend}/{label}", "cases_attention", "sdpa", {**shape, "dtype": dtype, "backend": backend, "causal": causal}, dtype=dtype)
+
+    # layer_norm, softmax, reduction
+    if on_cpu:
+        norm_shapes = CPU_QUICK_NORM_SHAPES if quick else CPU_NORM_SHAPES
+        norm_dtypes = ("fp32",) if quick else ("fp32", "bf16")
+    else:
+        norm_shapes = GPU_QUICK_NORM_SHAPES if quick else GPU_NORM_SHAPES
+        norm_dtypes = ("bf16",) if quick else ("fp32", "bf16")
+    for op in NORM_OPS:
+        for dtype in norm_dtypes:
+            for rows, cols in norm_shapes:
+                add(f"norm/{op}/{dtype}/{rows}x{cols}", "cases_norm", "norm", {"op": op, "rows": rows, "cols": cols, "dtype": dtype}, dtype=dtype)
+
+    # CPU vs GPU
+    for size in QUICK_CPU_VS_GPU_SIZES if quick else CPU_VS_GPU_SIZES:
+        add(f"cpu_vs_gpu/fp32/{size}x{size}x{size}", "cases_gemm", "cpu_vs_gpu", {"n": size, "dtype": "fp32"}, dtype="fp32", needs_gpu=True)
+    return cases
+
+
+def size_label(nbytes: int) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 2**10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return f"{nbytes}B"
+
+
+def unsupported_reason(case: Case, device: str, dtype_support: dict) -> Optional[str]:
+    """Why `case` cannot run on `device`, or None."""
+    if case.needs_gpu and device == "cpu":
+        return f"{case.case_id.split('/')[0]} needs a GPU; the device is cpu"
+    if case.dtype is not None:
+        reason = dtype_support.get(case.dtype, f"{case.dtype} is not known on {device}")
+        if reason:
+            return reason
+    return None
+
+
+def split_patterns(only: Optional[str]) -> list:
+    return [pattern.strip() for pattern in (only or "").split(",") if pattern.strip()]
+
+
+def matches(pattern: str, case_id: str) -> bool:
+    """A glob (`*`, `?`, `[`) matches the whole id or a prefix of whole segments; plain text is a substring."""
+    if any(character in pattern for character in "*?["):
+        return fnmatch.fnmatchcase(case_id, pattern) or fnmatch.fnmatchcase(case_id, pattern.rstrip("/") + "/*")
+    return pattern in case_id
+
+
+def check_patterns_exist(patterns: Sequence[str]) -> None:
+    """FadeUsageError for a pattern that matches no case on any device, before anything starts."""
+    every_case = [case.case_id for device in ("cpu", "cuda:0") for quick in (True, False) for case in build_catalog(device, quick=quick)]
+    for pattern in patterns:
+        if not any(matches(pattern, case_id) for case_id in every_case):
+            raise FadeUsageError(f"--only {pattern!r} matches no case{_did_you_mean(pattern, every_case)}; families: {', '.join(FAMILIES)}")
+
+
+def select_cases(
+    catalog: Sequence[Case],
+    *,
+    device: str,
+    dtype_support: dict,
+    patterns: Sequence[str] = (),
+    dtypes: Optional[Sequence[str]] = None,
+    quick: bool = False,
+) -> tuple:
+    """(cases to run, {reason: count} of matching cases this device cannot run).
+
+    Each pattern must match at least one case this device can run, and each dtype must be supported:
+    otherwise FadeUsageError with a one-line reason.
+    """
+    if dtypes:
+        for dtype in dtypes:
+            if dtype not in KNOWN_DTYPES:
+                raise FadeUsageError(f"unknown dtype {dtype!r}{_did_you_mean(dtype, KNOWN_DTYPES)}; known: {', '.join(KNOWN_DTYPES)}")
+            if dtype_support.get(dtype):
+                raise FadeUsageError(f"dtype {dtype} is not supported on {device}: {dtype_support[dtype]}")
+    runnable = {case.case_id: unsupported_reason(case, device, dtype_support) is None for case in catalog}
+    for pattern in patterns:
+        matched = [case for case in catalog if matches(pattern, case.case_id)]
+        if not matched:
+            other = build_catalog(device, quick=not quick)
+            hint = ""
+            if any(matches(pattern, case.case_id) for case in other):
+                hint = " (it matches cases of the full suite; drop --quick)" if quick else " (it matches cases of --quick)"
+            raise FadeUsageError(
+                f"--only {pattern!r} matches no case on {device}{hint}{_did_you_mean(pattern, [c.case_id for c in catalog])}"
+            )
+        usable = [case for case in matched if runnable[case.case_id]]
+        if not usable:
+            reason = unsupported_reason(matched[0], device, dtype_support)
+            raise FadeUsageError(f"--only {pattern!r} selects only cases {device} cannot run: {reason}")
+    selected = []
+    unsupported: dict = {}
+    for case in catalog:
+        if patterns and not any(matches(pattern, case.case_id) for pattern in patterns):
+            continue
+        if dtypes and case.dtype is not None and case.dtype not in dtypes:
+            continue
+        reason = unsupported_reason(case, device, dtype_support)
+        if reason:
+            unsupported[reason] = unsupported.get(reason, 0) + 1
+            continue
+        selected.append(case)
+    if not selected:
+        raise FadeUsageError("no case left to run: --only and --dtype together exclude every case")
+    return selected, unsupported
+
+
+def _did_you_mean(text: str, candidates: Sequence[str]) -> str:
+    pool = set(candidates)
+    for candidate in candidates:  # also offer every prefix ("gemm", "gemm/bf16") as a suggestion
+        parts = candidate.split("/")
+        pool.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
+    close = difflib.get_close_matches(text, sorted(pool), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def check_output_path(out) -> Path:
+    """Create the parent directory and make sure `out` can be appended to; FadeUsageError if not."""
+    path = Path(out)
+    if path.is_dir():
+        raise FadeUsageError(f"-o {out}: is a directory; give a file such as {path / 'micro.jsonl'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise FadeUsageError(f"-o {out}: cannot create directory {path.parent} ({error.strerror or error})") from None
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise FadeUsageError(f"-o {out}: cannot write there ({error.strerror or error})") from None
+    return path
+
+
+def run_micro(
+    device: Optional[str] = None,
+    *,
+    quick: bool = False,
+    only: Optional[str] = None,
+    out="results.jsonl",
+    resume: bool = False,
+    plot: bool = False,
+    timeout_s: Optional[float] = None,
+    isolate: bool = True,
+    dtypes: Optional[Sequence[str]] = None,
+    console=None,
+    show_progress: bool = True,
+    run_id: Optional[str] = None,
+) -> RunSummary:
+    """Run the micro suite on `device` (None: the first GPU, else the CPU) and append records to `out`.
+
+    `only` is a comma-separated list of case-id patterns (globs, or substrings such as "gemm/bf16");
+    `dtypes` keeps only cases of those dtypes (cases without a dtype stay). Usage errors raise
+    FadeUsageError before any case runs: an unwritable `out`, a pattern that matches no case, a dtype or a
+    device that is unknown or unsupported here. `isolate` runs cases in a worker process with `timeout_s`
+    per case. Progress goes to `console` (a rich Console; stderr by default) unless `show_progress` is
+    False. Returns the RunSummary; `plot=True` also writes PNGs to `<out stem>-plots/` beside `out`.
+    """
+    out_path = check_output_path(out)
+    patterns = split_patterns(only)
+    check_patterns_exist(patterns)
+    if dtypes:
+        for dtype in dtypes:
+            if dtype not in KNOWN_DTYPES:
+                raise FadeUsageError(f"unknown dtype {dtype!r}{_did_you_mean(dtype, KNOWN_DTYPES)}; known: {', '.join(KNOWN_DTYPES)}")
+    if plot:
+        _check_matplotlib()
+    if isolate:
+        default_timeout_s = QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S
+        executor = IsolatedExecutor(device, timeout_s=timeout_s or default_timeout_s)
+    else:
+        executor = InProcessExecutor(device)
+    try:
+        session = executor.start()
+        catalog = build_catalog(session["device"], quick=quick)
+        cases, unsupported = select_cases(
+            catalog,
+            device=session["device"],
+            dtype_support=session["dtypes"],
+            patterns=patterns,
+            dtypes=dtypes,
+            quick=quick,
+        )
+    except BaseException:
+        executor.close()
+        raise
+    summary = run_cases(
+        cases,
+        executor=executor,
+        out=out_path,
+        run_id=run_id,
+        quick=quick,
+        timing=QUICK_TIMING if quick else FULL_TIMING,
+        resume=resume,
+        console=console,
+        show_progress=show_progress,
+    )
+    summary.unsupported = unsupported
+    if plot:
+        from fade.report.plots import plot_micro
+
+        records = [record for record in read_records(out_path).records if record.get("torch_device") == summary.device]
+        summary.plots = plot_micro(records, out_path.parent / f"{out_path.stem}-plots")
+    return summary
+
+
+def _check_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise FadeUsageError("--plot needs matplotlib: pip install 'torch-fade[plot]'") from None

@@ -1,0 +1,454 @@
+"""Runs cases one by one, isolated in a worker process or in-process, appending one JSONL record per case.
+
+Isolation: `IsolatedExecutor` keeps one worker process (fade.measure.worker) and sends it one case at a
+time. A case that hangs past its timeout, a segfault, an abort or the OOM killer ends the worker; the case
+is recorded as "timeout" or "crashed" with the worker's last stderr lines, and the next case starts a
+fresh worker. One worker serves many cases, so torch is imported and the GPU initialized once, not per
+case. `InProcessExecutor` runs cases in the caller's process: no timeout and no crash isolation.
+
+No loss: each record is appended, flushed and fsynced as its case finishes (record.JsonlAppender); a kill -9
+of this process loses only the case in flight. Ctrl-C stops after killing the worker, keeps the file, and
+returns a summary with `interrupted=True`. With `resume=True`, cases whose latest record on this device has
+a status in record.RESUME_SKIPS_STATUSES ("ok", "skipped") are not run again; failed ones are retried.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional, Sequence
+
+from fade.errors import FadeUsageError
+from fade.measure.case import Case, CaseContext
+from fade.measure.record import (
+    FAILED_STATUSES,
+    RESUME_SKIPS_STATUSES,
+    JsonlAppender,
+    make_record,
+    now_iso,
+    read_records,
+)
+
+CASE_TIMEOUT_S = 120.0  # a first MIOpen/cuDNN call can compile kernels for tens of seconds; a hang is longer
+STARTUP_TIMEOUT_S = 180.0  # torch import plus GPU runtime init; ROCm with a cold kernel cache is the slow one
+EXIT_GRACE_S = 5.0  # time a worker gets to exit on request before it is killed
+STDERR_TAIL_LINES = 40  # worker stderr lines kept in a failed case's `error_detail`
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+
+
+@dataclass
+class RunSummary:
+    """What a run did. `records` are the records written by this run, in order."""
+
+    out: str
+    run_id: str
+    device: Optional[str]
+    selected: int  # cases asked for
+    resumed: int  # cases skipped because `resume` found them finished
+    statuses: dict = field(default_factory=dict)  # status -> count, for this run's records
+    failures: list = field(default_factory=list)  # {"case_id", "status", "error"} per failed case
+    interrupted: bool = False
+    wall_s: float = 0.0
+    records: list = field(default_factory=list)
+    problems: list = field(default_factory=list)  # unreadable lines found in `out` when resuming
+    plots: list = field(default_factory=list)  # PNG paths, when plots were asked for
+    unsupported: dict = field(default_factory=dict)  # reason -> number of cases left out for it
+
+    @property
+    def failed(self) -> int:
+        return sum(count for status, count in self.statuses.items() if status in FAILED_STATUSES)
+
+    def to_dict(self, *, with_records: bool = False) -> dict:
+        data = {
+            "out": self.out,
+            "run_id": self.run_id,
+            "device": self.device,
+            "selected": self.selected,
+            "resumed": self.resumed,
+            "statuses": dict(self.statuses),
+            "failed": self.failed,
+            "failures": list(self.failures),
+            "interrupted": self.interrupted,
+            "wall_s": self.wall_s,
+            "problems": list(self.problems),
+            "plots": [str(path) for path in self.plots],
+            "unsupported": dict(self.unsupported),
+        }
+        if with_records:
+            data["records"] = list(self.records)
+        return data
+
+
+def run_cases(
+    cases: Sequence[Case],
+    *,
+    executor,
+    out,
+    run_id: Optional[str] = None,
+    quick: bool = False,
+    timing: Optional[dict] = None,
+    resume: bool = False,
+    console=None,
+    show_progress: bool = True,
+) -> RunSummary:
+    """Run `cases` through `executor` (started here if it is not yet), appending records to `out`.
+
+    The executor is closed when this returns. `timing` holds keyword arguments for timing.measure that
+    every case receives through its CaseContext.
+    """
+    wall_start = time.monotonic()
+    run_id = run_id or new_run_id()
+    session = executor.start()
+    device = session["device"]
+    summary = RunSummary(out=str(out), run_id=run_id, device=device, selected=len(cases), resumed=0)
+    finished = set()
+    if resume and Path(out).exists() and Path(out).stat().st_size:
+        found = read_records(out)
+        summary.problems = found.problems
+        finished = {
+            record["case_id"]
+            for record in found.records
+            if record.get("torch_device") == device and record.get("status") in RESUME_SKIPS_STATUSES
+        }
+    todo = [case for case in cases if case.case_id not in finished]
+    summary.resumed = len(cases) - len(todo)
+    ctx = CaseContext(device=device, run_id=run_id, quick=quick, timing=dict(timing or {}))
+    progress = _Progress(console, show_progress, total=len(todo), device=device)
+    try:
+        with JsonlAppender(out) as appender, progress:
+            for case in todo:
+                progress.begin(case)
+                record = executor.run(case, ctx)
+                appender.append(record)
+                summary.records.append(record)
+                summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
+                if record["status"] in FAILED_STATUSES:
+                    summary.failures.append(
+                        {"case_id": case.case_id, "status": record["status"], "error": record.get("error")}
+                    )
+                progress.end(record)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        executor.close()
+    summary.wall_s = time.monotonic() - wall_start
+    progress.final(summary)
+    return summary
+
+
+class InProcessExecutor:
+    """Runs cases in this process. No timeout and no protection from crashes; cheapest to start."""
+
+    def __init__(self, device: Optional[str]):
+        self.device_request = device
+        self.session = None
+
+    def start(self) -> dict:
+        if self.session is None:
+            from fade.measure.session import open_session
+
+            self.session = open_session(self.device_request)
+        return self.session.describe()
+
+    def run(self, case: Case, ctx: CaseContext) -> dict:
+        from fade.measure.session import execute_case
+
+        self.start()
+        return execute_case(case, ctx, self.session)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+
+class IsolatedExecutor:
+    """Runs each case in a worker process with a timeout; a dead worker is replaced for the next case."""
+
+    def __init__(
+        self,
+        device: Optional[str],
+        *,
+        timeout_s: float = CASE_TIMEOUT_S,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        python: str = sys.executable,
+    ):
+        self.device_request = device
+        self.timeout_s = timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.python = python
+        self.session: Optional[dict] = None  # the first worker's Session.describe()
+        self._process: Optional[subprocess.Popen] = None
+        self._messages: "queue.Queue" = queue.Queue()
+        self._stderr = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._stderr_lines_seen = 0
+        self._in_flight = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> dict:
+        """Start a worker if none is running; return the session it reported. FadeUsageError for a bad device."""
+        if self._process is not None and self._process.poll() is None:
+            return self.session
+        self._spawn()
+        message = self._next_message(self.startup_timeout_s)
+        if message is None or message.get("event") != "ready":
+            self._kill()
+            if message is not None and message.get("event") == "fatal" and message.get("usage"):
+                raise FadeUsageError(message["error"])
+            reason = (message or {}).get("error") or self._death_reason() or "no answer"
+            raise RuntimeError(f"the benchmark worker did not start: {reason}")
+        if self.session is None:
+            self.session = message["session"]
+        return self.session
+
+    def close(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        if self._in_flight or process.poll() is not None:
+            self._kill()
+            return
+        try:
+            process.stdin.write(json.dumps({"op": "exit"}) + "\n")
+            process.stdin.flush()
+            process.wait(timeout=EXIT_GRACE_S)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self._kill()
+
+    # -- one case ----------------------------------------------------------------------------------
+    def run(self, case: Case, ctx: CaseContext) -> dict:
+        started = now_iso()
+        started_clock = time.monotonic()
+        try:
+            self.start()
+        except RuntimeError as error:
+            return self._failure(case, ctx, "crashed", str(error), None, started, started_clock)
+        stderr_mark = self._stderr_lines_seen
+        timeout_s = self.timeout_s
+        self._in_flight = True
+        try:
+            self._send({"op": "run", "case": case.to_dict(), "ctx": ctx.to_dict()})
+            message = self._next_message(timeout_s)
+        except OSError:
+            message = None  # the worker's stdin is closed: it died; the reason is read below
+        except BaseException:
+            self._kill()  # Ctrl-C or a broken pipe: the in-flight case is abandoned with its worker
+            raise
+        finally:
+            self._in_flight = False
+        if message is not None and message.get("event") == "record":
+            return message["record"]
+        if message is None and self._process is not None and self._process.poll() is None:
+            self._kill()
+            error = f"no result after {timeout_s:g} s (the case timeout); the worker was killed"
+            return self._failure(case, ctx, "timeout", error, self._stderr_since(stderr_mark), started, started_clock)
+        error = self._death_reason() or "the worker stopped without a result"
+        self._kill()
+        return self._failure(case, ctx, "crashed", error, self._stderr_since(stderr_mark), started, started_clock)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _spawn(self) -> None:
+        import fade
+
+        package_root = str(Path(fade.__file__).resolve().parent.parent)
+        environment = dict(os.environ)
+        environment["PYTHONPATH"] = os.pathsep.join(
+            [package_root] + [entry for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry]
+        )
+        self._messages = queue.Queue()
+        self._process = subprocess.Popen(
+            [self.python, "-X", "faulthandler", "-m", "fade.measure.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            env=environment,
+            start_new_session=True,  # a terminal Ctrl-C reaches the runner only; it stops the worker itself
+        )
+        threading.Thread(target=self._read_stdout, args=(self._process, self._messages), daemon=True).start()
+        threading.Thread(target=self._read_stderr, args=(self._process,), daemon=True).start()
+        self._send({"op": "init", "device": self.device_request, "sys_path": [p for p in sys.path if p]})
+
+    def _send(self, message: dict) -> None:
+        self._process.stdin.write(json.dumps(message) + "\n")
+        self._process.stdin.flush()
+
+    def _next_message(self, timeout_s: float) -> Optional[dict]:
+        """The worker's next message; None at end of stream (worker died) or after `timeout_s`."""
+        try:
+            return self._messages.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    @staticmethod
+    def _read_stdout(process: subprocess.Popen, messages: "queue.Queue") -> None:
+        for line in process.stdout:
+            try:
+                messages.put(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # not a protocol line; the worker's fd 1 is stderr, so this should not happen
+        messages.put(None)
+
+    def _read_stderr(self, process: subprocess.Popen) -> None:
+        for line in process.stderr:
+            self._stderr.append(line.rstrip("\n"))
+            self._stderr_lines_seen += 1
+
+    def _stderr_since(self, mark: int) -> Optional[str]:
+        time.sleep(0.05)  # let the reader thread drain what the dying worker wrote last
+        new_lines = self._stderr_lines_seen - mark
+        if new_lines <= 0:
+            return None
+        tail = list(self._stderr)[-min(new_lines, STDERR_TAIL_LINES):]
+        return "\n".join(tail) or None
+
+    def _death_reason(self) -> Optional[str]:
+        process = self._process
+        if process is None:
+            return None
+        try:
+            code = process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            return None
+        if code < 0:
+            name = _signal_name(-code)
+            hint = " (the kernel's OOM killer sends SIGKILL)" if -code == signal.SIGKILL else ""
+            return f"the worker died of {name} (signal {-code}){hint}"
+        return f"the worker exited with code {code}"
+
+    def _kill(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)  # its own session: this reaches only the worker's group
+            except (ProcessLookupError, PermissionError, AttributeError):
+                process.kill()
+        try:
+            process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (process.stdin, process.stdout, process.stderr):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._process = None
+
+    def _failure(self, case, ctx, status, error, detail, started, started_clock) -> dict:
+        session = self.session or {}
+        return make_record(
+            case=case,
+            run_id=ctx.run_id,
+            torch_device=ctx.device,
+            status=status,
+            started=started,
+            finished=now_iso(),
+            duration_s=time.monotonic() - started_clock,
+            device=session.get("device_info") or {},
+            stack=session.get("stack") or {},
+            peaks=session.get("peaks"),
+            telemetry={"available": False, "source": "none", "reason": "the case did not finish"},
+            error=error,
+            error_detail=detail,
+        )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class _Progress:
+    """A rich progress bar plus one line per finished case; silent when `enabled` is False."""
+
+    def __init__(self, console, enabled: bool, *, total: int, device: str):
+        self.enabled = enabled
+        self.total = total
+        self.device = device
+        self.done = 0
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.task = self.progress.add_task(f"{device}", total=total)
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+    def begin(self, case: Case) -> None:
+        if self.enabled:
+            self.progress.update(self.task, description=f"{self.device} {case.case_id}")
+
+    def end(self, record: dict) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        self.progress.advance(self.task)
+        self.progress.console.print(_one_line(record), markup=False, highlight=False)
+
+    def final(self, summary: RunSummary) -> None:
+        if not self.enabled:
+            return
+        state = "interrupted" if summary.interrupted else "done"
+        counts = ", ".join(f"{count} {status}" for status, count in sorted(summary.statuses.items())) or "nothing run"
+        resumed = f", {summary.resumed} already finished" if summary.resumed else ""
+        self.console.print(
+            f"{state}: {self.done} of {self.total} cases ({counts}{resumed}) in {summary.wall_s:.1f} s -> {summary.out}",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _one_line(record: dict) -> str:
+    status = record.get("status")
+    text = f"{status:>8}  {record.get('case_id')}"
+    if status == "ok" and record.get("value") is not None:
+        text += f"  {record['value']:.4g} {record.get('unit')}"
+        peak = record.get("peak") or {}
+        if peak.get("pct_of_peak") is not None:
+            text += f"  ({peak['pct_of_peak']:.0f}% of peak)"
+        if (record.get("stats") or {}).get("noisy"):
+            text += "  noisy"
+        if (record.get("telemetry") or {}).get("throttled"):
+            text += "  throttled"
+    elif record.get("error"):
+        text += f"  {record['error']}"
+    return text

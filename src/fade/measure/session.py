@@ -1,0 +1,312 @@
+"""The measuring process's view of its device: which device, what it supports, its peaks, and running a case.
+
+One Session per process (the worker, or the caller's process when cases run in-process). It reads device
+truth and peaks from `fade.device_truth` (the doctor's spec table), the stack fingerprint, and opens
+telemetry once; `execute_case` then turns one Case into one record.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import platform
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fade.errors import FadeUsageError
+from fade.measure.case import Case, CaseContext, CaseSkipped
+from fade.measure.fingerprint import stack_fingerprint
+from fade.measure.record import make_record, now_iso
+from fade.measure.telemetry import TelemetrySampler, TelemetrySource, open_telemetry
+
+MAX_WARNINGS_PER_CASE = 10  # distinct warning messages kept in a record; more are repeats of a pattern
+TRACEBACK_LINES = 20  # tail of a failing case's traceback kept in `error_detail`
+
+
+@dataclass
+class Session:
+    device: str  # resolved torch device, "cuda:0" or "cpu"
+    device_info: dict  # the record's `device`: device truth plus torch's view of the device
+    peaks: Optional[dict]  # {"tflops": {dtype: TFLOP/s}, "bandwidth_gbs": float|None, "basis": str} or None
+    stack: dict
+    dtypes: dict  # dtype name -> None when supported here, else the reason it is not
+    telemetry: TelemetrySource = field(default_factory=lambda: TelemetrySource("none", reason="not opened"))
+
+    def describe(self) -> dict:
+        """What a worker reports to its parent once it is ready (JSON)."""
+        return {
+            "device": self.device,
+            "device_info": self.device_info,
+            "peaks": self.peaks,
+            "stack": self.stack,
+            "dtypes": self.dtypes,
+            "telemetry": {"source": self.telemetry.name, "reason": self.telemetry.reason},
+        }
+
+    def close(self) -> None:
+        self.telemetry.close()
+
+
+def open_session(device_request: Optional[str]) -> Session:
+    """Resolve the device, read its truth, peaks, dtypes and stack. FadeUsageError for a bad device."""
+    device = resolve_device(device_request)
+    device_info, peaks = device_truth_and_peaks(device)
+    return Session(
+        device=device,
+        device_info=device_info,
+        peaks=peaks,
+        stack=stack_fingerprint(),
+        dtypes=supported_dtypes(device, peaks),
+        telemetry=open_telemetry(device, (device_info.get("torch") or {}).get("pci_bus_id")),
+    )
+
+
+def resolve_device(request: Optional[str]) -> str:
+    """"cuda" -> "cuda:0"; None -> the first available accelerator, else "cpu". FadeUsageError if unusable."""
+    import torch
+
+    if request is None or request == "":
+        for device_type in ("cuda", "xpu", "mps"):
+            module = getattr(torch, device_type, None)
+            if module is not None and _available(module):
+                return f"{device_type}:0" if device_type != "mps" else "mps"
+        return "cpu"
+    try:
+        device = torch.device(request)
+    except (RuntimeError, ValueError) as error:
+        known = "cpu, cuda, cuda:N, xpu, mps"
+        raise FadeUsageError(f"unknown device {request!r} ({str(error).splitlines()[0]}); use one of {known}") from None
+    if device.type == "cpu":
+        return "cpu"
+    module = getattr(torch, device.type, None)
+    if module is None or not _available(module):
+        raise FadeUsageError(
+            f"device {request!r} is not available here (torch {torch.__version__} sees no {device.type} device)"
+        )
+    if device.type == "mps":
+        return "mps"
+    index = device.index if device.index is not None else 0
+    count = module.device_count()
+    if index >= count:
+        raise FadeUsageError(f"device {request!r} does not exist: torch sees {count} {device.type} device(s)")
+    return f"{device.type}:{index}"
+
+
+def _available(module) -> bool:
+    try:
+        return bool(module.is_available())
+    except Exception:
+        return False
+
+
+def device_truth_and_peaks(device: str):
+    """(the record's `device` dict, peaks dict or None). Never raises: a failure leaves {"error": ...}.
+
+    GPU peaks come from `fade.device_truth(index).peaks` (the doctor's spec table). The CPU has no peak.
+    """
+    device_type, _, index_text = device.partition(":")
+    if device_type == "cpu":
+        return _cpu_info(), None
+    index = int(index_text or 0)
+    info: dict = {}
+    peaks = None
+    try:
+        import fade
+
+        truth = fade.device_truth(index)
+        info = dict(truth.to_dict())
+        peaks = peaks_to_dict(truth.peaks)
+    except Exception as error:  # device truth is the lead's module; measuring goes on without it
+        info = {"error": f"device_truth({index}) failed: {type(error).__name__}: {error}".splitlines()[0]}
+    info["torch"] = _torch_device_properties(device_type, index)
+    return info, peaks
+
+
+def peaks_to_dict(peaks) -> Optional[dict]:
+    if peaks is None:
+        return None
+    return {
+        "tflops": {name: float(value) for name, value in dict(peaks.tflops or {}).items() if value},
+        "bandwidth_gbs": None if peaks.bandwidth_gbs is None else float(peaks.bandwidth_gbs),
+        "basis": getattr(peaks, "basis", None),
+    }
+
+
+def _torch_device_properties(device_type: str, index: int) -> dict:
+    try:
+        import torch
+
+        module = getattr(torch, device_type)
+        properties = module.get_device_properties(index)
+    except Exception as error:
+        return {"error": f"{type(error).__name__}: {error}".splitlines()[0]}
+    names = (
+        "name",
+        "major",
+        "minor",
+        "gcnArchName",
+        "multi_processor_count",
+        "total_memory",
+        "L2_cache_size",
+        "warp_size",
+        "pci_bus_id",
+    )
+    found = {name: getattr(properties, name) for name in names if hasattr(properties, name)}
+    if "pci_bus_id" not in found and hasattr(properties, "pci_domain_id"):
+        found["pci_bus_id"] = (
+            f"{properties.pci_domain_id:08x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
+        )
+    return {key: value if isinstance(value, (int, float, str, bool)) or value is None else str(value) for key, value in found.items()}
+
+
+def _cpu_info() -> dict:
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {"type": "cpu", "name": name, "logical_cpus": os.cpu_count()}
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    return info
+
+
+def supported_dtypes(device: str, peaks: Optional[dict]) -> dict:
+    """dtype name -> None if this device runs it, else a one-line reason.
+
+    GPU support is probed by running a tiny op (fp8 through torch._scaled_mm), so no architecture list
+    is needed; tf32 has no probe (fp32 runs either way), so it needs CUDA compute capability >= 8.0
+    (Ampere introduced TF32) or, on ROCm, a tf32 peak in the spec table.
+    """
+    import torch
+
+    device_type = device.split(":", 1)[0]
+    if device_type == "cpu":
+        return {
+            "fp32": None,
+            "fp16": None,
+            "bf16": None,
+            "tf32": "tf32 is a GPU tensor-core mode; the cpu has none",
+            "fp8": "fp8 GEMM needs GPU fp8 tensor cores; the cpu has none (torch._scaled_mm there is a reference path)",
+        }
+    support = {"fp32": None}
+    for name in ("fp16", "bf16"):
+        support[name] = _probe(lambda: _tiny_matmul(torch, device, getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[name])), name, device)
+    table_tflops = (peaks or {}).get("tflops") or {}
+    if device_type != "cuda":
+        support["tf32"] = f"tf32 is a CUDA/ROCm mode; {device_type} has none"
+        support["fp8"] = f"fp8 GEMM is measured on CUDA/ROCm only, not {device_type}"
+        return support
+    if torch.version.hip is not None:
+        support["tf32"] = None if "tf32" in table_tflops else "the spec table lists no tf32 peak for this GPU"
+    else:
+        major, _minor = torch.cuda.get_device_capability(device)
+        support["tf32"] = None if major >= 8 else f"tf32 needs compute capability >= 8.0, this GPU is {major}.x"
+    support["fp8"] = _probe(lambda: _tiny_scaled_mm(torch, device), "fp8", device)
+    return support
+
+
+def _probe(run, name: str, device: str) -> Optional[str]:
+    try:
+        run()
+        return None
+    except Exception as error:
+        return f"{name} does not run on {device}: {str(error).splitlines()[0][:160]}"
+
+
+def _tiny_matmul(torch, device: str, dtype) -> None:
+    a = torch.randn(16, 16, device=device).to(dtype)
+    (a @ a).sum().item()
+
+
+def _tiny_scaled_mm(torch, device: str) -> None:
+    if not hasattr(torch, "float8_e4m3fn") or not hasattr(torch, "_scaled_mm"):
+        raise RuntimeError(f"torch {torch.__version__} has no float8_e4m3fn/_scaled_mm")
+    a = torch.randn(16, 16, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(16, 16, device=device).to(torch.float8_e4m3fn).t()
+    one = torch.tensor(1.0, device=device)
+    torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16).float().sum().item()
+
+
+def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
+    """Run one case in this process and return its record; exceptions become failure records."""
+    started = now_iso()
+    started_clock = time.monotonic()
+    result = None
+    status = "ok"
+    error = error_detail = None
+    caught_warnings: list = []
+    sampler = TelemetrySampler(session.telemetry)
+    try:
+        function = getattr(importlib.import_module(case.module), case.function)
+        with warnings.catch_warnings(record=True) as caught_warnings, sampler:
+            warnings.simplefilter("always")
+            result = function(ctx, **case.params)
+    except CaseSkipped as skipped:
+        status, error = "skipped", str(skipped).splitlines()[0] if str(skipped) else "skipped"
+        error_detail = str(skipped) if "\n" in str(skipped) else None
+    except KeyboardInterrupt:
+        raise
+    except Exception as exception:
+        status = "oom" if _is_out_of_memory(exception) else "error"
+        error = f"{type(exception).__name__}: {exception}".splitlines()[0][:500]
+        error_detail = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__)[-TRACEBACK_LINES:])
+    finally:
+        _release_memory(session.device)
+    return make_record(
+        case=case,
+        run_id=ctx.run_id,
+        torch_device=session.device,
+        status=status,
+        started=started,
+        finished=now_iso(),
+        duration_s=time.monotonic() - started_clock,
+        device=session.device_info,
+        stack=session.stack,
+        peaks=session.peaks,
+        telemetry=sampler.summary(),
+        result=result,
+        error=error,
+        error_detail=error_detail,
+        warnings=_distinct_messages(caught_warnings),
+    )
+
+
+def _distinct_messages(caught: list) -> list:
+    messages: list = []
+    for warning in caught or []:
+        text = f"{warning.category.__name__}: {warning.message}".splitlines()[0][:300]
+        if text not in messages:
+            messages.append(text)
+        if len(messages) >= MAX_WARNINGS_PER_CASE:
+            break
+    return messages
+
+
+def _is_out_of_memory(exception: BaseException) -> bool:
+    return type(exception).__name__ == "OutOfMemoryError" or "out of memory" in str(exception).lower()
+
+
+def _release_memory(device: str) -> None:
+    """Free the case's tensors and return cached blocks, so the next case starts with the device empty."""
+    gc.collect()
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        except Exception:
+            pass  # a broken context shows up in the next case's record
