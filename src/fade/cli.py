@@ -64,12 +64,21 @@ def cmd_doctor(args) -> int:
     measurements = None
     if args.snapshot:
         snapshot = load_snapshot(args.snapshot)
-    else:
+    elif args.no_measure:
         snapshot = collect_snapshot(torch="subprocess")
-        if not args.no_measure:
-            from fade.measure.quick import run_quick_subprocess
+    else:
+        from fade.measure.quick import run_quick_subprocess
 
-            measurements = run_quick_subprocess()
+        child = {}
+
+        def probe_and_measure():  # one child process imports torch once for both jobs
+            child.update(run_quick_subprocess(with_probe=True))
+            if child.get("torch") is None:
+                return None, child.get("error") or "torch is not importable in this Python"
+            return child["torch"], None
+
+        snapshot = collect_snapshot(torch=probe_and_measure)
+        measurements = {k: v for k, v in child.items() if k != "torch"}
     report = diagnose(snapshot, measurements, rules_path=_rules_path(args.rules))
     report["elapsed_s"] = round(time.perf_counter() - started, 3)
     if args.json:

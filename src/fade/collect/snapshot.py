@@ -27,9 +27,10 @@ def _section(snapshot: dict, errors: dict, key: str, probe, default):
         errors[key] = f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
-def collect_snapshot(*, torch: str = "subprocess", root: str = "/", environ: dict | None = None,
+def collect_snapshot(*, torch="subprocess", root: str = "/", environ: dict | None = None,
                      run_tools: bool = True) -> dict:
-    """Describe this machine. `torch`: "subprocess" (safe default), "inprocess", "static" or "skip".
+    """Describe this machine. `torch`: "subprocess" (safe default), "inprocess", "static", "skip", or a
+    callable returning (torch section, failure reason).
 
     "static" reads only what the wheel was built for, without starting the GPU runtime: that is what
     `apply_fade_patches()` uses, since env it sets afterwards must still reach the runtime.
@@ -42,7 +43,11 @@ def collect_snapshot(*, torch: str = "subprocess", root: str = "/", environ: dic
     # the tools and the torch probe are both child processes of a second or so: run them side by side
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     tools_future = pool.submit(tools.collect_tools) if run_tools else None
-    if torch == "subprocess":
+    if callable(torch):  # a caller-supplied probe, e.g. the doctor's probe-and-measure child
+        snap["torch"], reason = torch()
+        if reason:
+            errors["torch"] = reason
+    elif torch == "subprocess":
         snap["torch"], reason = _torch_subprocess()
         if reason:
             errors["torch"] = reason

@@ -69,19 +69,20 @@ def measure_device(device_name: str) -> dict:
     device = torch.device(device_name)
     on_gpu = device.type != "cpu"
     timed = _timer(torch, device)
-    gen = torch.Generator(device="cpu").manual_seed(0)
+    # random data is made where it is used: 8192² randn on a CPU core alone takes ~0.5 s
+    gen = torch.Generator(device=device).manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False  # "fp32" means fp32 here; TF32 is a separate figure
     out = {"device": device_name, "gemm": {}, "copy": None, "selftest": None}
     sizes = GPU_GEMM if on_gpu else CPU_GEMM
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     for name, n in sizes.items():
-        a = torch.randn(n, n, generator=gen).to(device, dtypes[name])
-        b = torch.randn(n, n, generator=gen).to(device, dtypes[name])
+        a = torch.randn(n, n, generator=gen, device=device).to(dtypes[name])
+        b = torch.randn(n, n, generator=gen, device=device).to(dtypes[name])
         timed(lambda: torch.mm(a, b), WARMUP_CALLS)
         out["gemm"][name] = {"n": n, **_stats(timed(lambda: torch.mm(a, b), TIMED_CALLS), 2 * n**3, 1e12)}
         del a, b
     nbytes = GPU_COPY_BYTES if on_gpu else CPU_COPY_BYTES
-    src = torch.rand(nbytes // 4, device=device)
+    src = torch.rand(nbytes // 4, device=device, generator=gen)
     dst = torch.empty_like(src)
     timed(lambda: dst.copy_(src), WARMUP_CALLS)
     out["copy"] = {"bytes": nbytes, **_stats(timed(lambda: dst.copy_(src), TIMED_CALLS), 2 * nbytes, 1e9)}
@@ -93,14 +94,15 @@ def measure_device(device_name: str) -> dict:
 
 
 def selftest(torch, device, rows: int, gen) -> dict:
-    a = torch.randn(rows, SELFTEST_K, generator=gen)
-    b = torch.randn(SELFTEST_K, SELFTEST_N, generator=gen)
+    a = torch.randn(rows, SELFTEST_K, generator=gen, device=device)
+    b = torch.randn(SELFTEST_K, SELFTEST_N, generator=gen, device=device)
     c = torch.full((rows, SELFTEST_N), float("nan"), device=device)  # poisoned: unwritten rows show up
-    torch.mm(a.to(device), b.to(device), out=c)
-    picks = torch.cat([torch.arange(0, 512), torch.arange(rows - 512, rows),
-                       torch.randint(0, rows, (1024,), generator=gen)])
-    got = c[picks.to(device)].double().cpu()
-    ref = a[picks].double() @ b.double()
+    torch.mm(a, b, out=c)
+    picks = torch.cat([torch.arange(0, 512, device=device), torch.arange(rows - 512, rows, device=device),
+                       torch.randint(0, rows, (1024,), generator=gen, device=device)])
+    got = c[picks].double().cpu()
+    ref = a[picks].double().cpu() @ b.double().cpu()  # only the checked rows go to the CPU
+    picks = picks.cpu()
     row_err = ((got - ref).norm(dim=1) / ref.norm(dim=1)).nan_to_num(nan=float("inf"))
     bad = picks[row_err > SELFTEST_RTOL]
     max_err = float(row_err.max())
@@ -124,19 +126,41 @@ def measure_all(devices: list[str] | None = None) -> dict:
     return {"devices": results}
 
 
-def run_quick_subprocess(devices: list[str] | None = None, timeout_s: float = QUICK_TIMEOUT_S) -> dict:
-    """Run the measurements in a child process; a crash or hang becomes an `error` entry."""
-    argv = [sys.executable, "-m", "fade.measure.quick", *(devices or [])]
+def run_quick_subprocess(devices: list[str] | None = None, timeout_s: float = QUICK_TIMEOUT_S,
+                         with_probe: bool = False) -> dict:
+    """Run the measurements in a child process; a crash or hang becomes an `error` entry.
+
+    with_probe: the same child first probes torch (result under "torch"), so the doctor imports
+    torch and starts the GPU runtime once instead of twice.
+    """
+    argv = [sys.executable, "-m", "fade.measure.quick", *(["--probe"] if with_probe else []), *(devices or [])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return {"error": f"quick measurements timed out after {timeout_s:g} s", "devices": {}}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"quick measurements died (exit {proc.returncode}): {tail}", "devices": {}}
-    return json.loads(lines[-1])
+        stdout, failure = proc.stdout, None
+        if proc.returncode != 0:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            failure = f"quick measurements died (exit {proc.returncode}): {tail}"
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        failure = f"quick measurements timed out after {timeout_s:g} s"
+    results = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    result = results[-1] if results else {}
+    if failure or "devices" not in result:
+        result = {**result, "devices": result.get("devices", {}), "error": failure or "no result printed"}
+    return result
+
+
+def main(argv: list[str]) -> dict:
+    result = {}
+    if argv[:1] == ["--probe"]:
+        from fade.collect.torch_probe import probe_torch
+
+        argv = argv[1:]
+        result["torch"] = probe_torch()
+        print(json.dumps(result), flush=True)  # the probe survives even if a measurement kills us
+    result.update(measure_all(argv or None))
+    return result
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure_all(sys.argv[1:] or None)))
+    print(json.dumps(main(sys.argv[1:])))

@@ -44,6 +44,7 @@ CASE_TIMEOUT_S = 120.0  # a first MIOpen/cuDNN call can compile kernels for tens
 STARTUP_TIMEOUT_S = 180.0  # torch import plus GPU runtime init; ROCm with a cold kernel cache is the slow one
 EXIT_GRACE_S = 5.0  # time a worker gets to exit on request before it is killed
 STDERR_TAIL_LINES = 40  # worker stderr lines kept in a failed case's `error_detail`
+END_OF_STREAM = {"event": "end-of-stream"}  # what the stdout reader queues when the worker's stdout closes
 
 
 def new_run_id() -> str:
@@ -206,10 +207,13 @@ class IsolatedExecutor:
         self._spawn()
         message = self._next_message(self.startup_timeout_s)
         if message is None or message.get("event") != "ready":
+            if message is None:
+                reason = f"no answer within {self.startup_timeout_s:g} s"
+            else:
+                reason = message.get("error") or self._death_reason() or "it stopped without a reason"
             self._kill()
             if message is not None and message.get("event") == "fatal" and message.get("usage"):
                 raise FadeUsageError(message["error"])
-            reason = (message or {}).get("error") or self._death_reason() or "no answer"
             raise RuntimeError(f"the benchmark worker did not start: {reason}")
         if self.session is None:
             self.session = message["session"]
@@ -245,7 +249,7 @@ class IsolatedExecutor:
             self._send({"op": "run", "case": case.to_dict(), "ctx": ctx.to_dict()})
             message = self._next_message(timeout_s)
         except OSError:
-            message = None  # the worker's stdin is closed: it died; the reason is read below
+            message = END_OF_STREAM  # the worker's stdin is closed: it died; the reason is read below
         except BaseException:
             self._kill()  # Ctrl-C or a broken pipe: the in-flight case is abandoned with its worker
             raise
@@ -253,7 +257,7 @@ class IsolatedExecutor:
             self._in_flight = False
         if message is not None and message.get("event") == "record":
             return message["record"]
-        if message is None and self._process is not None and self._process.poll() is None:
+        if message is None:
             self._kill()
             error = f"no result after {timeout_s:g} s (the case timeout); the worker was killed"
             return self._failure(case, ctx, "timeout", error, self._stderr_since(stderr_mark), started, started_clock)
@@ -291,7 +295,7 @@ class IsolatedExecutor:
         self._process.stdin.flush()
 
     def _next_message(self, timeout_s: float) -> Optional[dict]:
-        """The worker's next message; None at end of stream (worker died) or after `timeout_s`."""
+        """The worker's next message, END_OF_STREAM when it died, or None after `timeout_s`."""
         try:
             return self._messages.get(timeout=timeout_s)
         except queue.Empty:
@@ -304,7 +308,7 @@ class IsolatedExecutor:
                 messages.put(json.loads(line))
             except json.JSONDecodeError:
                 continue  # not a protocol line; the worker's fd 1 is stderr, so this should not happen
-        messages.put(None)
+        messages.put(END_OF_STREAM)
 
     def _read_stderr(self, process: subprocess.Popen) -> None:
         for line in process.stderr:

@@ -91,8 +91,7 @@ def measurement_table(measurements: dict) -> Table | None:
             continue
         for dtype, gemm in result.get("gemm", {}).items():
             pct = f"{gemm['pct_of_peak']:.0f}%" if gemm.get("pct_of_peak") is not None else "-"
-            table.add_row(name, f"GEMM {dtype} {gemm['n']}³",
-                          f"{gemm['value']:.1f} TFLOP/s [{gemm['min']:.1f}-{gemm['max']:.1f}]", pct)
+            table.add_row(name, f"GEMM {dtype} {gemm['n']}³", _flops(gemm), pct)
         copy = result.get("copy")
         if copy:
             pct = f"{copy['pct_of_peak']:.0f}%" if copy.get("pct_of_peak") is not None else "-"
@@ -104,6 +103,13 @@ def measurement_table(measurements: dict) -> Table | None:
             table.add_row(name, f"self-test GEMM {test['rows']}×{test['k']}×{test['n']} vs fp64",
                           Text.assemble(verdict, f" (max rel err {float(test['max_rel_err']):.1e})"), "")
     return table
+
+
+def _flops(figure: dict) -> str:
+    """TFLOP/s with its range; GFLOP/s below 1 TFLOP/s so a CPU's figures keep their digits."""
+    scale, unit = (1, "TFLOP/s") if figure["value"] >= 1 else (1e3, "GFLOP/s")
+    return (f"{figure['value'] * scale:.1f} {unit} "
+            f"[{figure['min'] * scale:.1f}-{figure['max'] * scale:.1f}]")
 
 
 def render_doctor(report: dict, console: Console) -> None:
