@@ -65,7 +65,7 @@ def cmd_doctor(args) -> int:
     if args.snapshot:
         snapshot = load_snapshot(args.snapshot)
     elif args.no_measure:
-        snapshot = collect_snapshot(torch="subprocess")
+        snapshot = collect_snapshot(torch="subprocess", probe_cache=not args.fresh)
     else:
         from fade.measure.quick import run_quick_subprocess
 
@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = verbs.add_parser("doctor", help="the truth about this machine's GPUs and stack, with exact fixes")
     doctor.add_argument("--snapshot", metavar="FILE", help="analyze a saved snapshot instead of this machine")
     doctor.add_argument("--no-measure", action="store_true", help="skip the quick GEMM/copy/self-test measurements")
+    doctor.add_argument("--fresh", action="store_true", help="re-probe torch even if a cached probe is still valid")
     doctor.add_argument("--json", nargs="?", const="-", metavar="FILE", help="write the report as JSON (stdout if no FILE)")
     doctor.add_argument("--rules", metavar="FILE", help="use this rules file instead of the bundled one")
     doctor.set_defaults(func=cmd_doctor)

@@ -74,6 +74,7 @@ def diagnose(snapshot: dict, measurements: dict | None = None, rules_path=RULES_
                   "rocm": (snapshot.get("rocm") or {}).get("version"), "os": snapshot.get("os"),
                   "python": snapshot.get("python")},
         "snapshot_source": snapshot.get("source"),
+        "probe": snapshot.get("probe") or {"torch": "live"},
         "collection_errors": snapshot.get("errors") or {},
     }
 

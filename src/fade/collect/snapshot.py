@@ -28,7 +28,7 @@ def _section(snapshot: dict, errors: dict, key: str, probe, default):
 
 
 def collect_snapshot(*, torch="subprocess", root: str = "/", environ: dict | None = None,
-                     run_tools: bool = True) -> dict:
+                     run_tools: bool = True, probe_cache: bool = False) -> dict:
     """Describe this machine. `torch`: "subprocess" (safe default), "inprocess", "static", "skip", or a
     callable returning (torch section, failure reason).
 
@@ -43,12 +43,21 @@ def collect_snapshot(*, torch="subprocess", root: str = "/", environ: dict | Non
     # the tools and the torch probe are both child processes of a second or so: run them side by side
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     tools_future = pool.submit(tools.collect_tools) if run_tools else None
+    _section(snap, errors, "pci", lambda: system.pci_devices(root), [])
+    _section(snap, errors, "kfd_nodes", lambda: system.kfd_nodes(root), [])
+    _section(snap, errors, "device_files", lambda: system.device_files(root), {})
+    _section(snap, errors, "groups", system.user_groups, [])
+    _section(snap, errors, "user", system.user_info, {})
+    _section(snap, errors, "rocm", lambda: system.rocm_install(root, environ), None)
+    _section(snap, errors, "mounts",
+             lambda: system.filesystem_types(system.miopen_paths(environ), root), {})
+    _section(snap, errors, "memory", lambda: system.memory_info(root), {})
     if callable(torch):  # a caller-supplied probe, e.g. the doctor's probe-and-measure child
         snap["torch"], reason = torch()
         if reason:
             errors["torch"] = reason
     elif torch == "subprocess":
-        snap["torch"], reason = _torch_subprocess()
+        snap["torch"], reason = _torch_subprocess_cached(snap, environ) if probe_cache else _torch_subprocess()
         if reason:
             errors["torch"] = reason
     elif torch == "inprocess":
@@ -64,15 +73,6 @@ def collect_snapshot(*, torch="subprocess", root: str = "/", environ: dict | Non
     else:
         snap["torch"] = None
         errors["torch"] = "not probed (collected without starting a GPU runtime)"
-    _section(snap, errors, "pci", lambda: system.pci_devices(root), [])
-    _section(snap, errors, "kfd_nodes", lambda: system.kfd_nodes(root), [])
-    _section(snap, errors, "device_files", lambda: system.device_files(root), {})
-    _section(snap, errors, "groups", system.user_groups, [])
-    _section(snap, errors, "user", system.user_info, {})
-    _section(snap, errors, "rocm", lambda: system.rocm_install(root, environ), None)
-    _section(snap, errors, "mounts",
-             lambda: system.filesystem_types(system.miopen_paths(environ), root), {})
-    _section(snap, errors, "memory", lambda: system.memory_info(root), {})
     if tools_future is not None:
         snap["tools"], tool_errors = tools_future.result()
         errors.update(tool_errors)
@@ -89,6 +89,22 @@ def _torch_subprocess():
     return probe_torch_subprocess()
 
 
+def _torch_subprocess_cached(snap: dict, environ: dict | None):
+    from fade.collect import probe_cache
+
+    key = probe_cache.probe_key(snap)
+    entry = probe_cache.load(key, environ) if key else None
+    if entry is not None:
+        saved = datetime.datetime.fromtimestamp(entry["saved_at"], datetime.timezone.utc)
+        snap["probe"] = {"torch": "cached", "cached_at": saved.isoformat(timespec="seconds")}
+        return entry["torch"], None
+    section, reason = _torch_subprocess()
+    if key and section is not None and not reason:
+        probe_cache.save(key, section, environ)
+    snap["probe"] = {"torch": "live"}
+    return section, reason
+
+
 def save_snapshot(snapshot: dict, path: str | Path) -> None:
     Path(path).write_text(json.dumps(snapshot, indent=2, sort_keys=False) + "\n")
 
@@ -98,7 +114,7 @@ def save_snapshot(snapshot: dict, path: str | Path) -> None:
 _TOP = {"schema_version": int, "os": dict, "env": dict, "pci": list, "kfd_nodes": list,
         "device_files": dict, "groups": list, "tools": dict}
 _TOP_NULLABLE = {"torch": dict, "rocm": dict}
-_TOP_OPTIONAL = {"mounts": dict, "memory": dict, "errors": dict, "user": dict, "source": str,
+_TOP_OPTIONAL = {"probe": dict, "mounts": dict, "memory": dict, "errors": dict, "user": dict, "source": str,
                  "created": str, "fade_version": str, "python": str}
 _TORCH = {"version": str, "available": bool, "device_count": int, "arch_list": list, "devices": list}
 _TORCH_NULLABLE = {"hip": str, "cuda": str, "cudnn_version": int, "error": str, "backends": dict,

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 import fade
 from fade.errors import FadeUsageError
@@ -103,17 +103,19 @@ def peak_for(result, peaks: Optional[dict]) -> Optional[dict]:
         "dtype": result.peak_dtype,
         "pct_of_peak": 100.0 * result.value / peak_value,
         "basis": peaks.get("basis"),
+        "source": peaks.get("source"),
         "formula": "100 * value / peak.value",
     }
 
 
 def finite(value):
-    """JSON has no NaN or infinity: they become null."""
+    """A JSON-ready copy: NaN and infinity become null (JSON has neither); mappings and sequences become
+    dicts and lists (device truth may hold read-only mappings)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
-    if isinstance(value, dict):
-        return {key: finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, Mapping):
+        return {str(key): finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
         return [finite(item) for item in value]
     return value
 

@@ -256,6 +256,8 @@ class IsolatedExecutor:
         finally:
             self._in_flight = False
         if message is not None and message.get("event") == "record":
+            if message.get("restart"):
+                self._kill()  # the worker's device context is broken; the next case gets a new worker
             return message["record"]
         if message is None:
             self._kill()
@@ -426,7 +428,7 @@ class _Progress:
         if not self.enabled:
             return
         self.progress.advance(self.task)
-        self.progress.console.print(_one_line(record), markup=False, highlight=False)
+        self.progress.console.print(_one_line(record), markup=False, highlight=False, soft_wrap=True)
 
     def final(self, summary: RunSummary) -> None:
         if not self.enabled:
@@ -438,6 +440,7 @@ class _Progress:
             f"{state}: {self.done} of {self.total} cases ({counts}{resumed}) in {summary.wall_s:.1f} s -> {summary.out}",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
 
 

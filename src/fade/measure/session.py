@@ -35,6 +35,7 @@ class Session:
     stack: dict
     dtypes: dict  # dtype name -> None when supported here, else the reason it is not
     telemetry: TelemetrySource = field(default_factory=lambda: TelemetrySource("none", reason="not opened"))
+    broken: bool = False  # a case left the device context unusable (a sticky CUDA error): start afresh
 
     def describe(self) -> dict:
         """What a worker reports to its parent once it is ready (JSON)."""
@@ -132,7 +133,8 @@ def peaks_to_dict(peaks) -> Optional[dict]:
     return {
         "tflops": {name: float(value) for name, value in dict(peaks.tflops or {}).items() if value},
         "bandwidth_gbs": None if peaks.bandwidth_gbs is None else float(peaks.bandwidth_gbs),
-        "basis": getattr(peaks, "basis", None),
+        "basis": getattr(peaks, "basis", None),  # "table" (a sourced row) or "computed" (units x clock)
+        "source": getattr(peaks, "source", None),
     }
 
 
@@ -156,10 +158,9 @@ def _torch_device_properties(device_type: str, index: int) -> dict:
         "pci_bus_id",
     )
     found = {name: getattr(properties, name) for name in names if hasattr(properties, name)}
-    if "pci_bus_id" not in found and hasattr(properties, "pci_domain_id"):
-        found["pci_bus_id"] = (
-            f"{properties.pci_domain_id:08x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
-        )
+    if all(isinstance(getattr(properties, name, None), int) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+        # torch gives the three numbers; NVML and amd-smi take "domain:bus:device.function"
+        found["pci_bus_id"] = f"{properties.pci_domain_id:04x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
     return {key: value if isinstance(value, (int, float, str, bool)) or value is None else str(value) for key, value in found.items()}
 
 
@@ -264,7 +265,8 @@ def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
         error = f"{type(exception).__name__}: {exception}".splitlines()[0][:500]
         error_detail = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__)[-TRACEBACK_LINES:])
     finally:
-        _release_memory(session.device)
+        if not _release_memory(session.device):
+            session.broken = True
     return make_record(
         case=case,
         run_id=ctx.run_id,
@@ -299,14 +301,19 @@ def _is_out_of_memory(exception: BaseException) -> bool:
     return type(exception).__name__ == "OutOfMemoryError" or "out of memory" in str(exception).lower()
 
 
-def _release_memory(device: str) -> None:
-    """Free the case's tensors and return cached blocks, so the next case starts with the device empty."""
+def _release_memory(device: str) -> bool:
+    """Free the case's tensors and return cached blocks, so the next case starts with the device empty.
+
+    False when the device no longer synchronizes: after an illegal address or a launch failure the CUDA
+    context is unusable for the rest of the process.
+    """
     gc.collect()
     if device.startswith("cuda"):
         try:
             import torch
 
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(device)
             torch.cuda.empty_cache()
         except Exception:
-            pass  # a broken context shows up in the next case's record
+            return False
+    return True

@@ -6,7 +6,8 @@ Protocol (one JSON object per line):
                       {"op": "exit"}
     worker -> parent  {"event": "ready", "session": {...Session.describe()...}}
                       {"event": "fatal", "usage": bool, "error": "one line"}   instead of ready
-                      {"event": "record", "record": {...}}                     one per run
+                      {"event": "record", "record": {...}, "restart": bool}    one per run; restart:
+                          the device context broke, this worker exits, start a new one
 
 The protocol uses a duplicate of the original stdout; fd 1 itself is pointed at stderr, so a library that
 prints cannot corrupt it. The worker dies with its parent (PR_SET_PDEATHSIG on Linux, plus a watchdog
@@ -62,7 +63,10 @@ def main() -> int:
             if message.get("op") == "run":
                 case = Case.from_dict(message["case"])
                 ctx = CaseContext(**message["ctx"])
-                send({"event": "record", "record": execute_case(case, ctx, session)})
+                record = execute_case(case, ctx, session)
+                send({"event": "record", "record": record, "restart": session.broken})
+                if session.broken:
+                    break  # the parent starts a fresh worker for the next case
     finally:
         session.close()
     return 0

@@ -123,6 +123,9 @@ def render_doctor(report: dict, console: Console) -> None:
         line += f" · ROCm {stack['rocm']}"
     if stack.get("os"):
         line += f" · {stack['os'].get('system')} {stack['os'].get('release')}"
+    probe = report.get("probe") or {}
+    if probe.get("torch") == "cached":
+        line += f" · torch probe cached {probe.get('cached_at')} (--fresh re-probes)"
     console.print(Text(line, style="fade.dim"))
     if report["devices"]:
         console.print(device_table(report["devices"]))

@@ -1,0 +1,86 @@
+"""Reuse a torch probe while nothing it depends on has changed, so `fade doctor --no-measure` is instant.
+
+`import torch` alone costs 1-3 s (3.05 s measured on an H200 host), and the probe must also start the
+GPU runtime. What the probe reports is fixed by: the interpreter, the installed torch build, the driver,
+the GPU environment variables, the PCI devices and /dev access, and the boot (a reboot or driver reload
+can change everything). All of those go into the cache key; any change is a miss. Entries also expire
+after MAX_AGE_S. The doctor says when it used a cached probe; `--fresh` bypasses the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+MAX_AGE_S = 24 * 3600  # a day: long enough to matter, short enough that a silent change ages out
+
+
+def cache_dir(environ: dict | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(environ.get("HOME", os.path.expanduser("~")), ".cache")
+    return Path(base, "fade", "probe")
+
+
+def _stat(path: Path) -> list:
+    try:
+        st = path.stat()
+        return [str(path), st.st_mtime_ns, st.st_size]
+    except OSError:
+        return [str(path), None]
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def probe_key(snapshot_so_far: dict) -> str | None:
+    """A digest of everything the torch probe's answer depends on; None when torch is not installed."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    torch_dir = Path(spec.origin).parent
+    libs = sorted((torch_dir / "lib").glob("libtorch*.so*")) + sorted(torch_dir.glob("_C*.so"))
+    material = {
+        "python": [sys.executable, sys.version],
+        "torch": [_stat(torch_dir / "version.py")] + [_stat(p) for p in libs],
+        "env": snapshot_so_far.get("env"),
+        "pci": snapshot_so_far.get("pci"),
+        "device_files": snapshot_so_far.get("device_files"),
+        "kfd_nodes": snapshot_so_far.get("kfd_nodes"),
+        "groups": snapshot_so_far.get("groups"),
+        "nvidia_driver": _read("/proc/driver/nvidia/version"),
+        "amdgpu": _read("/sys/module/amdgpu/version"),
+        "boot": _read("/proc/sys/kernel/random/boot_id"),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def load(key: str, environ: dict | None = None) -> dict | None:
+    path = cache_dir(environ) / f"{key}.json"
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or time.time() - entry.get("saved_at", 0) > MAX_AGE_S:
+        return None
+    return entry
+
+
+def save(key: str, torch_section: dict, environ: dict | None = None) -> None:
+    """Atomic write (temp + rename); a cache that cannot be written is simply not used."""
+    directory = cache_dir(environ)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / f".{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"saved_at": time.time(), "torch": torch_section}))
+        os.replace(tmp, directory / f"{key}.json")
+    except OSError:
+        pass
