@@ -102,3 +102,13 @@ def test_live_call_before_import_torch_does_not_start_a_gpu_runtime():
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["initialized"] is False
+
+
+def test_device_truth_names_the_range_when_the_index_does_not_exist():
+    import torch
+
+    from fade import device_truth
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(IndexError, match=f"torch sees {count}"):
+        device_truth(count)

@@ -61,6 +61,8 @@ def cmd_doctor(args) -> int:
     from fade.report.console import make_console, render_doctor
 
     started = time.perf_counter()
+    if args.json not in (None, "-"):
+        _check_writable(args.json)  # before minutes of work, not after
     measurements = None
     if args.snapshot:
         snapshot = load_snapshot(args.snapshot)
@@ -86,7 +88,8 @@ def cmd_doctor(args) -> int:
     else:
         console = make_console()
         render_doctor(report, console)
-        console.print(f"[fade.dim]doctor took {report['elapsed_s']:.1f} s[/]")
+        if not args.snapshot:
+            console.print(f"[fade.dim]doctor took {report['elapsed_s']:.1f} s[/]")
     return exit_code(report)
 
 

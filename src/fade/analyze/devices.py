@@ -144,7 +144,7 @@ def _truth_for_torch_device(dev: dict, build: str, kfd: dict | None, agent: dict
         name = agent["marketing_name"] if len(agent["marketing_name"]) > len(name) else name
     peaks = specs.peaks_for(name, arch=arch, pci_device_id=pci_id, compute_units=units, clock_mhz=clock)
     if peaks is not None and peaks.basis == "computed":
-        notes.append(f"{name} is not in the spec table: peaks are computed ({peaks.explanation})")
+        notes.append(f"{name} is not in the spec table: peaks are {peaks.explanation}")
     return DeviceTruth(
         index=dev["index"], vendor=vendor, name=name, arch=arch, runtime_arch=runtime_arch,
         family=arch_spec.family if arch_spec else None, compute_units=units, runtime_units=runtime_units,

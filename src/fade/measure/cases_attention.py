@@ -43,7 +43,8 @@ def sdpa(ctx, *, batch: int, heads: int, seq: int, head_dim: int, dtype: str, ba
                 except RuntimeError as error:
                     details = [str(reason.message).splitlines()[0] for reason in reasons]
                     first = details[0] if details else str(error).splitlines()[0]
-                    raise CaseSkipped(f"{backend} cannot run these inputs: {first}" + "".join(f"\n{d}" for d in details[1:])) from None
+                    more = "".join(f"\n{detail}" for detail in details[1:])
+                    raise CaseSkipped(f"{backend} cannot run these inputs: {first}{more}") from None
             timing = measure(call, device=ctx.device, **ctx.timing)
         ran = member.name
     flops = 4 * batch * heads * seq * seq * head_dim // (2 if causal else 1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -46,31 +47,17 @@ QUICK_CASE_TIMEOUT_S = 60.0  # quick cases are small: one stuck for a minute is 
 MiB = 2**20
 GiB = 2**30
 
-# GEMM. Squares show the size sweep; the Llama-3-8B projections (hidden 4096, 8 KV heads x 128,
-# intermediate 14336; https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json) for
-# 8192 tokens show the non-square shapes a transformer runs, plus a 16-token decode GEMM.
-GPU_SQUARE_SIZES = (1024, 2048, 4096, 8192)
-GPU_QUICK_SQUARE_SIZES = (2048, 8192)
-TRANSFORMER_SHAPES = {  # name -> (m, n, k)
+# Llama-3-8B projections for 8192 tokens (hidden 4096, 8 KV heads x 128, intermediate 14336;
+# https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json) and a 16-token decode GEMM:
+# the non-square shapes a transformer runs. name -> (m, n, k)
+TRANSFORMER_SHAPES = {
     "llama3-8b.qkv": (8192, 6144, 4096),
     "llama3-8b.attn_out": (8192, 4096, 4096),
     "llama3-8b.mlp_gate_up": (8192, 28672, 4096),
     "llama3-8b.mlp_down": (8192, 4096, 14336),
     "llama3-8b.decode_gate_up": (16, 28672, 4096),
 }
-CPU_SQUARE_SIZES = (256, 512, 1024, 2048)
-CPU_QUICK_SQUARE_SIZES = (256, 512, 1024)
-CPU_FP16_MAX_SIZE = 512  # most x86 CPUs have no fast fp16 matmul (1-3 GFLOP/s measured): 1024^3 takes seconds
-
-# Memory: bytes per array. 1 MiB sits in any L2 (launch- and cache-bound); 1 GiB is far past every LLC.
-GPU_STREAM_ARRAY_BYTES = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB)
-GPU_QUICK_STREAM_ARRAY_BYTES = (16 * MiB, 1 * GiB)
-CPU_STREAM_ARRAY_BYTES = (1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB)
-CPU_QUICK_STREAM_ARRAY_BYTES = (4 * MiB, 64 * MiB)
-TRANSFER_BYTES = (1 * MiB, 16 * MiB, 256 * MiB)
-QUICK_TRANSFER_BYTES = (64 * MiB,)
-
-# Convolution: ResNet-50 v1.5 layers at 224x224 (torchvision names), one per distinct kind of shape:
+# ResNet-50 v1.5 layers at 224x224 (torchvision names), one per distinct kind of shape:
 # name -> (C, H=W, K, R=S, stride, padding)
 RESNET50_LAYERS = {
     "conv1": (3, 224, 64, 7, 2, 3),
@@ -83,141 +70,145 @@ RESNET50_LAYERS = {
     "layer4.0.conv3": (512, 7, 2048, 1, 1, 0),
     "layer4.1.conv2": (512, 7, 512, 3, 1, 1),
 }
-GPU_QUICK_CONV_LAYERS = ("layer1.0.conv2", "layer3.1.conv2")
-CPU_QUICK_CONV_LAYERS = ("layer3.1.conv2", "layer4.1.conv2")
+STREAM_OPS = ("copy", "scale", "add", "triad")
 CONV_DIRECTIONS = ("fwd", "bwd_data", "bwd_weight")
 CONV_LAYOUTS = ("nchw", "channels_last")
-GPU_CONV_BATCH, GPU_QUICK_CONV_BATCH, CPU_CONV_BATCH, CPU_QUICK_CONV_BATCH = 128, 64, 4, 2
-
-# Attention: a 4096-token, 32-head, d=128 prefill (Llama-class); the CPU gets a small one.
-SDPA_BACKENDS = ("default", "math", "flash", "efficient", "cudnn")
-CPU_SDPA_BACKENDS = ("default", "math", "flash")  # efficient and cudnn are CUDA/ROCm kernels
-GPU_SDPA_SHAPE = {"batch": 4, "heads": 32, "seq": 4096, "head_dim": 128}
-CPU_SDPA_SHAPE = {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64}
-
-# layer_norm / softmax / sum: rows x hidden.
-GPU_NORM_SHAPES = ((4096, 4096), (16384, 8192))
-GPU_QUICK_NORM_SHAPES = ((16384, 8192),)
-CPU_NORM_SHAPES = ((1024, 1024), (4096, 4096))
-CPU_QUICK_NORM_SHAPES = ((2048, 2048),)
 NORM_OPS = ("layer_norm", "softmax", "sum")
+ALL_SDPA_BACKENDS = ("default", "math", "flash", "efficient", "cudnn")
 
-CPU_VS_GPU_SIZES = (256, 1024, 2048)
-QUICK_CPU_VS_GPU_SIZES = (1024,)
+
+@dataclass(frozen=True)
+class SuitePlan:
+    """Sizes and dtypes of one flavour of the suite (GPU or CPU, full or quick)."""
+
+    gemm_squares: tuple  # n for n x n x n GEMMs: the size sweep
+    gemm_shapes: dict  # named non-square (m, n, k)
+    gemm_dtypes: tuple
+    stream_array_bytes: tuple  # bytes per array; GPU sweeps from L2-resident to far past any LLC
+    transfer_bytes: tuple  # host<->device payloads; empty on the CPU
+    conv_layers: tuple  # keys of RESNET50_LAYERS
+    conv_dtypes: tuple
+    conv_batch: int
+    sdpa_shape: dict  # batch, heads, seq, head_dim
+    sdpa_backends: tuple
+    sdpa_dtypes: tuple
+    sdpa_causal: tuple
+    norm_shapes: tuple  # (rows, hidden)
+    norm_dtypes: tuple
+    cpu_vs_gpu_sizes: tuple  # n for the CPU-vs-GPU GEMMs; empty on the CPU
+    gemm_fp16_max_size: Optional[int] = None  # skip larger fp16 GEMMs (CPUs without a fast fp16 path)
+
+
+GPU_SDPA_SHAPE = {"batch": 4, "heads": 32, "seq": 4096, "head_dim": 128}  # a Llama-class 4096-token prefill
+CPU_SDPA_SHAPE = {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64}
+PLANS = {
+    ("gpu", False): SuitePlan(
+        gemm_squares=(1024, 2048, 4096, 8192), gemm_shapes=TRANSFORMER_SHAPES, gemm_dtypes=GEMM_DTYPES,
+        stream_array_bytes=(1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB),
+        transfer_bytes=(1 * MiB, 16 * MiB, 256 * MiB),
+        conv_layers=tuple(RESNET50_LAYERS), conv_dtypes=("fp32", "bf16"), conv_batch=128,
+        sdpa_shape=GPU_SDPA_SHAPE, sdpa_backends=ALL_SDPA_BACKENDS, sdpa_dtypes=("bf16", "fp16"), sdpa_causal=(False, True),
+        norm_shapes=((4096, 4096), (16384, 8192)), norm_dtypes=("fp32", "bf16"),
+        cpu_vs_gpu_sizes=(256, 1024, 2048),
+    ),
+    ("gpu", True): SuitePlan(
+        gemm_squares=(2048, 8192), gemm_shapes={}, gemm_dtypes=GEMM_DTYPES,
+        stream_array_bytes=(16 * MiB, 1 * GiB), transfer_bytes=(64 * MiB,),
+        conv_layers=("layer1.0.conv2", "layer3.1.conv2"), conv_dtypes=("bf16",), conv_batch=64,
+        sdpa_shape=GPU_SDPA_SHAPE, sdpa_backends=ALL_SDPA_BACKENDS, sdpa_dtypes=("bf16",), sdpa_causal=(False,),
+        norm_shapes=((16384, 8192),), norm_dtypes=("bf16",),
+        cpu_vs_gpu_sizes=(1024,),
+    ),
+    ("cpu", False): SuitePlan(
+        gemm_squares=(256, 512, 1024, 2048), gemm_shapes={}, gemm_dtypes=("fp32", "tf32", "fp16", "bf16", "fp8"),
+        stream_array_bytes=(1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB), transfer_bytes=(),
+        conv_layers=tuple(RESNET50_LAYERS), conv_dtypes=("fp32", "bf16"), conv_batch=4,
+        sdpa_shape=CPU_SDPA_SHAPE, sdpa_backends=("default", "math", "flash"), sdpa_dtypes=("fp32", "bf16"),
+        sdpa_causal=(False, True), norm_shapes=((1024, 1024), (4096, 4096)), norm_dtypes=("fp32", "bf16"),
+        cpu_vs_gpu_sizes=(), gemm_fp16_max_size=512,
+    ),
+    ("cpu", True): SuitePlan(
+        gemm_squares=(256, 512, 1024), gemm_shapes={}, gemm_dtypes=("fp32", "tf32", "fp16", "bf16", "fp8"),
+        stream_array_bytes=(4 * MiB, 64 * MiB), transfer_bytes=(),
+        conv_layers=("layer3.1.conv2", "layer4.1.conv2"), conv_dtypes=("fp32",), conv_batch=2,
+        sdpa_shape=CPU_SDPA_SHAPE, sdpa_backends=("default", "math", "flash"), sdpa_dtypes=("fp32",), sdpa_causal=(False,),
+        norm_shapes=((2048, 2048),), norm_dtypes=("fp32",),
+        cpu_vs_gpu_sizes=(), gemm_fp16_max_size=512,
+    ),
+}  # fmt: skip
+# Notes on the CPU plans: efficient and cudnn SDPA are GPU kernels; most x86 CPUs have no fast fp16
+# matmul (1-3 GFLOP/s measured on a 2-core EPYC VM), so fp16 GEMMs stop at 512. tf32 and fp8 are listed
+# so that asking for them gives "not supported on cpu" rather than "no such case".
 
 
 def build_catalog(device: str, *, quick: bool) -> list:
-    """Every micro case for a device type ("cpu", "cuda:0", "mps", ...), unsupported dtypes included."""
+    """Every micro case for a device ("cpu", "cuda:0", "xpu:0", ...), unsupported dtypes included."""
     device_type = device.split(":", 1)[0]
-    on_cpu = device_type == "cpu"
+    plan = PLANS[("cpu" if device_type == "cpu" else "gpu", quick)]
     cases: list = []
 
     def add(case_id: str, module: str, function: str, params: dict, *, dtype=None, needs_gpu=False) -> None:
-        cases.append(
-            Case(
-                case_id=case_id,
-                suite=SUITE,
-                module=f"fade.measure.{module}",
-                function=function,
-                params=params,
-                dtype=dtype,
-                needs_gpu=needs_gpu,
-            )
-        )
+        module = f"fade.measure.{module}"
+        cases.append(Case(case_id, SUITE, module, function, params, dtype=dtype, needs_gpu=needs_gpu))
 
-    # GEMM
-    if on_cpu:
-        squares = CPU_QUICK_SQUARE_SIZES if quick else CPU_SQUARE_SIZES
-        shapes = {f"square{size}": (size, size, size) for size in squares}
-        gemm_dtypes = ("fp32", "bf16", "fp16", "tf32", "fp8")
-    else:
-        squares = GPU_QUICK_SQUARE_SIZES if quick else GPU_SQUARE_SIZES
-        shapes = {f"square{size}": (size, size, size) for size in squares}
-        if not quick:
-            shapes.update(TRANSFORMER_SHAPES)
-        gemm_dtypes = GEMM_DTYPES
-    for dtype in gemm_dtypes:
+    shapes = {f"square{size}": (size, size, size) for size in plan.gemm_squares}
+    shapes.update(plan.gemm_shapes)
+    for dtype in plan.gemm_dtypes:
         for shape, (m, n, k) in shapes.items():
-            if on_cpu and dtype == "fp16" and max(m, n, k) > CPU_FP16_MAX_SIZE:
+            if dtype == "fp16" and plan.gemm_fp16_max_size and max(m, n, k) > plan.gemm_fp16_max_size:
                 continue
-            add(f"gemm/{dtype}/{m}x{n}x{k}", "cases_gemm", "gemm", {"m": m, "n": n, "k": k, "dtype": dtype, "shape": shape}, dtype=dtype)
+            params = {"m": m, "n": n, "k": k, "dtype": dtype, "shape": shape}
+            add(f"gemm/{dtype}/{m}x{n}x{k}", "cases_gemm", "gemm", params, dtype=dtype)
 
-    # Memory bandwidth
-    if on_cpu:
-        array_sizes = CPU_QUICK_STREAM_ARRAY_BYTES if quick else CPU_STREAM_ARRAY_BYTES
-    else:
-        array_sizes = GPU_QUICK_STREAM_ARRAY_BYTES if quick else GPU_STREAM_ARRAY_BYTES
-    for op in ("copy", "scale", "add", "triad"):
-        for array_bytes in array_sizes:
-            add(f"memory/{op}/{size_label(array_bytes)}", "cases_memory", "stream", {"op": op, "elements": array_bytes // 4, "dtype": "fp32"})
+    for op in STREAM_OPS:
+        for array_bytes in plan.stream_array_bytes:
+            params = {"op": op, "elements": array_bytes // 4, "dtype": "fp32"}
+            add(f"memory/{op}/{size_label(array_bytes)}", "cases_memory", "stream", params)
 
-    # Host <-> device
-    if not on_cpu:
-        for direction in ("h2d", "d2h"):
-            for memory in ("pinned", "pageable"):
-                for nbytes in QUICK_TRANSFER_BYTES if quick else TRANSFER_BYTES:
-                    add(
-                        f"transfer/{direction}/{memory}/{size_label(nbytes)}",
-                        "cases_memory",
-                        "transfer",
-                        {"direction": direction, "memory": memory, "nbytes": nbytes},
-                        needs_gpu=True,
-                    )
+    for direction in ("h2d", "d2h"):
+        for memory in ("pinned", "pageable"):
+            for nbytes in plan.transfer_bytes:
+                params = {"direction": direction, "memory": memory, "nbytes": nbytes}
+                case_id = f"transfer/{direction}/{memory}/{size_label(nbytes)}"
+                add(case_id, "cases_memory", "transfer", params, needs_gpu=True)
 
-    # Launch latency
-    launch_modes = ("eager",) if on_cpu else ("eager", "graph", "sync") if device_type == "cuda" else ("eager", "sync")
+    launch_modes = ["eager"]
+    if device_type == "cuda":
+        launch_modes.append("graph")  # CUDA graphs exist on CUDA and ROCm only
+    if device_type != "cpu":
+        launch_modes.append("sync")
     for mode in launch_modes:
         add(f"launch/{mode}", "cases_memory", "launch", {"mode": mode})
 
-    # Convolution
-    if on_cpu:
-        layers = CPU_QUICK_CONV_LAYERS if quick else tuple(RESNET50_LAYERS)
-        conv_dtypes = ("fp32",) if quick else ("fp32", "bf16")
-        batch = CPU_QUICK_CONV_BATCH if quick else CPU_CONV_BATCH
-    else:
-        layers = GPU_QUICK_CONV_LAYERS if quick else tuple(RESNET50_LAYERS)
-        conv_dtypes = ("bf16",) if quick else ("fp32", "bf16")
-        batch = GPU_QUICK_CONV_BATCH if quick else GPU_CONV_BATCH
-    for dtype in conv_dtypes:
+    for dtype in plan.conv_dtypes:
         for layout in CONV_LAYOUTS:
             for direction in CONV_DIRECTIONS:
-                for layer in layers:
+                for layer in plan.conv_layers:
                     c, hw, k, rs, stride, padding = RESNET50_LAYERS[layer]
                     params = {
-                        "layer": layer, "n": batch, "c": c, "h": hw, "w": hw, "k": k, "r": rs, "s": rs,
+                        "layer": layer, "n": plan.conv_batch, "c": c, "h": hw, "w": hw, "k": k, "r": rs, "s": rs,
                         "stride": stride, "padding": padding, "dtype": dtype, "layout": layout, "direction": direction,
                     }  # fmt: skip
-                    add(f"conv/{dtype}/{layout}/{direction}/{layer}/n{batch}", "cases_conv", "conv", params, dtype=dtype)
+                    case_id = f"conv/{dtype}/{layout}/{direction}/{layer}/n{plan.conv_batch}"
+                    add(case_id, "cases_conv", "conv", params, dtype=dtype)
 
-    # Attention
-    if on_cpu:
-        shape, backends = CPU_SDPA_SHAPE, CPU_SDPA_BACKENDS
-        sdpa_dtypes, causal_modes = (("fp32",), (False,)) if quick else (("fp32", "bf16"), (False, True))
-    else:
-        shape, backends = GPU_SDPA_SHAPE, SDPA_BACKENDS
-        sdpa_dtypes, causal_modes = (("bf16",), (False,)) if quick else (("bf16", "fp16"), (False, True))
-    shape_label = "b{batch}h{heads}s{seq}d{head_dim}".format(**shape)
-    for dtype in sdpa_dtypes:
-        for causal in causal_modes:
-            for backend in backends:
-                label = shape_label + ("-causal" if causal else "")
-                add(f"sdpa/{dtype}/{backend}/{label}", "cases_attention", "sdpa", {**shape, "dtype": dtype, "backend": backend, "causal": causal}, dtype=dtype)
+    shape_label = "b{batch}h{heads}s{seq}d{head_dim}".format(**plan.sdpa_shape)
+    for dtype in plan.sdpa_dtypes:
+        for causal in plan.sdpa_causal:
+            for backend in plan.sdpa_backends:
+                params = {**plan.sdpa_shape, "dtype": dtype, "backend": backend, "causal": causal}
+                case_id = f"sdpa/{dtype}/{backend}/{shape_label}" + ("-causal" if causal else "")
+                add(case_id, "cases_attention", "sdpa", params, dtype=dtype)
 
-    # layer_norm, softmax, reduction
-    if on_cpu:
-        norm_shapes = CPU_QUICK_NORM_SHAPES if quick else CPU_NORM_SHAPES
-        norm_dtypes = ("fp32",) if quick else ("fp32", "bf16")
-    else:
-        norm_shapes = GPU_QUICK_NORM_SHAPES if quick else GPU_NORM_SHAPES
-        norm_dtypes = ("bf16",) if quick else ("fp32", "bf16")
     for op in NORM_OPS:
-        for dtype in norm_dtypes:
-            for rows, cols in norm_shapes:
-                add(f"norm/{op}/{dtype}/{rows}x{cols}", "cases_norm", "norm", {"op": op, "rows": rows, "cols": cols, "dtype": dtype}, dtype=dtype)
+        for dtype in plan.norm_dtypes:
+            for rows, cols in plan.norm_shapes:
+                params = {"op": op, "rows": rows, "cols": cols, "dtype": dtype}
+                add(f"norm/{op}/{dtype}/{rows}x{cols}", "cases_norm", "norm", params, dtype=dtype)
 
-    # CPU vs GPU
-    for size in QUICK_CPU_VS_GPU_SIZES if quick else CPU_VS_GPU_SIZES:
-        add(f"cpu_vs_gpu/fp32/{size}x{size}x{size}", "cases_gemm", "cpu_vs_gpu", {"n": size, "dtype": "fp32"}, dtype="fp32", needs_gpu=True)
+    for size in plan.cpu_vs_gpu_sizes:
+        params = {"n": size, "dtype": "fp32"}
+        add(f"cpu_vs_gpu/fp32/{size}x{size}x{size}", "cases_gemm", "cpu_vs_gpu", params, dtype="fp32", needs_gpu=True)
     return cases
 
 
@@ -250,12 +241,16 @@ def matches(pattern: str, case_id: str) -> bool:
     return pattern in case_id
 
 
+PLAN_EXAMPLES = (("cpu", True), ("cpu", False), ("cuda:0", True), ("cuda:0", False))  # one device per plan
+
+
 def check_patterns_exist(patterns: Sequence[str]) -> None:
     """FadeUsageError for a pattern that matches no case on any device, before anything starts."""
-    every_case = [case.case_id for device in ("cpu", "cuda:0") for quick in (True, False) for case in build_catalog(device, quick=quick)]
+    every_case = [case.case_id for device, quick in PLAN_EXAMPLES for case in build_catalog(device, quick=quick)]
     for pattern in patterns:
         if not any(matches(pattern, case_id) for case_id in every_case):
-            raise FadeUsageError(f"--only {pattern!r} matches no case{_did_you_mean(pattern, every_case)}; families: {', '.join(FAMILIES)}")
+            suggestion = _did_you_mean(pattern, every_case)
+            raise FadeUsageError(f"--only {pattern!r} matches no case{suggestion}; families: {', '.join(FAMILIES)}")
 
 
 def select_cases(
@@ -273,9 +268,8 @@ def select_cases(
     otherwise FadeUsageError with a one-line reason.
     """
     if dtypes:
+        check_dtype_names(dtypes)
         for dtype in dtypes:
-            if dtype not in KNOWN_DTYPES:
-                raise FadeUsageError(f"unknown dtype {dtype!r}{_did_you_mean(dtype, KNOWN_DTYPES)}; known: {', '.join(KNOWN_DTYPES)}")
             if dtype_support.get(dtype):
                 raise FadeUsageError(f"dtype {dtype} is not supported on {device}: {dtype_support[dtype]}")
     runnable = {case.case_id: unsupported_reason(case, device, dtype_support) is None for case in catalog}
@@ -285,10 +279,9 @@ def select_cases(
             other = build_catalog(device, quick=not quick)
             hint = ""
             if any(matches(pattern, case.case_id) for case in other):
-                hint = " (it matches cases of the full suite; drop --quick)" if quick else " (it matches cases of --quick)"
-            raise FadeUsageError(
-                f"--only {pattern!r} matches no case on {device}{hint}{_did_you_mean(pattern, [c.case_id for c in catalog])}"
-            )
+                hint = " (it matches cases of the full suite; drop --quick)" if quick else " (it matches --quick cases)"
+            suggestion = _did_you_mean(pattern, [case.case_id for case in catalog])
+            raise FadeUsageError(f"--only {pattern!r} matches no case on {device}{hint}{suggestion}")
         usable = [case for case in matched if runnable[case.case_id]]
         if not usable:
             reason = unsupported_reason(matched[0], device, dtype_support)
@@ -308,6 +301,13 @@ def select_cases(
     if not selected:
         raise FadeUsageError("no case left to run: --only and --dtype together exclude every case")
     return selected, unsupported
+
+
+def check_dtype_names(dtypes: Sequence[str]) -> None:
+    for dtype in dtypes:
+        if dtype not in KNOWN_DTYPES:
+            suggestion = _did_you_mean(dtype, KNOWN_DTYPES)
+            raise FadeUsageError(f"unknown dtype {dtype!r}{suggestion}; known: {', '.join(KNOWN_DTYPES)}")
 
 
 def _did_you_mean(text: str, candidates: Sequence[str]) -> str:
@@ -363,10 +363,7 @@ def run_micro(
     out_path = check_output_path(out)
     patterns = split_patterns(only)
     check_patterns_exist(patterns)
-    if dtypes:
-        for dtype in dtypes:
-            if dtype not in KNOWN_DTYPES:
-                raise FadeUsageError(f"unknown dtype {dtype!r}{_did_you_mean(dtype, KNOWN_DTYPES)}; known: {', '.join(KNOWN_DTYPES)}")
+    check_dtype_names(dtypes or ())
     if plot:
         _check_matplotlib()
     if isolate:

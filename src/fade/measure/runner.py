@@ -437,7 +437,8 @@ class _Progress:
         counts = ", ".join(f"{count} {status}" for status, count in sorted(summary.statuses.items())) or "nothing run"
         resumed = f", {summary.resumed} already finished" if summary.resumed else ""
         self.console.print(
-            f"{state}: {self.done} of {self.total} cases ({counts}{resumed}) in {summary.wall_s:.1f} s -> {summary.out}",
+            f"{state}: {self.done} of {self.total} cases ({counts}{resumed}) in {summary.wall_s:.1f} s"
+            f" -> {summary.out}",
             markup=False,
             highlight=False,
             soft_wrap=True,

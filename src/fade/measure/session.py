@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from fade.errors import FadeUsageError
-from fade.measure.case import Case, CaseContext, CaseSkipped
+from fade.measure.case import Case, CaseContext, CaseSkipped, torch_dtype
 from fade.measure.fingerprint import stack_fingerprint
 from fade.measure.record import make_record, now_iso
 from fade.measure.telemetry import TelemetrySampler, TelemetrySource, open_telemetry
@@ -158,10 +158,12 @@ def _torch_device_properties(device_type: str, index: int) -> dict:
         "pci_bus_id",
     )
     found = {name: getattr(properties, name) for name in names if hasattr(properties, name)}
-    if all(isinstance(getattr(properties, name, None), int) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
-        # torch gives the three numbers; NVML and amd-smi take "domain:bus:device.function"
-        found["pci_bus_id"] = f"{properties.pci_domain_id:04x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
-    return {key: value if isinstance(value, (int, float, str, bool)) or value is None else str(value) for key, value in found.items()}
+    pci = [getattr(properties, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if all(isinstance(number, int) for number in pci):
+        # torch gives three numbers; NVML and amd-smi take "domain:bus:device.function"
+        found["pci_bus_id"] = f"{pci[0]:04x}:{pci[1]:02x}:{pci[2]:02x}.0"
+    plain = (int, float, str, bool, type(None))
+    return {key: value if isinstance(value, plain) else str(value) for key, value in found.items()}
 
 
 def _cpu_info() -> dict:
@@ -204,7 +206,7 @@ def supported_dtypes(device: str, peaks: Optional[dict]) -> dict:
         }
     support = {"fp32": None}
     for name in ("fp16", "bf16"):
-        support[name] = _probe(lambda: _tiny_matmul(torch, device, getattr(torch, {"fp16": "float16", "bf16": "bfloat16"}[name])), name, device)
+        support[name] = _probe(lambda: _tiny_matmul(torch, device, torch_dtype(name)), name, device)
     table_tflops = (peaks or {}).get("tflops") or {}
     if device_type != "cuda":
         support["tf32"] = f"tf32 is a CUDA/ROCm mode; {device_type} has none"
@@ -263,7 +265,8 @@ def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
     except Exception as exception:
         status = "oom" if _is_out_of_memory(exception) else "error"
         error = f"{type(exception).__name__}: {exception}".splitlines()[0][:500]
-        error_detail = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__)[-TRACEBACK_LINES:])
+        lines = traceback.format_exception(type(exception), exception, exception.__traceback__)
+        error_detail = "".join(lines[-TRACEBACK_LINES:])
     finally:
         if not _release_memory(session.device):
             session.broken = True

@@ -84,8 +84,9 @@ def open_telemetry(device: str, pci_bus_id: Optional[str] = None) -> TelemetrySo
     try:
         return opener(index, pci_bus_id)
     except ImportError:
-        package = "amdsmi (pip install 'torch-fade[amd]')" if is_rocm else "nvidia-ml-py (pip install 'torch-fade[nvidia]')"
-        return TelemetrySource("none", reason=f"{package} is not installed")
+        package = "amdsmi" if is_rocm else "nvidia-ml-py"
+        extra = "amd" if is_rocm else "nvidia"
+        return TelemetrySource("none", reason=f"{package} is not installed (pip install 'torch-fade[{extra}]')")
     except Exception as error:  # a driver/library mismatch must not stop the measurement
         return TelemetrySource("none", reason=f"{type(error).__name__}: {error}".splitlines()[0])
 

@@ -42,7 +42,7 @@ def _peaks(dev: dict) -> str:
     peaks = dev.get("peaks")
     if not peaks:
         return "unknown"
-    parts = [f"{k} {v:g}" for k, v in peaks["tflops"].items() if k in ("fp32", "tf32", "fp16", "bf16", "fp8")]
+    parts = [f"{k} {v:.4g}" for k, v in peaks["tflops"].items() if k in ("fp32", "tf32", "fp16", "bf16", "fp8")]
     text = "TFLOP/s: " + ", ".join(parts)
     if peaks.get("bandwidth_gbs"):
         text += f"\nmemory: {peaks['bandwidth_gbs']:g} GB/s"
