@@ -135,3 +135,8 @@ def test_quick_cpu_suite_finishes_within_a_minute_including_start_up(tmp_path):
     records = read_records(out, strict=True).records
     assert {r["case_id"].split("/")[0] for r in records} == {"gemm", "memory", "launch", "conv", "sdpa", "norm"}
     assert all(r["status"] == "ok" for r in records)
+
+
+def test_importing_fade_measure_does_not_import_torch():
+    script = "import sys, fade.measure; sys.exit('torch' in sys.modules)"
+    subprocess.run([sys.executable, "-c", script], check=True, env=dict(os.environ, PYTHONPATH=SRC_ROOT))

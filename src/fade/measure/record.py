@@ -229,7 +229,7 @@ def summarize(records: Iterable[dict]) -> list:
 class JsonlAppender:
     """Appends one record per line to a JSONL file, each line flushed and fsynced before returning.
 
-    The file is opened O_APPEND and each line goes out in one os.write loop with SIGINT blocked, so a
+    The file is opened O_APPEND and each line goes out in one os.write loop with Ctrl-C deferred, so a
     Ctrl-C cannot tear a line and a kill -9 loses at most the line being written. If an earlier writer
     died mid-line, a newline is added first so the next record starts on its own line.
     """
@@ -246,7 +246,7 @@ class JsonlAppender:
 
     def append(self, record: dict) -> None:
         data = dumps_line(record).encode("utf-8")
-        with _sigint_blocked():
+        with _sigint_deferred():
             view = memoryview(data)
             while view:
                 written = os.write(self.fd, view)
@@ -265,20 +265,30 @@ class JsonlAppender:
         self.close()
 
 
-class _sigint_blocked:
-    """Defer SIGINT across a write; it is delivered (as KeyboardInterrupt) right after."""
+class _sigint_deferred:
+    """Hold a Ctrl-C that arrives during a write and deliver it (to the previous handler) right after.
+
+    Only the main thread may install signal handlers; elsewhere this does nothing.
+    """
 
     def __enter__(self):
         import signal
         import threading
 
-        self.blocked = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
-        if self.blocked:
-            self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        self.received = False
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self._hold)
         return self
 
-    def __exit__(self, *exc_info):
-        if self.blocked:
-            import signal
+    def _hold(self, signum, frame) -> None:
+        self.received = True
 
-            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+    def __exit__(self, *exc_info):
+        import signal
+
+        if self.previous is None:
+            return
+        signal.signal(signal.SIGINT, self.previous)
+        if self.received and callable(self.previous):
+            self.previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt here

@@ -134,8 +134,8 @@ def run_cases(
             for case in todo:
                 progress.begin(case)
                 record = executor.run(case, ctx)
-                appender.append(record)
                 summary.records.append(record)
+                appender.append(record)  # a Ctrl-C during the write is held until the line is on disk
                 summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
                 if record["status"] in FAILED_STATUSES:
                     summary.failures.append(

@@ -200,6 +200,8 @@ def measure(
     string ("cpu", "cuda:0", "xpu"); it picks the sync method. `clock` is injectable for tests; it drives
     the host timer, the warm-up and the budget (device events keep their own clock).
     """
+    if min_warmup_calls < 1:
+        raise ValueError("min_warmup_calls must be >= 1: the first call is never a sample")
     if min_samples < 2:
         raise ValueError("min_samples must be >= 2: one sample has no spread")
     if max_samples < min_samples:

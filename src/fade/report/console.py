@@ -148,3 +148,40 @@ def render_doctor(report: dict, console: Console) -> None:
         console.print(_finding_panel(finding))
     console.print(Text(f"{counts['fail']} fail, {counts['warn']} warn, {counts['info']} info",
                        style="fade.fail" if counts["fail"] else "fade.ok"))
+
+
+def _figure(row: dict) -> str:
+    value, unit = row.get("value"), row.get("unit") or ""
+    if value is None:
+        return "-"
+    if unit == "TFLOP/s" and value < 1:
+        return f"{value * 1e3:.1f} GFLOP/s"
+    return f"{value:.4g} {unit}"
+
+
+def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> None:
+    """One line per case: the figure, % of peak, spread, and what went wrong where it did."""
+    table = Table(title=f"{summary.get('device')} · {summary.get('out')}", title_justify="left")
+    table.add_column("case", no_wrap=True)  # ids are what users grep for: never fold them
+    for column in ("result", "% of peak", "median ms", "IQR %", "n", "note"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        status = row.get("status")
+        if status != "ok":
+            table.add_row(escape(row["case_id"]), Text(status or "?", style="fade.fail"), "", "", "", "",
+                          escape(row.get("note") or ""))
+            continue
+        pct = f"{row['pct_of_peak']:.0f}%" if row.get("pct_of_peak") is not None else "-"
+        flags = [f for f, on in (("noisy", row.get("noisy")), ("throttled", row.get("throttled"))) if on]
+        note = " ".join(flags + ([row["note"]] if row.get("note") else []))
+        table.add_row(escape(row["case_id"]), _figure(row), pct,
+                      f"{row['median_ms']:.4g}" if row.get("median_ms") is not None else "-",
+                      f"{row['iqr_pct']:.1f}" if row.get("iqr_pct") is not None else "-",
+                      str(row.get("n") or ""), Text(note, style="fade.warn" if flags else "fade.dim"))
+    console.print(table)
+    statuses = summary.get("statuses") or {}
+    line = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+    console.print(Text(f"{line} in {summary.get('wall_s', 0):.1f} s" + (" (interrupted)" if summary.get("interrupted") else ""),
+                       style="fade.fail" if summary.get("failed") else "fade.ok"))
+    for plot in summary.get("plots") or []:
+        console.print(Text(f"plot: {plot}", style="fade.dim"))
