@@ -1,0 +1,180 @@
+"""Decide whether one dispatched ATen op is a guard offence, from its name, tags and the devices of its tensors.
+
+The rules, for an accelerator device type ACC (source: research/pytorch-tooling.md §1-2, measured on 2.11):
+- copy: `_to_copy`, `copy_`, `_copy_from(_and_resize)` whose source and destination are on different devices,
+  and `lift_fresh` of an ACC tensor (`torch.tensor(data, device=ACC)` copies host data over). A D2H copy also
+  syncs; it is reported once, as a copy.
+- sync: with an ACC input, `_local_scalar_dense` (`.item()`), `equal`, ops tagged `dynamic_output_shape`
+  (nonzero, masked_select, unique, ...) and boolean-mask indexing. `index.Tensor` carries the tag for every
+  index, but only a bool or uint8 index makes it wait for the device.
+- device_mix: ACC inputs together with CPU tensors of one or more dimensions. A 0-dim CPU tensor is legal and
+  costs nothing (it is passed as a scalar), so it is not flagged.
+- cpu_compute: every tensor is on the CPU, the op is not a view, allocation or metadata op, some tensor has
+  one or more dimensions, and the caller says the accelerator is in use. 0-dim-only ops are left out: torch's
+  own optimizers keep their step counters on the CPU on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+aten = torch.ops.aten
+CPU = "cpu"
+
+COPY_OPS = frozenset({aten._to_copy.default, aten.copy_.default, aten._copy_from.default,
+                      aten._copy_from_and_resize.default})
+LIFT_OPS = frozenset({aten.lift_fresh.default, aten.lift_fresh_copy.default})
+SYNC_OPS = frozenset({aten._local_scalar_dense.default, aten.equal.default})
+MASK_INDEX_PACKETS = frozenset({aten.index, aten.index_put_, aten.index_put, aten._index_put_impl_})
+# Ops that move no data and compute nothing: allocation, metadata, storage juggling.
+NO_COMPUTE_PACKETS = frozenset({
+    aten.empty, aten.empty_strided, aten.empty_like, aten.new_empty, aten.new_empty_strided, aten.lift_fresh,
+    aten.detach, aten.alias, aten.set_, aten.resize_, aten.is_pinned, aten._has_compatible_shallow_copy_type,
+    aten.is_same_size, aten.sym_size, aten.sym_stride, aten.sym_numel, aten.sym_storage_offset,
+    aten._local_scalar_dense, aten.result_type, aten.is_nonzero, aten.dim, aten.size, aten.stride,
+})
+MASK_DTYPES = (torch.bool, torch.uint8)
+
+
+class Finding(NamedTuple):
+    kind: str  # a key of fade.guard.report.KINDS
+    direction: str  # copies: "h2d" | "d2h" | "d2d"; otherwise ""
+    nbytes: int
+
+
+class _OpInfo(NamedTuple):
+    is_copy: bool
+    is_lift: bool
+    is_sync: bool
+    is_mask_index: bool
+    computes: bool
+
+
+_op_info_cache: dict = {}
+
+
+def _op_info(func) -> _OpInfo:
+    info = _op_info_cache.get(func)
+    if info is None:
+        packet = getattr(func, "overloadpacket", None)
+        tags = getattr(func, "tags", ())
+        dynamic = torch.Tag.dynamic_output_shape in tags
+        mask_index = packet in MASK_INDEX_PACKETS
+        info = _OpInfo(
+            is_copy=func in COPY_OPS,
+            is_lift=func in LIFT_OPS,
+            is_sync=func in SYNC_OPS or (dynamic and not mask_index),
+            is_mask_index=mask_index,
+            computes=not (getattr(func, "is_view", False) or packet in NO_COMPUTE_PACKETS),
+        )
+        _op_info_cache[func] = info
+    return info
+
+
+def op_name(func) -> str:
+    """'aten::_to_copy' for aten._to_copy.default; other overloads keep their suffix ('aten::index.Tensor')."""
+    name = func.name() if hasattr(func, "name") else str(func)
+    return name[: -len(".default")] if name.endswith(".default") else name
+
+
+def _tensors(values):
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor):
+                    yield item
+
+
+def _nbytes(tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _direction(source, destination, accelerator: str) -> str:
+    """'h2d', 'd2h', 'd2d' (two accelerator devices) or '' when no device boundary is crossed."""
+    source_type, destination_type = source.type, destination.type
+    if source_type == destination_type and (source.index is None or destination.index is None
+                                            or source.index == destination.index):
+        return ""
+    if source_type == CPU and destination_type == accelerator:
+        return "h2d"
+    if source_type == accelerator and destination_type == CPU:
+        return "d2h"
+    if source_type == accelerator and destination_type == accelerator:
+        return "d2d"
+    return ""
+
+
+def _copy_finding(func, args, kwargs, accelerator: str) -> Finding | None:
+    if func is aten._to_copy.default:
+        source = args[0]
+        destination = kwargs.get("device") or source.device
+    elif func is aten.copy_.default:
+        source = args[1]
+        destination = args[0].device
+    else:  # _copy_from(self=source, dst)
+        source = args[0]
+        destination = args[1].device
+    if not isinstance(source, torch.Tensor):
+        return None
+    direction = _direction(source.device, torch.device(destination), accelerator)
+    return Finding("copy", direction, _nbytes(source)) if direction else None
+
+
+def classify(func, args, kwargs, outputs, accelerator: str, accelerator_in_use: bool) -> tuple[list[Finding], bool]:
+    """The offences of one op call, and whether it touched the accelerator (which makes the region a GPU region).
+
+    `outputs` is what the op returned (None if it raised).
+    """
+    info = _op_info(func)
+    if info.is_copy:
+        finding = _copy_finding(func, args, kwargs, accelerator)
+        return ([finding] if finding else []), True
+    on_accelerator = False
+    cpu_operands = []  # CPU tensors of 1+ dims among the inputs
+    cpu_only = True
+    mask_index = False
+    for tensor in _tensors(args):
+        device_type = tensor.device.type
+        if device_type == accelerator:
+            on_accelerator = True
+        elif device_type == CPU:
+            if tensor.dim() > 0:
+                cpu_operands.append(tensor)
+        else:
+            cpu_only = False
+        if info.is_mask_index and tensor.dtype in MASK_DTYPES:
+            mask_index = True
+    for tensor in _tensors(kwargs.values()):  # out= tensors and tensor-valued keywords
+        device_type = tensor.device.type
+        if device_type == accelerator:
+            on_accelerator = True
+        elif device_type == CPU and tensor.dim() > 0:
+            cpu_operands.append(tensor)
+        elif device_type != CPU:
+            cpu_only = False
+    if on_accelerator:
+        findings = []
+        if info.is_lift:
+            findings.append(Finding("copy", "h2d", sum(_nbytes(t) for t in _tensors(args))))
+        if info.is_sync or mask_index:
+            findings.append(Finding("sync", "", 0))
+        if cpu_operands:
+            findings.append(Finding("device_mix", "", sum(_nbytes(t) for t in cpu_operands)))
+        return findings, True
+    if not cpu_only:
+        return [], False
+    has_dims = bool(cpu_operands)
+    for tensor in _tensors(outputs if isinstance(outputs, (list, tuple)) else (outputs,)):
+        device_type = tensor.device.type
+        if device_type == accelerator:  # a factory op that made an accelerator tensor: not CPU compute
+            return [], True
+        if device_type != CPU:
+            return [], False
+        has_dims = has_dims or tensor.dim() > 0
+    if accelerator_in_use and info.computes and has_dims:
+        return [Finding("cpu_compute", "", 0)], False
+    return [], False

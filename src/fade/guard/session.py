@@ -1,0 +1,381 @@
+"""`fade.guard`: a context manager and decorator that reports host work, copies and syncs inside a GPU region.
+
+How it works: entering pushes a TorchDispatchMode (fade.guard.mode) on the thread; every ATen op then passes
+through `Guard._dispatch`, which runs it, times it on the host clock and asks fade.guard.classify whether it
+was an offence. Offences are grouped per (kind, the user's file:line, copy direction). fade.guard.hooks adds
+what a mode cannot see: backends' CPU-fallback warnings, explicit synchronize calls, optimizer steps.
+
+Modes:
+- "warn": every op is inspected; the first offence at each line raises a FadeGuardWarning located at that
+  line (so Python prints it as coming from the user's code).
+- "strict": every op is inspected; the first offence raises GuardViolation naming the line.
+- "sampled": like warn, but only every `sample_every`-th step is inspected and the mode is popped in
+  between, so uninspected steps pay nothing. Steps end at `Guard.step()` or, if that is never called, at
+  every `optimizer.step()`.
+
+Scope: the thread that entered the guard, plus autograd's worker threads (torch copies the mode stack into
+them). Other threads are not watched; give them their own guard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+from fade.errors import FadeUsageError
+from fade.guard import hooks
+from fade.guard.callsite import current_call_site, display_path
+from fade.guard.report import GuardReport, SiteRecord
+
+MODES = ("warn", "strict", "sampled")
+# Sampled mode inspects one step in this many, so its overhead is about the full mode's divided by it
+# (benchmarks/guard_overhead.py measures both on resnet50).
+DEFAULT_SAMPLE_EVERY = 20
+KIND_ORDER = ("sync", "copy", "cpu_compute", "device_mix", "backend_fallback")
+
+
+class GuardViolation(RuntimeError):
+    """Raised by a strict guard at an offence. `record` is the SiteRecord it was counted in."""
+
+    def __init__(self, message: str, record: SiteRecord):
+        super().__init__(message)
+        self.record = record
+
+
+class FadeGuardWarning(UserWarning):
+    """Issued once per new (kind, line) by warn and sampled guards, located at the user's line."""
+
+
+def guard(mode: str = "warn", device=None, *, sample_every: int = DEFAULT_SAMPLE_EVERY,
+          sync_debug: bool | None = None) -> Guard:
+    """A guard over a GPU region: `with fade.guard(): ...` or `@fade.guard(mode="strict")`.
+
+    device: the accelerator's device type ("cuda" on NVIDIA and ROCm, "xpu", "mps", a PrivateUse1 name);
+        None picks torch's current accelerator. With no accelerator the guard has nothing to watch.
+    sample_every: sampled mode only; inspect one step in this many.
+    sync_debug: on CUDA, also switch on torch.cuda.set_sync_debug_mode("warn") while the guard is active,
+        to catch syncs inside kernels. None means on for warn and strict, off for sampled.
+    """
+    return Guard(mode, device, sample_every=sample_every, sync_debug=sync_debug)
+
+
+@dataclass
+class _Entry:
+    mode: object  # the GuardMode pushed for this `with`
+    below: object  # the dispatch mode under ours when we entered (None for none)
+    pushed: bool = False
+    hooked: list = field(default_factory=list)
+
+
+def _device_type(device) -> str | None:
+    """The accelerator's device type from what the user gave, or torch's current accelerator."""
+    import torch
+
+    if device is None:
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and hasattr(accelerator, "current_accelerator"):
+            found = accelerator.current_accelerator(check_available=True)
+            return found.type if found is not None else None
+        return "cuda" if torch.cuda.is_available() else None
+    try:
+        device_type = torch.device(device).type
+    except (RuntimeError, TypeError) as exc:
+        raise FadeUsageError(f"fade.guard: device {device!r} is not a torch device ({exc})") from None
+    if device_type == "cpu":
+        raise FadeUsageError("fade.guard: device='cpu' is the host; give the accelerator's device type "
+                             "(cuda, xpu, mps, ...) or leave device=None")
+    return device_type
+
+
+def _accelerator_memory_in_use(device_type: str) -> bool:
+    """Whether the device's allocator holds memory now. Never starts a runtime: torch.cuda returns 0 before
+    CUDA is initialized."""
+    import torch
+
+    module = getattr(torch, device_type, None)
+    for name in ("memory_allocated", "current_allocated_memory"):
+        function = getattr(module, name, None)
+        if function is not None:
+            try:
+                return function() > 0
+            except Exception:  # noqa: BLE001 - a backend without allocator stats: unknown, so not in use
+                return False
+    return False
+
+
+class Guard(contextlib.ContextDecorator):
+    """Full control over one guard; `fade.guard(...)` builds one. Re-entrant, usable from several threads
+    (each `with` gets its own dispatch mode; the records are shared and locked)."""
+
+    def __init__(self, mode: str = "warn", device=None, *, sample_every: int = DEFAULT_SAMPLE_EVERY,
+                 sync_debug: bool | None = None, memory_counts_as_use: bool = True):
+        if mode not in MODES:
+            close = difflib.get_close_matches(str(mode), MODES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise FadeUsageError(f"fade.guard: mode {mode!r} is not one of {', '.join(MODES)}{hint}")
+        if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
+            raise FadeUsageError(f"fade.guard: sample_every must be a positive integer, got {sample_every!r}")
+        self.mode = mode
+        self._device_arg = device
+        self.device_type: str | None = None  # resolved at the first entry
+        self._resolved = False
+        self.sample_every = sample_every if mode == "sampled" else 1
+        self._sync_debug = (mode != "sampled") if sync_debug is None else sync_debug
+        # memory_counts_as_use: accelerator memory held when the guard is entered makes it a GPU region from
+        # the start (a model moved to the GPU before the loop). The pytest plugin turns it off, so a fixture's
+        # GPU tensors do not make a CPU-only test a GPU region.
+        self._memory_counts_as_use = memory_counts_as_use
+        self._lock = threading.RLock()
+        self._records: dict[tuple, SiteRecord] = {}
+        self._notes: list[str] = []
+        self._local = threading.local()
+        self._active = 0  # entries open on all threads
+        self._owner_thread: int | None = None  # whose stack backward ops are charged to
+        self._accelerator_in_use = False
+        self._sync_debug_armed = False
+        self._explicit_steps = False
+        self._steps_seen = 0
+        self._steps_inspected = 0
+        self.inspecting = True  # whether the current step is inspected (always, unless sampled)
+
+    # ---- public -------------------------------------------------------------------------------------------
+
+    @property
+    def report(self) -> GuardReport:
+        """A snapshot of what was seen so far."""
+        with self._lock:
+            records = sorted(self._records.values(),
+                             key=lambda r: (KIND_ORDER.index(r.kind), -r.count, r.file, r.line))
+            records = [SiteRecord(**{**vars(r), "ops": dict(r.ops), "first_stack": list(r.first_stack)})
+                       for r in records]
+            steps_inspected = self._steps_inspected + (1 if self.inspecting and self._steps_seen else 0)
+            return GuardReport(self.mode, self.device_type, self.sample_every, self._steps_seen,
+                               steps_inspected if self._steps_seen else 0, records, list(self._notes))
+
+    def step(self) -> None:
+        """Mark the end of a training step. Once called, optimizer steps no longer count as step ends."""
+        self._explicit_steps = True
+        self._advance_step()
+
+    def clear(self) -> None:
+        """Forget every record (steps and settings stay)."""
+        with self._lock:
+            self._records.clear()
+
+    # ---- entering and leaving -----------------------------------------------------------------------------
+
+    def _entries(self) -> list[_Entry]:
+        entries = getattr(self._local, "entries", None)
+        if entries is None:
+            entries = self._local.entries = []
+        return entries
+
+    def __enter__(self) -> Guard:
+        import torch
+
+        from fade.guard.mode import GuardMode, top_mode
+
+        with self._lock:
+            if not self._resolved:
+                self.device_type = _device_type(self._device_arg)
+                self._resolved = True
+                if self.device_type is None:
+                    self._notes.append("no accelerator found: the guard had nothing to watch (pass device=...)")
+                elif not hasattr(torch.utils._python_dispatch.TorchDispatchMode, "ignore_compile_internals"):
+                    self._notes.append(f"torch {torch.__version__} < 2.9: torch.compile regions under the "
+                                       "guard ran eagerly (Dynamo skips frames while a dispatch mode is on)")
+            if self._owner_thread is None:
+                self._owner_thread = threading.get_ident()
+            self._active += 1
+            first = self._active == 1
+        entry = _Entry(mode=GuardMode(self), below=top_mode())
+        self._entries().append(entry)
+        if self.device_type is None:
+            return self
+        if first and self._memory_counts_as_use and not self._accelerator_in_use:
+            self._accelerator_in_use = _accelerator_memory_in_use(self.device_type)
+        hooks.thread_state().entered.append(self)
+        hooks.install_warning_capture()
+        hooks.patch_explicit_syncs(self.device_type)
+        hooks.install_step_hook()
+        entry.hooked = [hooks.remove_step_hook, lambda: hooks.unpatch_explicit_syncs(self.device_type),
+                        hooks.remove_warning_capture]
+        if self.inspecting:
+            entry.mode.__enter__()
+            entry.pushed = True
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback) -> None:
+        from fade.guard.mode import top_mode
+
+        entry = self._entries().pop()
+        if entry.pushed:
+            if top_mode() is not entry.mode:
+                warnings.warn("fade.guard: another dispatch mode entered inside the guard is still active; "
+                              "leaving the guard pops it", RuntimeWarning, stacklevel=2)
+            entry.mode.__exit__(None, None, None)
+        for undo in entry.hooked:
+            undo()
+        if entry.hooked:
+            entered = hooks.thread_state().entered
+            entered.reverse()
+            entered.remove(self)  # the innermost entry of this guard on this thread
+            entered.reverse()
+        with self._lock:
+            self._active -= 1
+            last = self._active == 0
+            if last:
+                self._owner_thread = None
+                if self._sync_debug_armed:
+                    self._sync_debug_armed = False
+                    hooks.disarm_cuda_sync_debug()
+        return None
+
+    # ---- steps and sampling ---------------------------------------------------------------------------------
+
+    def _on_optimizer_step(self) -> None:
+        if not self._explicit_steps:
+            self._advance_step()
+
+    def _advance_step(self) -> None:
+        with self._lock:
+            if self.inspecting:
+                self._steps_inspected += 1
+            self._steps_seen += 1
+            inspect_next = self._steps_seen % self.sample_every == 0
+            changed = inspect_next != self.inspecting
+            self.inspecting = inspect_next
+        if changed:
+            self._toggle_here(inspect_next)
+
+    def _toggle_here(self, inspect: bool) -> None:
+        """Push or pop this thread's modes at a step boundary, only where that keeps the mode stack in order;
+        an entry that cannot be toggled stays as it is, and `inspecting` makes it pass ops straight through."""
+        from fade.guard.mode import top_mode
+
+        entries = self._entries()
+        if inspect:
+            for entry in entries:
+                if not entry.pushed and top_mode() is entry.below:
+                    entry.mode.__enter__()
+                    entry.pushed = True
+        else:
+            for entry in reversed(entries):
+                if entry.pushed and top_mode() is entry.mode:
+                    entry.mode.__exit__(None, None, None)
+                    entry.pushed = False
+
+    # ---- per op -------------------------------------------------------------------------------------------
+
+    def _dispatch(self, func, args, kwargs):
+        if not self.inspecting:
+            return func(*args, **kwargs)
+        from fade.guard.classify import classify, op_name
+
+        handling = hooks.thread_state().handling
+        call = [self, []]  # [guard, warnings captured while the op ran]
+        handling.append(call)
+        start = time.perf_counter_ns()
+        try:
+            outputs = func(*args, **kwargs)
+        except BaseException:
+            handling.pop()
+            findings, _ = classify(func, args, kwargs, None, self.device_type, self._accelerator_in_use)
+            if findings:  # e.g. a device mix that torch refused: counted, but torch's own error is what the user sees
+                self._record(findings, op_name(func), 0, may_raise=False)
+            raise
+        elapsed_ns = time.perf_counter_ns() - start
+        handling.pop()
+        findings, touched = classify(func, args, kwargs, outputs, self.device_type, self._accelerator_in_use)
+        if touched and not self._accelerator_in_use:
+            self._accelerator_in_use = True
+        if touched and self._sync_debug and not self._sync_debug_armed and self.device_type == "cuda":
+            with self._lock:
+                if not self._sync_debug_armed:
+                    self._sync_debug_armed = True
+                    hooks.arm_cuda_sync_debug()
+        if call[1]:
+            findings = self._add_captured(findings, call[1])
+        if findings:
+            self._record(findings, op_name(func), elapsed_ns)
+        return outputs
+
+    def _add_captured(self, findings: list, captured: list) -> list:
+        """Warnings raised while one op ran: a backend fallback is its own finding; a sync-debug warning adds a
+        sync only if the op is not already counted as a sync or a copy (then it is the same event)."""
+        from fade.guard.classify import Finding
+
+        findings = list(findings)
+        already_sync = any(finding.kind in ("sync", "copy") for finding in findings)
+        for kind, _text in captured:
+            if kind == "backend_fallback":
+                findings.append(Finding("backend_fallback", "", 0))
+            elif kind == "sync_debug" and not already_sync:
+                findings.append(Finding("sync", "", 0))
+                already_sync = True
+        return findings
+
+    def _on_warning(self, kind: str, text: str) -> None:
+        """A captured warning outside any op (a stream sync, a backend warning from Python code)."""
+        from fade.guard.classify import Finding
+
+        match = hooks.OP_IN_WARNING.search(text)
+        if kind == "backend_fallback":
+            self._record([Finding("backend_fallback", "", 0)], match.group(1) if match else "backend warning", 0)
+        elif kind == "sync_debug":
+            self._record([Finding("sync", "", 0)], "sync reported by torch.cuda sync debug mode", 0)
+
+    def _on_explicit_sync(self, label: str, elapsed_ns: int) -> None:
+        from fade.guard.classify import Finding
+
+        if self.inspecting:
+            self._record([Finding("sync", "", 0)], label, elapsed_ns)
+
+    def _record(self, findings: list, op: str, elapsed_ns: int, *, may_raise: bool = True) -> None:
+        site = current_call_site(self._owner_thread)
+        if site is None:
+            return  # no user frame anywhere: torch's own machinery, nothing the user can change
+        if site.in_data_loading:
+            findings = [finding for finding in findings if finding.kind != "cpu_compute"]
+        new_records = []
+        with self._lock:
+            for finding in findings:
+                key = (finding.kind, finding.direction, site.file, site.line)
+                record = self._records.get(key)
+                if record is None:
+                    record = SiteRecord(
+                        kind=finding.kind, file=site.file, line=site.line, function=site.function, code=site.code,
+                        direction=finding.direction,
+                        first_stack=[f"{display_path(f)}:{n} in {name}" for f, n, name in site.stack],
+                        in_backward=threading.get_ident() != self._owner_thread)
+                    self._records[key] = record
+                    new_records.append(record)
+                record.count += 1
+                record.total_ms += elapsed_ns / 1e6
+                record.total_bytes += finding.nbytes
+                record.ops[op] = record.ops.get(op, 0) + 1
+        if self.mode == "strict" and may_raise and findings:
+            record = self._records[(findings[0].kind, findings[0].direction, site.file, site.line)]
+            raise GuardViolation(_describe(record, op, strict=True), record)
+        for record in new_records:
+            warnings.warn_explicit(_describe(record, op), FadeGuardWarning, record.file, record.line)
+
+
+def _describe(record: SiteRecord, op: str, strict: bool = False) -> str:
+    from fade.guard.report import OP_HINTS
+
+    hint = OP_HINTS.get(op) or OP_HINTS.get(op.split(".")[0])
+    text = f"fade.guard: {record.what} at {record.site}: {op}"
+    if hint:
+        text += f" ({hint})"
+    if record.direction:
+        text += f", {record.total_bytes} bytes so far"
+    if record.in_backward:
+        text += " [in backward]"
+    if strict and record.code:
+        text += f"\n    {record.code}"
+    return text

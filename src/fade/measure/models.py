@@ -1,0 +1,191 @@
+"""The model bench: which (network, mode, variant) cases a request means, and `run_models`, which runs them
+isolated through the same runner and JSONL records as the micro suite (suite "models").
+
+Each case trains or runs one network under one variant in a worker process with a timeout; an OOM, a
+timeout, a crash, a non-finite loss or a loss far from fp32's becomes that case's record, never the end
+of the run. models_case.py states the method of one case; this module states the sizes and the budgets.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Optional, Sequence
+
+from fade.errors import FadeUsageError
+from fade.measure.case import Case
+from fade.measure.micro import check_output_path
+from fade.measure.models_variants import Variant, parse_variants
+from fade.measure.runner import InProcessExecutor, IsolatedExecutor, RunSummary, run_cases
+from fade.measure.zoo import SEED_NETWORKS, ZOO
+from fade.measure.zoo.workload import import_function, is_user_spec
+
+SUITE = "models"
+MODES = ("train", "infer")
+DEFAULT_BATCH = 64  # dlprimitives' "large" training batch and its AMD inference batch
+DEFAULT_VARIANTS = ("fp32", "default", "tf32", "amp-bf16+channels-last", "compile")  # the issue's H100 set
+QUICK_BATCH = 2
+QUICK_IMAGE_SIZE = 64  # px: the five CNNs all accept it (AlexNet needs >= 63)
+QUICK_SEQUENCE = 32  # tokens
+QUICK_VARIANTS = ("fp32", "amp-bf16", "channels-last")  # compile is minutes of C++ builds on a small CPU
+MAX_BATCH = 65536  # a batch beyond this is a typo, not a benchmark
+
+# timing.measure settings for one step per call. A training step is 1-500 ms. Blocks of >= 25 ms keep the
+# device queue full across several short steps, as in a training loop, so a launch-bound network is timed
+# at its launch rate; 2 s of sampling gives 10+ samples of even the slowest step.
+FULL_TIMING = {
+    "warmup_s": 0.3,
+    "min_warmup_calls": 2,
+    "min_run_s": 1.0,
+    "budget_s": 2.0,
+    "min_samples": 8,
+    "max_samples": 80,
+    "target_cov": 0.01,
+    "min_block_s": 0.025,
+}
+QUICK_TIMING = {
+    "warmup_s": 0.0,
+    "min_warmup_calls": 1,
+    "min_run_s": 0.2,
+    "budget_s": 0.8,
+    "min_samples": 3,
+    "max_samples": 20,
+    "target_cov": 0.03,
+    "min_block_s": 0.0,
+}
+CASE_TIMEOUT_S = 300.0  # torch.compile of resnet50's training step takes about a minute on an H100 host
+QUICK_CASE_TIMEOUT_S = 120.0
+
+
+def case_id(model: str, mode: str, variant: Variant, batch: int, size: Optional[int]) -> str:
+    """`models/resnet50/train/amp-bf16+channels-last/b64`; a non-default input size adds `-64px` or `-128tok`."""
+    entry = ZOO.get(model)
+    suffix = ""
+    if entry is not None and size is not None and size != entry.default_size:
+        suffix = f"-{size}px" if entry.kind == "image" else f"-{size}tok"
+    return f"{SUITE}/{model}/{mode}/{variant.name}/b{batch}{suffix}"
+
+
+def build_cases(
+    models: Sequence[str],
+    *,
+    modes: Sequence[str],
+    variants: Sequence[Variant],
+    batch: int,
+    image_size: Optional[int] = None,
+    sequence_length: Optional[int] = None,
+    validate: bool = False,
+) -> list:
+    """One case per (model, mode, variant), in that nesting: a network's variants run side by side."""
+    cases = []
+    for model in models:
+        entry = ZOO.get(model)
+        size = None
+        if entry is not None:
+            size = image_size if entry.kind == "image" else sequence_length
+        for mode in modes:
+            for variant in variants:
+                params = {"model": model, "mode": mode, "variant": variant.name, "batch": batch, "size": size}
+                if validate:
+                    params["validate"] = True
+                cases.append(Case(case_id(model, mode, variant, batch, size), SUITE, "fade.measure.models_case", "model_case", params))
+    return cases
+
+
+def check_request(
+    models: Sequence[str],
+    *,
+    batch: int,
+    mode: str,
+    image_size: Optional[int],
+    sequence_length: Optional[int],
+) -> list:
+    """FadeUsageError for anything that cannot run anywhere; returns the modes `mode` stands for."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
+        raise FadeUsageError(f"--batch {batch}: the batch size must be a positive integer")
+    if batch > MAX_BATCH:
+        raise FadeUsageError(f"--batch {batch}: larger than {MAX_BATCH}; is it a typo?")
+    if mode not in MODES + ("both",):
+        raise FadeUsageError(f"--mode {mode!r}: use train, infer or both")
+    if not models:
+        raise FadeUsageError("--models: no model given")
+    for model in models:
+        if is_user_spec(model):
+            import_function(model)  # FadeUsageError naming the missing module or function
+            continue
+        if model not in ZOO:
+            close = difflib.get_close_matches(model, list(ZOO), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise FadeUsageError(
+                f"--models {model!r}: unknown model{hint} (known: {', '.join(ZOO)}; or give module:function)"
+            )
+        entry = ZOO[model]
+        size = image_size if entry.kind == "image" else sequence_length
+        flag = "--image-size" if entry.kind == "image" else "--seq-len"
+        if size is not None and size < entry.min_size:
+            raise FadeUsageError(f"{flag} {size}: {model} needs inputs of at least {entry.min_size} {entry.size_unit}")
+        if size is not None and entry.max_size is not None and size > entry.max_size:
+            raise FadeUsageError(f"{flag} {size}: {model} has position embeddings for {entry.max_size} tokens at most")
+    for flag, size in (("--image-size", image_size), ("--seq-len", sequence_length)):
+        if size is not None and size <= 0:
+            raise FadeUsageError(f"{flag} {size}: must be a positive integer")
+    return list(MODES) if mode == "both" else [mode]
+
+
+def run_models(
+    device: Optional[str] = None,
+    *,
+    models: Optional[Sequence[str]] = None,
+    batch: Optional[int] = None,
+    mode: str = "both",
+    variants: Optional[Sequence[str]] = None,
+    quick: bool = False,
+    image_size: Optional[int] = None,
+    sequence_length: Optional[int] = None,
+    validate: bool = False,
+    out="results.jsonl",
+    resume: bool = False,
+    timeout_s: Optional[float] = None,
+    isolate: bool = True,
+    console=None,
+    show_progress: bool = True,
+    run_id: Optional[str] = None,
+) -> RunSummary:
+    """Train and/or run forward each of `models` under each of `variants` on `device`; append records to `out`.
+
+    Defaults: the whole zoo, batch DEFAULT_BATCH, both modes, DEFAULT_VARIANTS, inputs at each network's
+    own size (224 px, 512 tokens). `quick` defaults instead to QUICK_BATCH, QUICK_IMAGE_SIZE,
+    QUICK_SEQUENCE and QUICK_VARIANTS, with shorter timing. `models` may name a user's `module:function`
+    (zoo.workload). `validate` re-times every case with a plain event-timed loop (`extra.plain_loop`).
+    Bad requests raise FadeUsageError before anything runs. Returns the RunSummary.
+    """
+    models = list(models or ZOO)
+    batch = (QUICK_BATCH if quick else DEFAULT_BATCH) if batch is None else batch
+    if quick:
+        image_size = image_size or QUICK_IMAGE_SIZE
+        sequence_length = sequence_length or QUICK_SEQUENCE
+    modes = check_request(models, batch=batch, mode=mode, image_size=image_size, sequence_length=sequence_length)
+    parsed = parse_variants(variants or (QUICK_VARIANTS if quick else DEFAULT_VARIANTS))
+    out_path = check_output_path(out)
+    cases = build_cases(
+        models, modes=modes, variants=parsed, batch=batch, image_size=image_size,
+        sequence_length=sequence_length, validate=validate,
+    )  # fmt: skip
+    if isolate:
+        default_timeout_s = QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S
+        executor = IsolatedExecutor(device, timeout_s=timeout_s or default_timeout_s)
+    else:
+        executor = InProcessExecutor(device)
+    return run_cases(
+        cases,
+        executor=executor,
+        out=out_path,
+        run_id=run_id,
+        quick=quick,
+        timing=QUICK_TIMING if quick else FULL_TIMING,
+        resume=resume,
+        console=console,
+        show_progress=show_progress,
+    )
+
+
+__all__ = ["run_models", "build_cases", "case_id", "SEED_NETWORKS", "DEFAULT_VARIANTS", "SUITE"]

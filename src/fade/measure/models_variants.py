@@ -1,0 +1,190 @@
+"""Model-bench variants: one precision plus optional channels-last and torch.compile, joined with `+`.
+
+A variant name is explicit about every knob it turns (`amp-bf16+channels-last+compile`); a name without a
+precision uses `default`. `variant_knobs` pins the knobs in a context manager and restores them after, and
+`knobs_in_effect` reads back what torch actually has, for the record.
+
+Precisions (fp32 math is "ieee" or "tf32", set through torch's fp32_precision API where it exists):
+    fp32      matmul ieee, cuDNN convolutions ieee: no TF32 anywhere
+    default   PyTorch's defaults, pinned: matmul ieee, cuDNN convolutions tf32 (torch has let cuDNN use TF32
+              for fp32 convolutions since 1.7, and not cuBLAS since 1.12)
+    tf32      matmul tf32, cuDNN convolutions tf32
+    amp-fp16  torch.autocast(float16) with a GradScaler when training; fp32 leftovers as `default`
+    amp-bf16  torch.autocast(bfloat16), no scaler; fp32 leftovers as `default`
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from fade.errors import FadeUsageError
+
+PRECISIONS = ("fp32", "default", "tf32", "amp-fp16", "amp-bf16")
+MODIFIERS = ("channels-last", "compile")  # applied in this order: memory format first, then compile
+# (matmul, convolution) fp32 math per precision; AMP's fp32 leftovers run as PyTorch's defaults do
+FP32_MATH = {
+    "fp32": ("ieee", "ieee"),
+    "default": ("ieee", "tf32"),
+    "tf32": ("tf32", "tf32"),
+    "amp-fp16": ("ieee", "tf32"),
+    "amp-bf16": ("ieee", "tf32"),
+}
+AUTOCAST_DTYPE = {"amp-fp16": "fp16", "amp-bf16": "bf16"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    precision: str
+    channels_last: bool = False
+    compile: bool = False
+
+    @property
+    def name(self) -> str:
+        """Canonical spelling: precision first (left out when `default` has company), then modifiers."""
+        modifiers = [name for name, on in (("channels-last", self.channels_last), ("compile", self.compile)) if on]
+        parts = modifiers if modifiers and self.precision == "default" else [self.precision] + modifiers
+        return "+".join(parts)
+
+    @property
+    def autocast_dtype(self) -> Optional[str]:
+        return AUTOCAST_DTYPE.get(self.precision)
+
+    @property
+    def matmul_math(self) -> str:
+        return FP32_MATH[self.precision][0]
+
+    @property
+    def conv_math(self) -> str:
+        return FP32_MATH[self.precision][1]
+
+    def knobs(self) -> dict:
+        """What this variant asks for (the record's `extra.variant`)."""
+        return {
+            "name": self.name,
+            "precision": self.precision,
+            "autocast": self.autocast_dtype,
+            "matmul_fp32_math": self.matmul_math,
+            "conv_fp32_math": self.conv_math,
+            "channels_last": self.channels_last,
+            "compile": self.compile,
+        }
+
+
+def parse_variant(text: str) -> Variant:
+    """"amp-bf16+channels-last" -> Variant. FadeUsageError for an unknown part, a repeat or two precisions."""
+    parts = [part.strip().lower().replace("_", "-") for part in text.split("+")]
+    precision = None
+    modifiers = set()
+    for part in parts:
+        if part in PRECISIONS:
+            if precision is not None:
+                raise FadeUsageError(f"--variants {text!r}: two precisions ({precision} and {part}); pick one")
+            precision = part
+        elif part in MODIFIERS:
+            if part in modifiers:
+                raise FadeUsageError(f"--variants {text!r}: {part} is given twice")
+            modifiers.add(part)
+        else:
+            close = difflib.get_close_matches(part, PRECISIONS + MODIFIERS, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            known = ", ".join(PRECISIONS + MODIFIERS)
+            raise FadeUsageError(f"--variants {text!r}: unknown part {part!r}{hint} (known: {known}; join with +)")
+    return Variant(precision or "default", "channels-last" in modifiers, "compile" in modifiers)
+
+
+def parse_variants(texts) -> list:
+    """Parse and de-duplicate (by canonical name), keeping the order given."""
+    variants: dict = {}
+    for text in texts:
+        variant = parse_variant(text)
+        variants.setdefault(variant.name, variant)
+    return list(variants.values())
+
+
+def skip_reason(variant: Variant, device: str, dtype_support: dict) -> Optional[str]:
+    """Why `variant` cannot run on `device` (record it as skipped), or None. `dtype_support` is
+    session.supported_dtypes: dtype name -> None or the reason it is unsupported."""
+    device_type = device.split(":", 1)[0]
+    if variant.precision == "amp-fp16" and device_type == "cpu":
+        return "amp-fp16 is a GPU configuration: CPU autocast to float16 has no fast kernels and no GradScaler recipe"
+    if variant.precision == "tf32" and dtype_support.get("tf32"):
+        return f"tf32: {dtype_support['tf32']}"
+    if variant.autocast_dtype and dtype_support.get(variant.autocast_dtype):
+        return f"{variant.precision}: {dtype_support[variant.autocast_dtype]}"
+    if variant.compile:
+        return compile_unavailable_reason(device_type)
+    return None
+
+
+def compile_unavailable_reason(device_type: str) -> Optional[str]:
+    """None if torch.compile's default backend (Inductor) can build kernels for `device_type` here."""
+    import shutil
+
+    try:
+        import torch._dynamo
+
+        if not torch._dynamo.is_dynamo_supported():
+            return "torch.compile is not supported on this Python/platform (torch._dynamo.is_dynamo_supported() is False)"
+    except Exception as error:
+        return f"torch.compile is unavailable: {type(error).__name__}: {error}".splitlines()[0]
+    if device_type == "cpu":
+        if not any(shutil.which(compiler) for compiler in ("g++", "c++", "clang++")):
+            return "torch.compile on the CPU needs a C++ compiler (g++, c++ or clang++ on PATH); none was found"
+        return None
+    try:
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return f"torch.compile on {device_type} needs Triton with a backend for this GPU; `import triton` failed or found none"
+    except Exception as error:
+        return f"torch.compile: cannot check for Triton ({type(error).__name__}: {error})".splitlines()[0]
+    return None
+
+
+@contextlib.contextmanager
+def fp32_math_flags(matmul: str, conv: str) -> Iterator[None]:
+    """Pin matmul and convolution fp32 math ("ieee" or "tf32") separately; restore after.
+
+    Like fade.measure.case.fp32_math, which sets both to one mode: the fp32_precision API where torch has
+    it (>= 2.9), else the legacy allow_tf32 flags, never both (torch refuses to read the legacy flags once
+    the new API was used).
+    """
+    import torch
+
+    matmul_backend = torch.backends.cuda.matmul
+    conv_backend = getattr(torch.backends.cudnn, "conv", None)
+    if hasattr(matmul_backend, "fp32_precision") and conv_backend is not None and hasattr(conv_backend, "fp32_precision"):
+        saved = (matmul_backend.fp32_precision, conv_backend.fp32_precision)
+        matmul_backend.fp32_precision, conv_backend.fp32_precision = matmul, conv
+        try:
+            yield
+        finally:
+            matmul_backend.fp32_precision, conv_backend.fp32_precision = saved
+    else:
+        saved = (matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32)
+        matmul_backend.allow_tf32 = matmul == "tf32"
+        torch.backends.cudnn.allow_tf32 = conv == "tf32"
+        try:
+            yield
+        finally:
+            matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def knobs_in_effect(device: str) -> dict:
+    """The fp32 math flags torch has right now (read inside variant_knobs), for the record."""
+    import torch
+
+    found = {"cudnn_benchmark": torch.backends.cudnn.benchmark}
+    matmul_backend = torch.backends.cuda.matmul
+    conv_backend = getattr(torch.backends.cudnn, "conv", None)
+    if hasattr(matmul_backend, "fp32_precision") and conv_backend is not None:
+        found["matmul_fp32_precision"] = matmul_backend.fp32_precision
+        found["cudnn_conv_fp32_precision"] = conv_backend.fp32_precision
+    else:
+        found["matmul_allow_tf32"] = matmul_backend.allow_tf32
+        found["cudnn_allow_tf32"] = torch.backends.cudnn.allow_tf32
+    found["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    return found

@@ -1,0 +1,313 @@
+"""Runs one OpInfo op × dtype on the device and on the CPU reference, and classifies it (outcome.py).
+
+These are case functions for the measure runner (`function(ctx, **params) -> CaseResult`), so they run in
+its worker process, one worker serving many ops, with the runner's per-case timeout and crash isolation.
+
+Method, per op × dtype: seed torch (SEED), take the first `samples` of `op.sample_inputs(device, dtype)`
+(made on the device, as test_ops.py::test_compare_cpu does), copy each to the CPU *before* the device
+call (an in-place op must not change the reference's input), call the op on the device and synchronize
+it (so an asynchronous kernel error surfaces here), then call it on the CPU copy. Both outputs pass
+through the sample's `output_process_fn_grad` (sign-ambiguous linalg results) and are compared by
+closeness.py. A mismatch is re-checked with a second CPU call: if the CPU disagrees with itself the op is
+nondeterministic and is not counted. Random and uninitialized-output ops are run but not compared
+(opdb.compare_policy). fp32 matmul and convolution run IEEE (TF32 off) so fp32 can be compared.
+
+Timing, for `slow`: on the largest sample that matched (by input bytes), the correctness call is the
+warm-up; then TIMING_REPS calls (fewer if the first call was long: TIMING_BUDGET_S), each followed by a
+device synchronize and timed on the host clock; the statistic is the median. The CPU copy is timed the
+same way. Host timing includes launch and sync latency, which is the point on inputs this small.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from fade.measure.case import CaseResult, fp32_math, synchronize
+from fade.measure.ops import opdb
+from fade.measure.ops.closeness import compare_outputs
+from fade.measure.ops.curated import curated_rows_for
+from fade.measure.ops.families import family_of
+from fade.measure.ops.outcome import class_of_exception, slow_reason, worst_sample_class
+from fade.measure.ops.sized import SizedProbe
+
+SEED = 0  # torch.manual_seed before sample inputs are made: the same inputs every run
+DEFAULT_SAMPLES = 3  # samples per op × dtype; the first ones are the plainest (OpInfo lists them first)
+TIMING_REPS = 5  # timed calls per side after the warm-up call
+TIMING_BUDGET_S = 0.05  # fewer reps when the warm-up call was long: about this much timed work per side
+MESSAGE_CHARS = 300  # an exception message kept in the record is cut to this length
+INJECT_MODULE = "fade_ops_injected_faults"  # sys.modules name of the --inject file (tests only)
+
+
+def list_ops(ctx, *, dtypes: list, inject: Optional[str] = None) -> CaseResult:
+    """The catalog of ops this worker can run on ctx.device, with each op's family and dtype claims.
+
+    Also the warm-up of a fresh worker: it imports op_db (seconds) outside any op's timeout.
+    """
+    ops = opdb.load_ops()
+    if inject:
+        _load_injection(inject)
+    device_type = opdb.device_type_of(ctx.device)
+    catalog = []
+    for op_id, op in ops.items():
+        claimed = opdb.claimed_dtypes(op, device_type)
+        applicable = op.dtypes if isinstance(op, SizedProbe) else None
+        catalog.append(
+            {
+                "op": op_id,
+                "family": family_of(op_id, type(op).__name__),
+                "claimed": None if claimed is None else sorted(claimed & set(dtypes)),
+                "dtypes": None if applicable is None else [dtype for dtype in dtypes if dtype in applicable],
+            }
+        )
+    return CaseResult(
+        value=float(len(catalog)),
+        unit="ops",
+        formula="OpInfo entries in op_db plus FADE's sized probes",
+        extra={"ops": catalog, "rocm_claims": bool(os.environ.get(opdb.ROCM_TEST_FLAG))},
+    )
+
+
+def run_op(ctx, *, op: str, dtype: str, samples: int = DEFAULT_SAMPLES, inject: Optional[str] = None) -> CaseResult:
+    """Run `op` in `dtype` on ctx.device against the CPU and return its classification in `extra`."""
+    import torch
+
+    info = opdb.load_ops()[op]
+    device = ctx.device
+    device_type = opdb.device_type_of(device)
+    torch_dtype = getattr(torch, dtype)
+    claimed_set = opdb.claimed_dtypes(info, device_type)
+    claimed = None if claimed_set is None else dtype in claimed_set
+    policy = opdb.compare_policy(info, op, device_type, torch_dtype)
+    override = getattr(info, "tolerances", {}).get(dtype) or policy.tolerance_override
+    device_call = _injected(inject, op, info) or info
+    reference_call = getattr(info, "cpu_reference", None) or info
+    extra = {
+        "op": op,
+        "dtype": dtype,
+        "family": family_of(op, type(info).__name__),
+        "curated": curated_rows_for(op, dtype),
+        "claimed": claimed,
+        "compared": policy.compare,
+        "not_compared_reason": policy.reason,
+        "known_mismatch": policy.known_mismatch,
+        "fp32_math": "ieee",
+        "cpu_threads": torch.get_num_threads(),
+    }
+    outcomes: list = []
+    timed = None
+    with fp32_math("ieee"):
+        torch.manual_seed(SEED)
+        try:
+            sample_list = list(itertools.islice(info.sample_inputs(device, torch_dtype, requires_grad=False), samples))
+        except Exception as error:
+            sample_list = []
+            outcomes.append(_failed(None, error, claimed, stage="making sample inputs"))
+        for index, sample in enumerate(sample_list):
+            outcome, state = _run_sample(index, sample, device_call, reference_call, device, policy, override, claimed)
+            outcomes.append(outcome)
+            if state.get("broken"):
+                extra["device_broken"] = True  # a sticky device error: the rest cannot run in this process
+                break
+            if outcome["class"] == "ok" and (timed is None or outcome["input_bytes"] > timed[0]["input_bytes"]):
+                timed = (outcome, state)
+        if timed is not None and not extra.get("device_broken"):
+            extra["timing"] = _time_sample(timed[1], device_call, reference_call, device)
+    op_class = worst_sample_class(outcome["class"] for outcome in outcomes) or "untested"
+    timing = extra.get("timing") or {}
+    if op_class == "ok" and timing:
+        reason = slow_reason(device_type, timing["device_median_s"], timing["cpu_median_s"], timing["input_bytes"])
+        if reason:
+            op_class, extra["slow_reason"] = "slow", reason
+    extra["class"] = op_class
+    extra["samples"] = outcomes
+    extra["message"] = next((outcome.get("error") for outcome in outcomes if outcome.get("error")), None)
+    device_median_s = timing.get("device_median_s")
+    return CaseResult(
+        value=None if device_median_s is None else device_median_s * 1e6,
+        unit="us",
+        formula="median host time of one synchronized device call on the largest matching sample",
+        extra=extra,
+    )
+
+
+def _run_sample(index, sample, device_call, reference_call, device, policy, override, claimed) -> tuple:
+    """(the sample's outcome dict, state kept for timing: the sample and a pristine CPU copy)."""
+    outcome = {"index": index, "class": "ok", "input_bytes": _input_bytes(sample), "shapes": _describe(sample)}
+    pristine = _to_cpu_copy(sample)  # before the device call: in-place ops change their inputs
+    state = {"index": index, "sample": sample, "pristine": pristine}
+    try:
+        started = time.perf_counter()
+        actual = device_call(sample.input, *sample.args, **sample.kwargs)
+        synchronize(device)
+        state["first_device_s"] = time.perf_counter() - started
+        actual = sample.output_process_fn_grad(actual)
+    except Exception as error:
+        outcome.update(_failed(index, error, claimed))
+        state["broken"] = not _device_healthy(device)
+        return outcome, state
+    if not policy.compare:
+        outcome["note"] = f"not compared: {policy.reason}"
+        return outcome, state
+    try:
+        started = time.perf_counter()
+        expected = _call_on_copy(reference_call, pristine)
+        state["first_cpu_s"] = time.perf_counter() - started
+    except Exception as error:
+        outcome["note"] = f"not compared: the CPU reference raised {_message(error)}"
+        return outcome, state
+    closeness = compare_outputs(actual, expected, override=override)
+    outcome["closeness"] = closeness.to_dict()
+    if closeness.matches:
+        return outcome, state
+    try:
+        again = _call_on_copy(reference_call, pristine)
+        cpu_self = compare_outputs(again, expected, override=override)
+    except Exception:
+        cpu_self = None
+    if cpu_self is not None and not cpu_self.matches:
+        outcome["note"] = "not compared: the CPU reference disagrees with itself (nondeterministic output)"
+        return outcome, state
+    outcome["class"] = "mismatch"
+    if policy.known_mismatch:
+        outcome["note"] = "known: OpInfo marks test_compare_cpu an expected failure here"
+    return outcome, state
+
+
+def _time_sample(state: dict, device_call, reference_call, device: str) -> dict:
+    sample, pristine = state["sample"], state["pristine"]
+    device_s, device_reps = _median_call_s(
+        lambda: device_call(sample.input, *sample.args, **sample.kwargs), device, state.get("first_device_s", 0.0)
+    )
+    cpu_copy = _clone(pristine)
+    cpu_s, cpu_reps = _median_call_s(
+        lambda: reference_call(cpu_copy.input, *cpu_copy.args, **cpu_copy.kwargs), "cpu", state.get("first_cpu_s", 0.0)
+    )
+    return {
+        "sample": state.get("index"),
+        "input_bytes": _input_bytes(sample),
+        "shapes": _describe(sample),
+        "device_median_s": device_s,
+        "device_reps": device_reps,
+        "cpu_median_s": cpu_s,
+        "cpu_reps": cpu_reps,
+        "device_over_cpu": device_s / cpu_s if cpu_s else None,
+    }
+
+
+def _median_call_s(call, device: str, first_call_s: float) -> tuple:
+    reps = max(1, min(TIMING_REPS, int(TIMING_BUDGET_S / max(first_call_s, 1e-9))))
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        call()
+        synchronize(device)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), reps
+
+
+def _failed(index, error: BaseException, claimed, *, stage: str = "") -> dict:
+    op_class = class_of_exception(type(error).__name__, str(error), claimed=claimed)
+    outcome = {"index": index, "class": op_class, "error": _message(error)}
+    if stage:
+        outcome["note"] = f"failed while {stage}"
+    return outcome
+
+
+def _message(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:MESSAGE_CHARS]
+
+
+def _device_healthy(device: str) -> bool:
+    try:
+        synchronize(device)
+        return True
+    except Exception:
+        return False
+
+
+def _to_cpu_copy(sample):
+    """A CPU copy of the sample that no device call can change; factory kwargs point at the CPU."""
+    cpu = _clone(sample)
+    if "device" in cpu.kwargs:  # factory ops: the reference must make its tensor on the CPU
+        cpu.kwargs = dict(cpu.kwargs, device="cpu")
+    return cpu
+
+
+def _clone(sample):
+    return sample.transform(_cpu_copy_of_tensor)
+
+
+def _cpu_copy_of_tensor(value):
+    """A CPU copy with the same storage, offset, sizes and strides, so a view of part of a storage
+    (as_strided) or an overlapping layout reads the same memory on the CPU as on the device. Tensors this
+    cannot rebuild (sparse, conjugate or negative views, subclasses) are copied plainly."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    plain = type(value) is torch.Tensor and value.layout == torch.strided and not (value.is_conj() or value.is_neg())
+    if plain:
+        try:
+            storage = value.untyped_storage()
+            storage = storage.cpu() if storage.device.type != "cpu" else storage.clone()
+            copy = torch.empty((0,), dtype=value.dtype)
+            copy.set_(storage, value.storage_offset(), value.shape, value.stride())
+            return copy
+        except (RuntimeError, TypeError, NotImplementedError):
+            pass
+    return value.detach().to("cpu", copy=True)
+
+
+def _call_on_copy(call, pristine):
+    copy = _clone(pristine)
+    return copy.output_process_fn_grad(call(copy.input, *copy.args, **copy.kwargs))
+
+
+def _tensors(sample):
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [leaf for leaf in tree_leaves([sample.input, list(sample.args), dict(sample.kwargs)]) if isinstance(leaf, torch.Tensor)]
+
+
+def _input_bytes(sample) -> int:
+    """Bytes of the sample's tensors (stored values only for sparse ones)."""
+    import torch
+
+    total = 0
+    for tensor in _tensors(sample):
+        stored = tensor.numel() if tensor.layout == torch.strided else tensor._nnz()
+        total += stored * tensor.element_size()
+    return total
+
+
+def _describe(sample) -> str:
+    """"float32[5, 5], float32[5]": the sample's tensors, for reproducing a finding."""
+    parts = [f"{str(tensor.dtype).removeprefix('torch.')}{list(tensor.shape)}" for tensor in _tensors(sample)]
+    text = ", ".join(parts) or "no tensors"
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _load_injection(path: str):
+    """The test-only fault module given by --inject: `wrap_op(op_id, call) -> call or None`."""
+    module = sys.modules.get(INJECT_MODULE)
+    if module is None or getattr(module, "__file__", None) != str(Path(path).resolve()):
+        spec = importlib.util.spec_from_file_location(INJECT_MODULE, str(Path(path).resolve()))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[INJECT_MODULE] = module
+    return module
+
+
+def _injected(inject: Optional[str], op_id: str, info):
+    if not inject:
+        return None
+    return _load_injection(inject).wrap_op(op_id, info)
