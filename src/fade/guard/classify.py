@@ -79,16 +79,6 @@ def op_name(func) -> str:
     return name[: -len(".default")] if name.endswith(".default") else name
 
 
-def _tensors(values):
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, torch.Tensor):
-                    yield item
-
-
 def _nbytes(tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
@@ -124,57 +114,63 @@ def _copy_finding(func, args, kwargs, accelerator: str) -> Finding | None:
     return Finding("copy", direction, _nbytes(source)) if direction else None
 
 
+def _scan(values, accelerator: str, check_masks: bool, state: list) -> None:
+    """One pass over op arguments (tensors, and lists of tensors one level down). Updates
+    state = [on_accelerator, on_other_device, has_mask_index, cpu_operands]."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            tensors = (value,)
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], (torch.Tensor, type(None))):
+            tensors = [item for item in value if isinstance(item, torch.Tensor)]
+        else:
+            continue
+        for tensor in tensors:
+            if tensor.is_cpu:  # a C attribute: no torch.device object on the hot path
+                if tensor.dim() > 0:
+                    state[3].append(tensor)
+            elif tensor.device.type == accelerator:
+                state[0] = True
+            else:
+                state[1] = True
+            if check_masks and tensor.dtype in MASK_DTYPES:
+                state[2] = True
+
+
 def classify(func, args, kwargs, outputs, accelerator: str, accelerator_in_use: bool) -> tuple[list[Finding], bool]:
     """The offences of one op call, and whether it touched the accelerator (which makes the region a GPU region).
 
     `outputs` is what the op returned (None if it raised).
     """
-    info = _op_info(func)
+    info = _op_info_cache.get(func) or _op_info(func)
     if info.is_copy:
         finding = _copy_finding(func, args, kwargs, accelerator)
-        return ([finding] if finding else []), True
-    on_accelerator = False
-    cpu_operands = []  # CPU tensors of 1+ dims among the inputs
-    cpu_only = True
-    mask_index = False
-    for tensor in _tensors(args):
-        device_type = tensor.device.type
-        if device_type == accelerator:
-            on_accelerator = True
-        elif device_type == CPU:
-            if tensor.dim() > 0:
-                cpu_operands.append(tensor)
-        else:
-            cpu_only = False
-        if info.is_mask_index and tensor.dtype in MASK_DTYPES:
-            mask_index = True
-    for tensor in _tensors(kwargs.values()):  # out= tensors and tensor-valued keywords
-        device_type = tensor.device.type
-        if device_type == accelerator:
-            on_accelerator = True
-        elif device_type == CPU and tensor.dim() > 0:
-            cpu_operands.append(tensor)
-        elif device_type != CPU:
-            cpu_only = False
+        if finding:
+            return [finding], True
+        # same device: a dtype conversion or a plain copy, judged like any other op below
+    state = [False, False, False, []]  # on_accelerator, on_other_device, has_mask_index, cpu_operands
+    _scan(args, accelerator, info.is_mask_index, state)
+    if kwargs:
+        _scan(kwargs.values(), accelerator, False, state)  # out= tensors and tensor-valued keywords
+    on_accelerator, on_other_device, mask_index, cpu_operands = state
     if on_accelerator:
         findings = []
         if info.is_lift:
-            findings.append(Finding("copy", "h2d", sum(_nbytes(t) for t in _tensors(args))))
+            findings.append(Finding("copy", "h2d", sum(_nbytes(t) for t in args if isinstance(t, torch.Tensor))))
         if info.is_sync or mask_index:
             findings.append(Finding("sync", "", 0))
         if cpu_operands:
             findings.append(Finding("device_mix", "", sum(_nbytes(t) for t in cpu_operands)))
         return findings, True
-    if not cpu_only:
+    if on_other_device:
         return [], False
     has_dims = bool(cpu_operands)
-    for tensor in _tensors(outputs if isinstance(outputs, (list, tuple)) else (outputs,)):
-        device_type = tensor.device.type
-        if device_type == accelerator:  # a factory op that made an accelerator tensor: not CPU compute
-            return [], True
-        if device_type != CPU:
-            return [], False
-        has_dims = has_dims or tensor.dim() > 0
+    output_state = [False, False, False, []]
+    _scan(outputs if isinstance(outputs, (list, tuple)) else (outputs,), accelerator, False, output_state)
+    if output_state[0]:  # a factory op that made an accelerator tensor: not CPU compute
+        return [], True
+    if output_state[1]:
+        return [], False
+    has_dims = has_dims or bool(output_state[3])
     if accelerator_in_use and info.computes and has_dims:
         return [Finding("cpu_compute", "", 0)], False
     return [], False

@@ -1,8 +1,17 @@
-"""The TorchDispatchMode a guard pushes: every ATen op on this thread (and on autograd's workers) passes here."""
+"""The TorchDispatchMode a guard pushes: every ATen op on this thread (and on autograd's workers) passes here.
+
+This is the guard's hot path (once per op while inspecting): run the op, time it on the host clock, classify
+it; only an offence goes on to the slower bookkeeping in `Guard._record`.
+"""
 
 from __future__ import annotations
 
+import time
+
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from fade.guard import hooks
+from fade.guard.classify import classify, op_name
 
 
 class GuardMode(TorchDispatchMode):
@@ -20,7 +29,33 @@ class GuardMode(TorchDispatchMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return self.guard._dispatch(func, args, kwargs or {})
+        guard = self.guard
+        if kwargs is None:
+            kwargs = {}
+        if not guard.inspecting:  # a sampled guard whose mode could not be popped at the step boundary
+            return func(*args, **kwargs)
+        handling = hooks.thread_state().handling
+        call = [guard, []]  # [guard, warnings captured while the op runs]
+        handling.append(call)
+        start = time.perf_counter_ns()
+        try:
+            outputs = func(*args, **kwargs)
+        except BaseException:
+            handling.pop()
+            findings, _ = classify(func, args, kwargs, None, guard.device_type, guard._accelerator_in_use)
+            if findings:  # e.g. a device mix torch refused: counted, but torch's own error is what the user sees
+                guard._record(findings, op_name(func), 0, may_raise=False)
+            raise
+        elapsed_ns = time.perf_counter_ns() - start
+        handling.pop()
+        findings, touched = classify(func, args, kwargs, outputs, guard.device_type, guard._accelerator_in_use)
+        if touched and not guard._accelerator_in_use:
+            guard._first_accelerator_use()
+        if call[1]:
+            findings = guard._add_captured(findings, call[1])
+        if findings:
+            guard._record(findings, op_name(func), elapsed_ns)
+        return outputs
 
 
 def top_mode():

@@ -51,6 +51,8 @@ class SiteRecord:
     ops: dict[str, int] = field(default_factory=dict)  # op name -> count
     first_stack: list[str] = field(default_factory=list)  # user frames "file:line in function", outermost first
     in_backward: bool = False  # first seen on an autograd worker thread, charged to the backward() line
+    steps: int = 0  # distinct training steps it happened in (the part before the first step counts as one)
+    last_step: int = -1  # index of the last step it happened in; steps are counted from 0
 
     @property
     def site(self) -> str:

@@ -51,7 +51,7 @@ class FadeGuardWarning(UserWarning):
 
 
 def guard(mode: str = "warn", device=None, *, sample_every: int = DEFAULT_SAMPLE_EVERY,
-          sync_debug: bool | None = None) -> Guard:
+          sync_debug: bool | None = None, quiet: bool = False) -> Guard:
     """A guard over a GPU region: `with fade.guard(): ...` or `@fade.guard(mode="strict")`.
 
     device: the accelerator's device type ("cuda" on NVIDIA and ROCm, "xpu", "mps", a PrivateUse1 name);
@@ -59,8 +59,9 @@ def guard(mode: str = "warn", device=None, *, sample_every: int = DEFAULT_SAMPLE
     sample_every: sampled mode only; inspect one step in this many.
     sync_debug: on CUDA, also switch on torch.cuda.set_sync_debug_mode("warn") while the guard is active,
         to catch syncs inside kernels. None means on for warn and strict, off for sampled.
+    quiet: record only; no FadeGuardWarning per new offence (read `.report` instead).
     """
-    return Guard(mode, device, sample_every=sample_every, sync_debug=sync_debug)
+    return Guard(mode, device, sample_every=sample_every, sync_debug=sync_debug, quiet=quiet)
 
 
 @dataclass
@@ -112,7 +113,7 @@ class Guard(contextlib.ContextDecorator):
     (each `with` gets its own dispatch mode; the records are shared and locked)."""
 
     def __init__(self, mode: str = "warn", device=None, *, sample_every: int = DEFAULT_SAMPLE_EVERY,
-                 sync_debug: bool | None = None, memory_counts_as_use: bool = True):
+                 sync_debug: bool | None = None, quiet: bool = False, memory_counts_as_use: bool = True):
         if mode not in MODES:
             close = difflib.get_close_matches(str(mode), MODES, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -120,9 +121,12 @@ class Guard(contextlib.ContextDecorator):
         if isinstance(sample_every, bool) or not isinstance(sample_every, int) or sample_every < 1:
             raise FadeUsageError(f"fade.guard: sample_every must be a positive integer, got {sample_every!r}")
         self.mode = mode
+        self.quiet = quiet
         self._device_arg = device
-        self.device_type: str | None = None  # resolved at the first entry
-        self._resolved = False
+        self.device_type: str | None = None  # resolved at the first entry (None: torch's accelerator, found late
+        self._resolved = False              # so that building a guard never starts a GPU runtime)
+        if device is not None:
+            self._device_arg = _device_type(device)  # check it now: a bad device is the caller's error
         self.sample_every = sample_every if mode == "sampled" else 1
         self._sync_debug = (mode != "sampled") if sync_debug is None else sync_debug
         # memory_counts_as_use: accelerator memory held when the guard is entered makes it a GPU region from
@@ -152,9 +156,8 @@ class Guard(contextlib.ContextDecorator):
                              key=lambda r: (KIND_ORDER.index(r.kind), -r.count, r.file, r.line))
             records = [SiteRecord(**{**vars(r), "ops": dict(r.ops), "first_stack": list(r.first_stack)})
                        for r in records]
-            steps_inspected = self._steps_inspected + (1 if self.inspecting and self._steps_seen else 0)
             return GuardReport(self.mode, self.device_type, self.sample_every, self._steps_seen,
-                               steps_inspected if self._steps_seen else 0, records, list(self._notes))
+                               self._steps_inspected, records, list(self._notes))
 
     def step(self) -> None:
         """Mark the end of a training step. Once called, optimizer steps no longer count as step ends."""
@@ -271,38 +274,15 @@ class Guard(contextlib.ContextDecorator):
 
     # ---- per op -------------------------------------------------------------------------------------------
 
-    def _dispatch(self, func, args, kwargs):
-        if not self.inspecting:
-            return func(*args, **kwargs)
-        from fade.guard.classify import classify, op_name
-
-        handling = hooks.thread_state().handling
-        call = [self, []]  # [guard, warnings captured while the op ran]
-        handling.append(call)
-        start = time.perf_counter_ns()
-        try:
-            outputs = func(*args, **kwargs)
-        except BaseException:
-            handling.pop()
-            findings, _ = classify(func, args, kwargs, None, self.device_type, self._accelerator_in_use)
-            if findings:  # e.g. a device mix that torch refused: counted, but torch's own error is what the user sees
-                self._record(findings, op_name(func), 0, may_raise=False)
-            raise
-        elapsed_ns = time.perf_counter_ns() - start
-        handling.pop()
-        findings, touched = classify(func, args, kwargs, outputs, self.device_type, self._accelerator_in_use)
-        if touched and not self._accelerator_in_use:
-            self._accelerator_in_use = True
-        if touched and self._sync_debug and not self._sync_debug_armed and self.device_type == "cuda":
+    def _first_accelerator_use(self) -> None:
+        """The region touched the accelerator: CPU compute from now on is an offence; on CUDA, arm the sync
+        debug mode (only now, so the guard never initializes CUDA itself)."""
+        self._accelerator_in_use = True
+        if self._sync_debug and self.device_type == "cuda":
             with self._lock:
                 if not self._sync_debug_armed:
                     self._sync_debug_armed = True
                     hooks.arm_cuda_sync_debug()
-        if call[1]:
-            findings = self._add_captured(findings, call[1])
-        if findings:
-            self._record(findings, op_name(func), elapsed_ns)
-        return outputs
 
     def _add_captured(self, findings: list, captured: list) -> list:
         """Warnings raised while one op ran: a backend fallback is its own finding; a sync-debug warning adds a
@@ -354,6 +334,9 @@ class Guard(contextlib.ContextDecorator):
                         in_backward=threading.get_ident() != self._owner_thread)
                     self._records[key] = record
                     new_records.append(record)
+                if record.last_step != self._steps_seen:
+                    record.last_step = self._steps_seen
+                    record.steps += 1
                 record.count += 1
                 record.total_ms += elapsed_ns / 1e6
                 record.total_bytes += finding.nbytes
@@ -361,8 +344,9 @@ class Guard(contextlib.ContextDecorator):
         if self.mode == "strict" and may_raise and findings:
             record = self._records[(findings[0].kind, findings[0].direction, site.file, site.line)]
             raise GuardViolation(_describe(record, op, strict=True), record)
-        for record in new_records:
-            warnings.warn_explicit(_describe(record, op), FadeGuardWarning, record.file, record.line)
+        if not self.quiet:
+            for record in new_records:
+                warnings.warn_explicit(_describe(record, op), FadeGuardWarning, record.file, record.line)
 
 
 def _describe(record: SiteRecord, op: str, strict: bool = False) -> str:

@@ -25,12 +25,11 @@ KNOWN_DTYPES = GEMM_DTYPES
 # timing.measure settings per mode. Full: enough timed work (min_run_s) for clocks and power to settle on
 # a large GEMM; quick: the least that still gives a median of >= 5 warm samples.
 FULL_TIMING = {
-    # A case that follows a different load starts at that load's clock; under a power cap the clock needs
-    # ~100-200 ms to settle to this case's own steady state (measured on an H100: tf32 GEMMs moved 10%
-    # between back-to-back suite runs with a 50 ms warm-up).
-    "warmup_s": 0.2,
+    # Steadiness comes from the engine's settle phase (timing.MAX_SETTLE_S), not from a long fixed
+    # warm-up: light cases settle in two windows, power-capped GEMMs take up to the cap.
+    "warmup_s": 0.05,
     "min_warmup_calls": 3,
-    "min_run_s": 0.1,
+    "min_run_s": 0.2,
     "budget_s": 0.4,
     "min_samples": 5,
     "max_samples": 100,

@@ -23,6 +23,13 @@ Block sizing
     `cuda_graph=True` captures k calls in one CUDA graph and times graph replays instead, which removes the
     host's launch cost and leaves device time (up to MAX_GRAPH_CALLS calls per graph).
 
+Settle
+    After block sizing, blocks are timed in windows of SETTLE_WINDOW_S until two consecutive windows'
+    median block times agree within SETTLE_TOL, or `max_settle_s` (MAX_SETTLE_S) has passed. Under a power
+    or thermal cap the GPU walks its clock for a few hundred ms after the load changes (seen on an H100 at
+    its 700 W cap: one 8192^3 fp16 GEMM case slid from 1.64 to 1.79 ms per call within 0.2 s), so samples
+    taken right after warm-up measure the previous case's clock. Settle windows count as warm-up.
+
 Cold cache (optional)
     `flush_bytes=N` zeroes an N-byte device buffer before every timed call, outside the events (k is then
     1, as in triton's do_bench). `rotate=[args0, args1, ...]` calls `fn(*args_i)` in turn, so consecutive
@@ -61,6 +68,10 @@ ROUND_S = 0.05  # blocks enqueued between host syncs; the stop rule is checked a
 MIN_SAMPLES = 5  # fewer replicates give no meaningful quartiles
 MAX_SAMPLES = 100  # beyond this the median no longer moves; it also bounds a record's size
 MIN_RUN_S = 0.1  # timed work before "converged": a shorter burst can end before clocks and power settle
+SETTLE_WINDOW_S = 0.05  # one power-management step on an H100 is ~30-50 ms of work at a time
+SETTLE_TOL = 0.02  # consecutive windows within 2%: a capped clock still dithers ~1-2% between steps
+MAX_SETTLE_S = 0.5  # give up settling after this; the spread then shows in IQR and CoV
+MAX_SETTLE_WINDOWS = 40  # the same cap in windows, for a clock that does not advance (tests, broken timers)
 BUDGET_S = 1.0  # sampling time after which the measurement stops even if the spread is still wide
 TARGET_COV = 0.01  # stop once the samples agree to 1%: tighter than the 3% that runs must agree to
 NOISY_COV = 0.05  # above 5% a figure cannot support the 3% run-to-run agreement FADE promises
@@ -192,6 +203,7 @@ def measure(
     target_cov: float = TARGET_COV,
     noisy_cov: float = NOISY_COV,
     min_block_s: float = MIN_BLOCK_S,
+    max_settle_s: float = MAX_SETTLE_S,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Timing:
     """Time `fn` on `device` as the module docstring describes, and return its samples.
@@ -225,6 +237,7 @@ def measure(
         "max_samples": max_samples,
         "target_cov": target_cov,
         "min_block_s": min_block_s,
+        "max_settle_s": max_settle_s,
     }
 
     # Warm-up: synchronized, host-timed calls. Their durations seed the block size.
@@ -267,13 +280,25 @@ def measure(
             units_per_block = min(max_units, max(2 * units_per_block, grown))
     block = _repeat(unit, units_per_block)
     calls_per_sample = units_per_block * calls_per_unit
+    block_estimate_s = max(per_call_estimate_s * calls_per_sample, TIMER_FLOOR_S)
+
+    # Settle: time windows of blocks until two in a row agree, so sampling starts at this load's clock.
+    settle_start, previous = clock(), None
+    for _ in range(MAX_SETTLE_WINDOWS if max_settle_s > 0 else 0):
+        count = max(1, math.ceil(SETTLE_WINDOW_S / block_estimate_s))
+        window = statistics.median(stopwatch.time_blocks(block, count, flush))
+        warmup_calls += count * calls_per_sample
+        if previous is not None and abs(window - previous) <= SETTLE_TOL * previous:
+            break
+        if clock() - settle_start >= max_settle_s:
+            break
+        previous = window
     warmup_total_s = clock() - warmup_start
 
     # Replicates, in rounds; the stop rule is checked after each round.
     samples = []
     timed_s = 0.0
     sampling_start = clock()
-    block_estimate_s = max(per_call_estimate_s * calls_per_sample, TIMER_FLOOR_S)
     while True:
         remaining_budget_s = budget_s - (clock() - sampling_start)
         count = math.ceil(max(min(ROUND_S, remaining_budget_s), 0.0) / block_estimate_s)

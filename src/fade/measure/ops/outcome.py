@@ -16,6 +16,7 @@ from typing import Iterable, Optional
 CLASSES = ("crash", "hang", "error", "mismatch", "unsupported", "slow", "ok", "untested")
 WORKS = frozenset({"ok", "slow"})  # ran and matched the CPU (or was not comparable)
 FAILS = frozenset({"crash", "hang", "error", "unsupported"})  # did not run to a result
+RUNS = WORKS | {"mismatch"}  # ran to a result, right or wrong: the support side of a gap
 SAMPLE_PRECEDENCE = ("error", "mismatch", "unsupported", "ok")  # the worst sample class wins
 
 # runner.py statuses of a record whose worker did not return a result -> the op's class.

@@ -74,8 +74,21 @@ def list_ops(ctx, *, dtypes: list, inject: Optional[str] = None) -> CaseResult:
     )
 
 
-def run_op(ctx, *, op: str, dtype: str, samples: int = DEFAULT_SAMPLES, inject: Optional[str] = None) -> CaseResult:
-    """Run `op` in `dtype` on ctx.device against the CPU and return its classification in `extra`."""
+def run_op(
+    ctx,
+    *,
+    op: str,
+    dtype: str,
+    samples: int = DEFAULT_SAMPLES,
+    inject: Optional[str] = None,
+    family: Optional[str] = None,
+    claimed: Optional[bool] = None,
+) -> CaseResult:
+    """Run `op` in `dtype` on ctx.device against the CPU and return its classification in `extra`.
+
+    `family` and `claimed` are the parent's catalog view, kept in the record's params so that an op
+    whose worker dies still has them; this function re-derives both.
+    """
     import torch
 
     info = opdb.load_ops()[op]
@@ -83,7 +96,7 @@ def run_op(ctx, *, op: str, dtype: str, samples: int = DEFAULT_SAMPLES, inject: 
     device_type = opdb.device_type_of(device)
     torch_dtype = getattr(torch, dtype)
     claimed_set = opdb.claimed_dtypes(info, device_type)
-    claimed = None if claimed_set is None else dtype in claimed_set
+    claimed = None if claimed_set is None else dtype in claimed_set  # the worker's view wins
     policy = opdb.compare_policy(info, op, device_type, torch_dtype)
     override = getattr(info, "tolerances", {}).get(dtype) or policy.tolerance_override
     device_call = _injected(inject, op, info) or info

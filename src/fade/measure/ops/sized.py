@@ -6,6 +6,11 @@ Each probe looks enough like an OpInfo for probe.py (name, sample_inputs, suppor
 adds `cpu_reference` (the CPU computation it is compared with, in float32) and `tolerances`. Inputs are
 drawn on the CPU from a fixed seed and then moved, so every device sees the same values. A probe makes no
 dtype claim (supported_dtypes is None): it has no OpInfo to hold one.
+
+grid_sample and sparse mm get inputs whose results are exact in every dtype swept (small integers,
+sample points on a 1/64 lattice): any accumulation order and any internal precision then gives the
+float32 answer, so a difference is a wrong result, never rounding. SDPA's softmax has no such inputs; it
+is compared within SIZED_TOLERANCES.
 """
 
 from __future__ import annotations
@@ -92,8 +97,12 @@ def _grid_sample_inputs(dtype_name: str) -> tuple:
 
     generator = _generator()
     n, c, h, w = GRID_SAMPLE_SHAPE
-    image = torch.randn((n, c, h, w), generator=generator)
-    grid = torch.rand((n, h, w, 2), generator=generator) * 2 - 1  # sample points inside [-1, 1]
+    image = torch.randint(-4, 5, (n, c, h, w), generator=generator).float()
+    # Points k/64 in [-1, 1] land between pixels (x = k + 63.5 at 128 px, align_corners=False), and every
+    # step of the coordinate arithmetic is exact even in bf16 (CPU bf16 computes coordinates in bf16;
+    # a finer lattice there moves points by a quarter pixel). Each output is then 1/4 of a sum of four
+    # integers, exact in every dtype.
+    grid = torch.randint(-64, 65, (n, h, w, 2), generator=generator) / 64
     return image.to(_dtype(dtype_name)), grid.to(_dtype(dtype_name))
 
 
@@ -114,11 +123,13 @@ def _sparse_inputs(dtype_name: str, layout: str) -> tuple:
     rows, cols, dense_cols, density = SPARSE_SHAPE
     nnz = int(rows * cols * density)
     indices = torch.stack([torch.randint(rows, (nnz,), generator=generator), torch.randint(cols, (nnz,), generator=generator)])
-    values = torch.randn(nnz, generator=generator).to(_dtype(dtype_name))
+    # Small integers: each output sums ~41 products of magnitude <= 4 (8 where coalesce merged a duplicate):
+    # an integer, in practice far below 256, so exact in bf16.
+    values = torch.randint(-2, 3, (nnz,), generator=generator).float().to(_dtype(dtype_name))
     matrix = torch.sparse_coo_tensor(indices, values, (rows, cols)).coalesce()
     if layout == "csr":
         matrix = matrix.to_sparse_csr()
-    dense = torch.randn((cols, dense_cols), generator=generator).to(_dtype(dtype_name))
+    dense = torch.randint(-2, 3, (cols, dense_cols), generator=generator).float().to(_dtype(dtype_name))
     return matrix, dense
 
 

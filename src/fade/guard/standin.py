@@ -1,0 +1,218 @@
+"""A stand-in accelerator for machines without a GPU: torch's PrivateUse1 device, backed by host memory.
+
+Why: the guard must be tested on the real dispatch path (autograd, CompositeImplicit decompositions, the mode
+stack, autograd's device threads, `.item()` lowering to `_local_scalar_dense`), not on synthetic events. The
+`meta` device cannot copy to the host, and a tensor subclass would add a Python dispatch key that real device
+tensors do not have. A PrivateUse1 device has neither problem: `torch.randn(4).to("standin")` is a real tensor
+of a real non-CPU device type, and the guard sees exactly the ops it would see on "cuda".
+
+How: `torch.utils.backend_registration._setup_privateuseone_for_python_backend` registers the device, its
+hooks and a Python device guard (torch >= 2.5; experimental there). Every ATen op on the device reaches one
+boxed fallback kernel (`_run_on_host`) that runs it on host tensors sharing the device tensors' memory and
+wraps the results. A device tensor's storage is made with `_construct_storage_from_data_pointer` over its
+host twin's memory, so views, `detach` and in-place ops keep their aliasing without any per-op code.
+
+Limits: one device (standin:0); ops run synchronously; no streams, events, pinned memory or generators
+(random ops use the CPU generator). It is for tests and examples, never for speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+
+import torch
+
+NAME = "standin"
+aten = torch.ops.aten
+
+_lock = threading.Lock()
+_host_storage: dict = {}  # device StorageImpl address -> (weak ref to the device storage, host UntypedStorage)
+_library = None  # the torch.library.Library holding the fallback; kept alive here
+_simulated_fallback_ops: set[str] = set()
+
+
+def is_registered() -> bool:
+    return _library is not None
+
+
+def register() -> None:
+    """Register the "standin" device in this process (idempotent). PrivateUse1 can be named only once per
+    process, so this fails if another backend already took it."""
+    global _library
+    if _library is not None:
+        return
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", NAME):
+        raise RuntimeError(f"PrivateUse1 is already registered as {current!r}; the stand-in device needs it")
+    if current == "privateuseone":
+        _setup_privateuseone_for_python_backend(NAME, backend_module=_BackendModule())
+    library = torch.library.Library("_", "IMPL")
+    library.fallback(_run_on_host, "PrivateUse1")
+    _library = library
+
+
+@contextlib.contextmanager
+def simulated_cpu_fallback(*ops: str):
+    """While active, the named ops ("aten::cumsum") warn the way MPS and DirectML do when they run an op on
+    the CPU for lack of a kernel. Lets tests exercise the guard's capture of those warnings."""
+    with _lock:
+        _simulated_fallback_ops.update(ops)
+    try:
+        yield
+    finally:
+        with _lock:
+            _simulated_fallback_ops.difference_update(ops)
+
+
+def _device() -> torch.device:
+    return torch.device(NAME, 0)
+
+
+def _weak_ref(storage):
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(storage)
+
+
+def to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """The host tensor sharing `tensor`'s memory, with the same sizes, strides and offset. No copy."""
+    storage = tensor.untyped_storage()
+    entry = _host_storage.get(storage._cdata)
+    if entry is None or entry[0].expired():
+        raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.guard.standin?)")
+    host = torch.empty(0, dtype=tensor.dtype)
+    host.set_(entry[1], tensor.storage_offset(), tensor.size(), tensor.stride())
+    return host
+
+
+def _new_device_tensor(host: torch.Tensor) -> torch.Tensor:
+    """A device tensor over `host`'s memory, same geometry."""
+    host_storage = host.untyped_storage()
+    storage = torch._C._construct_storage_from_data_pointer(host_storage.data_ptr(), _device(),
+                                                            host_storage.nbytes())
+    tensor = torch._C._acc.create_empty_tensor((0,), host.dtype)
+    # The CPU kernel of set_ only rewires sizes, strides and storage; it never reads the data.
+    aten.set_.source_Storage_storage_offset._op_dk("CPU", tensor, storage, host.storage_offset(), host.size(),
+                                                   host.stride())
+    with _lock:
+        _host_storage[storage._cdata] = (_weak_ref(tensor.untyped_storage()), host_storage)
+        if len(_host_storage) % 1024 == 0:
+            _forget_dead_storages()
+    return tensor
+
+
+def _view_of(device_base: torch.Tensor, host_view: torch.Tensor) -> torch.Tensor:
+    """A device tensor sharing `device_base`'s storage, with `host_view`'s geometry."""
+    tensor = torch._C._acc.create_empty_tensor((0,), host_view.dtype)
+    aten.set_.source_Storage_storage_offset._op_dk("CPU", tensor, device_base.untyped_storage(),
+                                                   host_view.storage_offset(), host_view.size(), host_view.stride())
+    return tensor
+
+
+def _forget_dead_storages() -> None:
+    for key in [key for key, (ref, _) in _host_storage.items() if ref.expired()]:
+        del _host_storage[key]
+
+
+def _map(function, value):
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(function, item) for item in value)
+    if isinstance(value, dict):
+        return {key: _map(function, item) for key, item in value.items()}
+    return function(value)
+
+
+def _run_on_host(op, *args, **kwargs):
+    """The boxed fallback for every op on the stand-in device."""
+    name = op.name()
+    if name in _simulated_fallback_ops or name.split(".")[0] in _simulated_fallback_ops:
+        warnings.warn(f"The operator '{name}' is not currently supported on the {NAME} backend and will fall "
+                      "back to run on the CPU. This may have performance implications.", UserWarning, stacklevel=2)
+    device_by_storage = {}  # host storage address -> device tensor, to turn host views back into device views
+    device_by_host = {}  # id(host tensor) -> (host tensor, device tensor), for in-place and out= results
+
+    def unwrap(value):
+        if isinstance(value, torch.Tensor) and value.device.type == NAME:
+            host = to_host(value)
+            device_by_storage[host.untyped_storage()._cdata] = value
+            device_by_host[id(host)] = (host, value)
+            return host
+        if isinstance(value, torch.device) and value.type == NAME:
+            return torch.device("cpu")
+        return value
+
+    host_args = _map(unwrap, args)
+    host_kwargs = _map(unwrap, kwargs)
+    if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
+        source, destination = host_args[0], host_args[1]
+        if op is aten._copy_from_and_resize.default:
+            destination.resize_(source.shape)
+        destination.copy_(source)
+        return _wrap_inplace(destination, args[1])
+    for argument in op._schema.arguments:
+        if argument.is_out and isinstance(host_kwargs.get(argument.name), torch.Tensor):
+            # The generic structured kernel hands us outputs of a placeholder shape; let the CPU kernel size
+            # them rather than warn that it resized a non-empty output.
+            host_kwargs[argument.name].resize_(0)
+    result = op(*host_args, **host_kwargs)
+
+    def wrap(value):
+        if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+            return value
+        known = device_by_host.get(id(value))
+        if known is not None and known[0] is value:  # in-place or out=: hand back the caller's tensor
+            return _wrap_inplace(value, known[1])
+        base = device_by_storage.get(value.untyped_storage()._cdata)
+        if base is not None:  # a view of an input
+            return _view_of(base, value)
+        return _new_device_tensor(value)
+
+    return _map(wrap, result)
+
+
+def _wrap_inplace(host: torch.Tensor, device_tensor: torch.Tensor) -> torch.Tensor:
+    """Return `device_tensor`, first matching its geometry to `host` if the op resized or restrided it."""
+    same_geometry = (host.size() == device_tensor.size() and host.stride() == device_tensor.stride()
+                     and host.storage_offset() == device_tensor.storage_offset())
+    grew = host.untyped_storage().nbytes() > device_tensor.untyped_storage().nbytes()
+    if grew:  # the host storage was reallocated: point the device tensor at a storage over the new memory
+        fresh = _new_device_tensor(host)
+        aten.set_.source_Storage_storage_offset._op_dk("CPU", device_tensor, fresh.untyped_storage(),
+                                                       host.storage_offset(), host.size(), host.stride())
+    elif not same_geometry:
+        aten.set_.source_Storage_storage_offset._op_dk("CPU", device_tensor, device_tensor.untyped_storage(),
+                                                       host.storage_offset(), host.size(), host.stride())
+    return device_tensor
+
+
+class _BackendModule:
+    """`torch.standin`: what torch asks of a device module, plus the allocator figure the guard reads."""
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def device_count(self) -> int:
+        return 1
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed_all(self, seed: int) -> None:
+        pass  # random ops run on the CPU generator
+
+    def synchronize(self, device=None) -> None:
+        pass  # ops run synchronously
+
+    def memory_allocated(self, device=None) -> int:
+        with _lock:
+            return sum(host.nbytes() for ref, host in _host_storage.values() if not ref.expired())

@@ -1,0 +1,253 @@
+"""Terminal views of an ops sweep (progress, per-class and per-family counts, curated highlights) and of the
+gap table between two sweeps. Reads the dicts of gap.py only; the terminal text is not a contract (the
+JSON of `--json` is).
+"""
+
+from __future__ import annotations
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from fade.measure.ops.families import FAMILIES
+from fade.measure.ops.outcome import CLASSES
+from fade.measure.ops.results import ops_row
+
+CLASS_STYLES = {
+    "ok": "fade.ok",
+    "slow": "fade.warn",
+    "mismatch": "fade.fail",
+    "unsupported": "fade.dim",
+    "error": "fade.fail",
+    "crash": "fade.fail",
+    "hang": "fade.fail",
+    "untested": "fade.dim",
+}
+NOTABLE = frozenset({"mismatch", "error", "crash", "hang", "slow"})  # printed as they happen
+GAP_ROWS_SHOWN = 40  # rows per gap list on the terminal; --json has all
+MESSAGE_WIDTH = 90
+
+
+class SweepProgress:
+    """A progress bar, plus one line per notable op × dtype (NOTABLE classes) as it finishes."""
+
+    def __init__(self, console, enabled: bool, *, total: int, device: str):
+        self.enabled = enabled
+        self.total = total
+        self.counts: dict = {}
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from fade.report.console import make_console
+
+        self.console = console or make_console(stderr=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.task = self.progress.add_task(f"ops on {device}", total=total)
+
+    def __enter__(self) -> "SweepProgress":
+        if self.enabled:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+    def record(self, record: dict) -> None:
+        row = ops_row(record)
+        self.counts[row["class"]] = self.counts.get(row["class"], 0) + 1
+        if not self.enabled:
+            return
+        self.progress.advance(self.task)
+        if row["class"] in NOTABLE or row["claim_finding"] == "claimed_fails":
+            self.console.print(_row_line(row), soft_wrap=True)
+
+    def final(self, sweep) -> None:
+        if not self.enabled:
+            return
+        run = sweep.run
+        state = "interrupted" if run.interrupted else "done"
+        counts = ", ".join(f"{count} {name}" for name, count in sorted(self.counts.items())) or "nothing run"
+        resumed = f", {run.resumed} already in the file" if run.resumed else ""
+        self.console.print(
+            Text(f"{state}: {sum(self.counts.values())} op × dtypes ({counts}{resumed}) in {run.wall_s:.0f} s -> {run.out}", style="fade.dim"),
+            soft_wrap=True,
+        )
+
+
+def _row_line(row: dict) -> Text:
+    line = Text.assemble((f"{row['class']:>11}  ", CLASS_STYLES.get(row["class"], "")), f"{row['op']} {row['dtype']}")
+    detail = row.get("slow_reason") or row.get("message") or row.get("note")
+    if row["class"] == "mismatch" and row.get("max_tolerance_ratio") is not None:
+        detail = f"{row['max_tolerance_ratio']:.3g}x tolerance" + (" (known)" if row.get("known_mismatch") else "")
+    if row.get("claim_finding"):
+        detail = f"[{row['claim_finding']}] " + (detail or "")
+    if detail:
+        line.append("  " + _cut(detail), style="fade.dim")
+    return line
+
+
+def render_sweep(sweep, console) -> None:
+    """Per-class counts, the per-family table, dtype-claim findings and the curated highlights."""
+    summary = sweep.summary
+    console.print(
+        Text(
+            f"fade ops on {sweep.device}: {summary['ops']} ops × {len(summary['dtypes'])} dtypes "
+            f"({', '.join(summary['dtypes'])}) = {summary['op_dtypes']} op × dtypes",
+            style="fade.head",
+        )
+    )
+    console.print(Text("  ".join(f"{name} {count}" for name, count in summary["classes"].items())))
+    console.print(family_table(summary["families"]))
+    claims = summary["claims"]
+    if claims:
+        console.print(
+            Text(
+                f"dtype claims: {claims.get('claimed_fails', 0)} claimed by OpInfo but failed here, "
+                f"{claims.get('works_unclaimed', 0)} not claimed but ran",
+                style="fade.warn",
+            )
+        )
+    for entry in summary["curated"]:
+        if not entry["tried"]:
+            continue
+        style = "fade.ok" if entry["ok"] == entry["tried"] else "fade.warn"
+        text = Text.assemble((f"curated {entry['name']}: ", "fade.head"), (f"{entry['ok']}/{entry['tried']} ran correctly", style))
+        failing = [f"{item['op']} {item['dtype']} {item['class']}" for item in entry["not_ok"][:6]]
+        if failing:
+            more = f" (+{len(entry['not_ok']) - 6})" if len(entry["not_ok"]) > 6 else ""
+            text.append("; not: " + "; ".join(failing) + more, style="fade.dim")
+        console.print(text, soft_wrap=True)
+    findings = [item for item in summary["findings"]]
+    if findings:
+        table = Table(title="Findings (mismatch, error, crash, hang, slow)", title_justify="left", show_edge=False)
+        for column in ("class", "op", "dtype", "family", "detail"):
+            table.add_column(column)
+        for item in findings[:GAP_ROWS_SHOWN]:
+            table.add_row(Text(item["class"], style=CLASS_STYLES.get(item["class"], "")), escape(item["op"]), item["dtype"],
+                          item["family"], Text(_cut(_detail(item)), style="fade.dim"))
+        console.print(table)
+        if len(findings) > GAP_ROWS_SHOWN:
+            console.print(Text(f"... {len(findings) - GAP_ROWS_SHOWN} more in --json", style="fade.dim"))
+    if sweep.run.problems:
+        console.print(Text(f"{len(sweep.run.problems)} unreadable line(s) in {sweep.run.out}: {sweep.run.problems[0]}", style="fade.warn"))
+
+
+def family_table(families: dict, title: str = "Per family") -> Table:
+    """One row per family that was tried; one column per class that occurred at all."""
+    table = Table(title=title, title_justify="left", show_edge=False)
+    table.add_column("family")
+    table.add_column("tried", justify="right")
+    table.add_column("% ok", justify="right")
+    shown = [name for name in CLASSES if families["all"]["classes"].get(name)]
+    for name in shown:
+        table.add_column(name, justify="right")
+    for family in FAMILIES + ("all",):
+        data = families[family]
+        if not data["tried"] and family != "all":
+            continue
+        table.add_row(family, str(data["tried"]), _pct(data["pct_ok"]), *(str(data["classes"].get(name, "")) for name in shown))
+    return table
+
+
+def render_gap(gap: dict, console) -> None:
+    """The gap table: per-family summary, then the lists (runs on one side only, mismatch on one side only,
+    speed ratios), then the curated ops side by side."""
+    a, b = gap["a"], gap["b"]
+    console.print(Text.assemble(("A: ", "fade.head"), a["label"], ("  ", ""), (a["path"], "fade.dim")))
+    console.print(Text.assemble(("B: ", "fade.head"), b["label"], ("  ", ""), (b["path"], "fade.dim")))
+    console.print(Text(f"{gap['common']} op × dtypes in both files ({gap['only_in_a']} only in A, {gap['only_in_b']} only in B)", style="fade.dim"))
+    table = Table(title="Gap per family (op × dtypes in both files)", title_justify="left", show_edge=False)
+    for column in ("family", "tried", "% ok A", "% ok B", "runs A not B", "runs B not A", "mismatch A only", "mismatch B only", "speed ≥5x"):
+        table.add_column(column, justify="left" if column == "family" else "right")
+    for family in FAMILIES + ("all",):
+        data = gap["families"][family]
+        if not data["a"]["tried"] and not data["b"]["tried"] and family != "all":
+            continue
+        table.add_row(
+            family,
+            str(max(data["a"]["tried"], data["b"]["tried"])),
+            _pct(data["a"]["pct_ok"]),
+            _pct(data["b"]["pct_ok"]),
+            str(data["works_a_not_b"] or ""),
+            str(data["works_b_not_a"] or ""),
+            str(data["mismatch_a_only"] or ""),
+            str(data["mismatch_b_only"] or ""),
+            str(data["speed"] or ""),
+        )
+    console.print(table)
+    _pair_table(console, "Runs on A, not on B", gap["works_a_not_b"], "b")
+    _pair_table(console, "Runs on B, not on A", gap["works_b_not_a"], "a")
+    _pair_table(console, "Mismatch on A only", gap["mismatch_a_only"], "a")
+    _pair_table(console, "Mismatch on B only", gap["mismatch_b_only"], "b")
+    if gap["speed"]:
+        table = Table(title="Speed ratios (same sample, ≥5x, slower side ≥200 us)", title_justify="left", show_edge=False)
+        for column in ("op", "dtype", "family", "A", "B", "B/A"):
+            table.add_column(column, justify="right" if column in ("A", "B", "B/A") else "left")
+        for pair in gap["speed"][:GAP_ROWS_SHOWN]:
+            table.add_row(escape(pair["op"]), pair["dtype"], pair["family"], _us(pair["a_median_s"]), _us(pair["b_median_s"]), f"{pair['b_over_a']:.3g}")
+        console.print(table)
+    if gap["curated"]:
+        table = Table(title="Curated (named weak on ROCm by the seeds)", title_justify="left", show_edge=False)
+        for column in ("op", "dtype", "A", "B", "A time", "B time"):
+            table.add_column(column)
+        for pair in gap["curated"]:
+            table.add_row(escape(pair["op"]), pair["dtype"], _class_text(pair["a_class"]), _class_text(pair["b_class"]),
+                          _us(pair["a_median_s"]), _us(pair["b_median_s"]))
+        console.print(table)
+    console.print(Text(
+        "classes: ok | slow (ran, far slower than it should) | mismatch (differs from the CPU beyond the OpInfo tolerance) | "
+        "unsupported (not implemented here) | error | crash | hang. Times: median of synchronized host-timed calls, us.",
+        style="fade.dim",
+    ), soft_wrap=True)
+
+
+def _pair_table(console, title: str, pairs: list, failing_side: str) -> None:
+    if not pairs:
+        return
+    table = Table(title=f"{title} ({len(pairs)})", title_justify="left", show_edge=False)
+    for column in ("family", "op", "dtype", "A", "B", "why"):
+        table.add_column(column)
+    for pair in pairs[:GAP_ROWS_SHOWN]:
+        why = pair[f"{failing_side}_message"]
+        ratio = pair[f"{failing_side}_tolerance_ratio"]
+        if why is None and ratio is not None:
+            why = f"{ratio:.3g}x tolerance"
+        table.add_row(pair["family"], escape(pair["op"]), pair["dtype"], _class_text(pair["a_class"]), _class_text(pair["b_class"]),
+                      Text(_cut(why or ""), style="fade.dim"))
+    console.print(table)
+    if len(pairs) > GAP_ROWS_SHOWN:
+        console.print(Text(f"... {len(pairs) - GAP_ROWS_SHOWN} more in --json", style="fade.dim"))
+
+
+def _detail(item: dict) -> str:
+    if item["class"] == "slow":
+        return item.get("slow_reason") or ""
+    if item["class"] == "mismatch" and item.get("max_tolerance_ratio") is not None:
+        return f"{item['max_tolerance_ratio']:.3g}x tolerance" + (" (known)" if item.get("known_mismatch") else "")
+    return item.get("message") or item.get("note") or ""
+
+
+def _class_text(name: str) -> Text:
+    return Text(name, style=CLASS_STYLES.get(name, ""))
+
+
+def _pct(value) -> str:
+    return "" if value is None else f"{value:.0f}"
+
+
+def _us(seconds) -> str:
+    return "" if not seconds else f"{seconds * 1e6:.4g}"
+
+
+def _cut(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= MESSAGE_WIDTH else text[: MESSAGE_WIDTH - 3] + "..."
