@@ -160,8 +160,15 @@ class Guard(contextlib.ContextDecorator):
                                self._steps_inspected, records, list(self._notes))
 
     def step(self) -> None:
-        """Mark the end of a training step. Once called, optimizer steps no longer count as step ends."""
-        self._explicit_steps = True
+        """Mark the end of a training step. From the first call on, optimizer steps no longer count as step
+        ends, and the steps they ended so far count as the first step."""
+        if not self._explicit_steps:
+            self._explicit_steps = True
+            with self._lock:
+                self._steps_seen = self._steps_inspected = 0
+                inspecting_before, self.inspecting = self.inspecting, True
+            if not inspecting_before:
+                self._toggle_here(True)
         self._advance_step()
 
     def clear(self) -> None:

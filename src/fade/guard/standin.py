@@ -19,6 +19,7 @@ Limits: one device (standin:0); ops run synchronously; no streams, events, pinne
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 
@@ -30,7 +31,7 @@ aten = torch.ops.aten
 _lock = threading.Lock()
 _host_storage: dict = {}  # device StorageImpl address -> (weak ref to the device storage, host UntypedStorage)
 _library = None  # the torch.library.Library holding the fallback; kept alive here
-_simulated_fallback_ops: set[str] = set()
+_simulated_warnings: dict[str, str] = {}  # op name -> warning text the op emits (see simulated_warnings)
 
 
 def is_registered() -> bool:
@@ -52,20 +53,37 @@ def register() -> None:
         _setup_privateuseone_for_python_backend(NAME, backend_module=_BackendModule())
     library = torch.library.Library("_", "IMPL")
     library.fallback(_run_on_host, "PrivateUse1")
-    _library = library
+    # Some C++ paths reach the device kernel with the Python dispatch key excluded while a dispatch mode is on
+    # the stack (torch.tensor(data, device=...) copies that way). torch then routes the call through the
+    # mode's interpreter, which finds only per-op Python registrations, not fallbacks: so the ops of that
+    # path are registered one by one as well.
+    aten_library = torch.library.Library("aten", "IMPL")
+    for op in (aten.empty.memory_format, aten.empty_strided.default, aten._copy_from.default,
+               aten._copy_from_and_resize.default):
+        aten_library.impl(op, functools.partial(_run_on_host, op), "PrivateUse1")
+    _library = (library, aten_library)
 
 
 @contextlib.contextmanager
-def simulated_cpu_fallback(*ops: str):
-    """While active, the named ops ("aten::cumsum") warn the way MPS and DirectML do when they run an op on
-    the CPU for lack of a kernel. Lets tests exercise the guard's capture of those warnings."""
+def simulated_warnings(messages: dict[str, str]):
+    """While active, each named op ("aten::cumsum" or "aten::add.Tensor") emits its message as a UserWarning,
+    from inside the kernel, the way C++ kernels' TORCH_WARN reaches Python. Lets tests exercise the guard's
+    capture of warnings a real backend emits (CPU fallbacks, CUDA's sync debug mode)."""
     with _lock:
-        _simulated_fallback_ops.update(ops)
+        _simulated_warnings.update(messages)
     try:
         yield
     finally:
         with _lock:
-            _simulated_fallback_ops.difference_update(ops)
+            for name in messages:
+                _simulated_warnings.pop(name, None)
+
+
+def simulated_cpu_fallback(*ops: str):
+    """The warning MPS and DirectML emit when they run an op on the CPU for lack of a kernel."""
+    return simulated_warnings({op: f"The operator '{op}' is not currently supported on the {NAME} backend and "
+                                   "will fall back to run on the CPU. This may have performance implications."
+                               for op in ops})
 
 
 def _device() -> torch.device:
@@ -128,10 +146,13 @@ def _map(function, value):
 
 def _run_on_host(op, *args, **kwargs):
     """The boxed fallback for every op on the stand-in device."""
-    name = op.name()
-    if name in _simulated_fallback_ops or name.split(".")[0] in _simulated_fallback_ops:
-        warnings.warn(f"The operator '{name}' is not currently supported on the {NAME} backend and will fall "
-                      "back to run on the CPU. This may have performance implications.", UserWarning, stacklevel=2)
+    if _simulated_warnings:
+        name = op.name()
+        # A composite op reaches the backend as another overload (cumsum as cumsum.out), so match the base
+        # name too.
+        message = _simulated_warnings.get(name) or _simulated_warnings.get(name.split(".")[0])
+        if message:
+            warnings.warn(message, UserWarning, stacklevel=2)
     device_by_storage = {}  # host storage address -> device tensor, to turn host views back into device views
     device_by_host = {}  # id(host tensor) -> (host tensor, device tensor), for in-place and out= results
 

@@ -64,11 +64,23 @@ def device_type_of(device: str) -> str:
     return device.split(":", 1)[0]
 
 
+# Decorators on an OpInfo that restrict all its tests to one device type: its dtype sets for other device
+# types are then not claims at all (jiterator_* are CUDA-only, sparse.mm is CPU-only).
+DEVICE_ONLY_DECORATORS = {"onlyCUDA": "cuda", "onlyCPU": "cpu"}
+
+
 def claimed_dtypes(op, device_type: str) -> Optional[set]:
-    """The dtype names (e.g. "float32") the op claims for `device_type`; None for a probe without claims."""
+    """The dtype names (e.g. "float32") the op claims for `device_type`; None for a probe without claims.
+
+    Empty when a DEVICE_ONLY_DECORATORS decorator limits the op's tests to another device type.
+    """
     dtypes = op.supported_dtypes(device_type)
     if dtypes is None:
         return None
+    for decorator in getattr(op, "decorators", ()) or ():
+        only = DEVICE_ONLY_DECORATORS.get(getattr(decorator, "__name__", ""))
+        if only is not None and only != device_type:
+            return set()
     return {str(dtype).removeprefix("torch.") for dtype in dtypes}
 
 
