@@ -50,7 +50,8 @@ def is_allowed(record, allowed: set[str]) -> bool:
 
 
 def failure_message(records: list) -> str:
-    lines = [f"fade.guard: {sum(r.count for r in records)} offences in a GPU region:"]
+    count = sum(record.count for record in records)
+    lines = [f"fade.guard: {count} offence{'s' * (count != 1)} in a GPU region:"]
     for record in records:
         ops = ", ".join(f"{name} ×{count}" for name, count in record.ops.items())
         lines.append(f"  {record.what} at {record.site}: {ops}" + (" (in backward)" if record.in_backward else ""))

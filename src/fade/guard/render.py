@@ -42,7 +42,8 @@ def render_report(report: GuardReport):
                       style="fade.ok")]
         lines += [Text(f"note: {note}", style="fade.dim") for note in report.notes]
         return Group(*lines)
-    table = Table(title=f"{header}: {report.offence_count} offences at {len(report.records)} sites",
+    offences, sites = report.offence_count, len(report.records)
+    table = Table(title=f"{header}: {offences} offence{'s' * (offences != 1)} at {sites} site{'s' * (sites != 1)}",
                   title_justify="left", expand=False)
     for column, justify in (("kind", "left"), ("where (user code)", "left"), ("count", "right"),
                             ("steps", "right"), ("time ms", "right"), ("bytes", "right"), ("ops", "left")):

@@ -43,6 +43,7 @@ QUICK_TIMING = {
     "min_samples": 5,
     "max_samples": 40,
     "target_cov": 0.02,
+    "max_settle_s": 0.1,  # quick runs trade steadiness for time: one or two settle windows
 }
 QUICK_CASE_TIMEOUT_S = 60.0  # quick cases are small: one stuck for a minute is hung
 

@@ -27,6 +27,9 @@ QUICK_BATCH = 2
 QUICK_IMAGE_SIZE = 64  # px: the five CNNs all accept it (AlexNet needs >= 63)
 QUICK_SEQUENCE = 32  # tokens
 QUICK_VARIANTS = ("fp32", "amp-bf16", "channels-last")  # compile is minutes of C++ builds on a small CPU
+# --quick runs the five CNNs unless --models names others: a transformer's 110-124M parameters cost seconds
+# per step on a 2-core CPU (AdamW alone touches 2 GB per step) even at 32 tokens
+QUICK_MODELS = SEED_NETWORKS
 MAX_BATCH = 65536  # a batch beyond this is a typo, not a benchmark
 
 # timing.measure settings for one step per call. A training step is 1-500 ms. Blocks of >= 25 ms keep the
@@ -153,12 +156,12 @@ def run_models(
     """Train and/or run forward each of `models` under each of `variants` on `device`; append records to `out`.
 
     Defaults: the whole zoo, batch DEFAULT_BATCH, both modes, DEFAULT_VARIANTS, inputs at each network's
-    own size (224 px, 512 tokens). `quick` defaults instead to QUICK_BATCH, QUICK_IMAGE_SIZE,
-    QUICK_SEQUENCE and QUICK_VARIANTS, with shorter timing. `models` may name a user's `module:function`
+    own size (224 px, 512 tokens). `quick` defaults instead to QUICK_MODELS, QUICK_BATCH,
+    QUICK_IMAGE_SIZE, QUICK_SEQUENCE and QUICK_VARIANTS, with shorter timing. `models` may name a user's `module:function`
     (zoo.workload). `validate` re-times every case with a plain event-timed loop (`extra.plain_loop`).
     Bad requests raise FadeUsageError before anything runs. Returns the RunSummary.
     """
-    models = list(models or ZOO)
+    models = list(models or (QUICK_MODELS if quick else ZOO))
     batch = (QUICK_BATCH if quick else DEFAULT_BATCH) if batch is None else batch
     if quick:
         image_size = image_size or QUICK_IMAGE_SIZE

@@ -162,22 +162,25 @@ def _figure(row: dict) -> str:
 def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> None:
     """One line per case: the figure, % of peak, spread, and what went wrong where it did."""
     table = Table(title=f"{summary.get('device')} · {summary.get('out')}", title_justify="left")
-    table.add_column("case", no_wrap=True)  # ids are what users grep for: never fold them
-    for column in ("result", "% of peak", "median ms", "IQR %", "n", "note"):
+    wide = console.width >= 120
+    table.add_column("case", no_wrap=wide, overflow="fold")  # ids are what users grep for: fold only if narrow
+    for column in ("result", "% of peak", "median ms", "IQR %", "n", "note") if wide else ("result", "% of peak", "IQR %", "note"):
         table.add_column(column, overflow="fold")
     for row in rows:
         status = row.get("status")
         if status != "ok":
-            table.add_row(escape(row["case_id"]), Text(status or "?", style="fade.fail"), "", "", "", "",
+            blanks = ("", "", "", "") if wide else ("", "")
+            table.add_row(escape(row["case_id"]), Text(status or "?", style="fade.fail"), *blanks,
                           escape(row.get("note") or ""))
             continue
         pct = f"{row['pct_of_peak']:.0f}%" if row.get("pct_of_peak") is not None else "-"
         flags = [f for f, on in (("noisy", row.get("noisy")), ("throttled", row.get("throttled"))) if on]
         note = " ".join(flags + ([row["note"]] if row.get("note") else []))
-        table.add_row(escape(row["case_id"]), _figure(row), pct,
-                      f"{row['median_ms']:.4g}" if row.get("median_ms") is not None else "-",
-                      f"{row['iqr_pct']:.1f}" if row.get("iqr_pct") is not None else "-",
-                      str(row.get("n") or ""), Text(note, style="fade.warn" if flags else "fade.dim"))
+        median = f"{row['median_ms']:.4g}" if row.get("median_ms") is not None else "-"
+        iqr = f"{row['iqr_pct']:.1f}" if row.get("iqr_pct") is not None else "-"
+        note_text = Text(note, style="fade.warn" if flags else "fade.dim")
+        middle = (median, iqr, str(row.get("n") or "")) if wide else (iqr,)
+        table.add_row(escape(row["case_id"]), _figure(row), pct, *middle, note_text)
     console.print(table)
     statuses = summary.get("statuses") or {}
     line = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# fade ops on a CUDA machine: the full OpInfo sweep on the GPU (float32, float16, bfloat16, int64), a CPU
+# sweep of the same ops, and the CUDA-vs-CPU gap table.
+#
+# Usage (repo root):  OUT=/some/dir bash benchmarks/ops_h100.sh [all|cuda|cpu|compare]
+#   all      the three phases (about 4-7 min on one H100 host; see docs/ops.md)
+#   cuda     the GPU sweep only; a second `cuda` resumes a sweep that was cut off
+#   cpu      the CPU sweep only (resumes likewise)
+#   compare  the gap table from the two files
+# Needs `expecttest` and `numpy` importable (torch's OpInfo database imports them): without network, make
+# them travel with the tree, e.g. here: pip install --target .ops-deps expecttest  (this script adds
+# .ops-deps to PYTHONPATH). Results are kept in $WORK (default results/ops, git-ignored, so it survives
+# between calls on the same machine) and copied to $OUT after every phase: at most 7 files, the JSONL
+# gzipped (records repeat the device and stack, ~3-5 KB each).
+set -u
+PHASE=${1:-all}
+export PYTHONPATH=$PWD/src:$PWD/.ops-deps${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
+OUT=${OUT:-results/ops-out}
+WORK=${WORK:-results/ops}
+CUDA_LIMIT_S=${CUDA_LIMIT_S:-560}  # the sweep is stopped (SIGINT: it keeps what it wrote) before a 10-min call ends
+CPU_LIMIT_S=${CPU_LIMIT_S:-500}
+DTYPES="float32 float16 bfloat16 int64"
+mkdir -p "$OUT" "$WORK"
+FADE="python3 benchmarks/ops_fade.py"
+LOG="$WORK/run.txt"
+
+if ! python3 -c "import expecttest, numpy" 2>/dev/null; then
+    echo "fade ops needs expecttest and numpy: pip install --target .ops-deps expecttest (and numpy if missing)" | tee -a "$LOG"
+    cp "$LOG" "$OUT/" 2>/dev/null
+    exit 3
+fi
+
+copy_out() {
+    for name in ops-cuda.jsonl ops-cpu.jsonl; do
+        [ -f "$WORK/$name" ] && gzip -c "$WORK/$name" > "$OUT/$name.gz"
+    done
+    for name in ops-cuda.txt ops-cpu.txt gap.txt gap.json run.txt; do
+        [ -f "$WORK/$name" ] && cp "$WORK/$name" "$OUT/$name"
+    done
+}
+
+sweep() {  # sweep DEVICE NAME LIMIT
+    local device=$1 name=$2 limit=$3 started code
+    started=$(date +%s.%N)
+    timeout -s INT "$limit" $FADE ops --device "$device" --dtypes $DTYPES --timeout 30 --resume \
+        -o "$WORK/ops-$name.jsonl" --json "$WORK/ops-$name.summary.json" > "$WORK/ops-$name.stdout" 2> "$WORK/ops-$name.progress"
+    code=$?
+    python3 - "$started" "$device" "$code" "$WORK/ops-$name.jsonl" <<'PY' | tee -a "$LOG"
+import json, sys, time
+started, device, code, path = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+lines = sum(1 for _ in open(path)) if __import__("os").path.exists(path) else 0
+print(f"fade ops --device {device}: {time.time() - started:.0f} s wall, exit {code}, {lines} records in {path}")
+PY
+    # The terminal summary (stdout) with the notable lines of the progress log (stderr) after it.
+    cat "$WORK/ops-$name.stdout" "$WORK/ops-$name.progress" > "$WORK/ops-$name.txt"
+}
+
+{
+    date -u +"%Y-%m-%dT%H:%M:%SZ phase $PHASE"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv 2>&1
+    python3 -c "import torch, os; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'threads', torch.get_num_threads(), 'cpus', os.cpu_count())"
+} >> "$LOG"
+
+if [ "$PHASE" = all ] || [ "$PHASE" = cuda ]; then
+    sweep cuda cuda "$CUDA_LIMIT_S"
+    # --resume on a finished file: the time to start a worker, load the catalog and skip everything.
+    started=$(date +%s.%N)
+    $FADE ops --device cuda --dtypes $DTYPES --resume --quiet -o "$WORK/ops-cuda.jsonl" --json "$WORK/resume.json" > /dev/null 2>&1
+    python3 -c "import json,sys,time; d=json.load(open('$WORK/resume.json')); print(f'resume of the finished cuda sweep: {time.time()-$started:.0f} s, {d[\"tasks_resumed\"]} of {d[\"tasks_selected\"]} op x dtypes skipped')" | tee -a "$LOG"
+    copy_out
+fi
+if [ "$PHASE" = all ] || [ "$PHASE" = cpu ]; then
+    sweep cpu cpu "$CPU_LIMIT_S"
+    copy_out
+fi
+if [ "$PHASE" = all ] || [ "$PHASE" = compare ]; then
+    $FADE ops compare "$WORK/ops-cuda.jsonl" "$WORK/ops-cpu.jsonl" --json "$WORK/gap.json" > "$WORK/gap.txt" 2>&1
+    echo "compare exit $?" >> "$LOG"
+    copy_out
+fi
