@@ -30,6 +30,7 @@ Method:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -109,7 +110,9 @@ def make_step(model, optimizer, images, labels, amp: str):
     autocast_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[amp]
 
     def step():
-        with torch.autocast(images.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        autocast = (torch.autocast(images.device.type, dtype=autocast_dtype) if autocast_dtype is not None
+                    else contextlib.nullcontext())
+        with autocast:
             loss = F.cross_entropy(model(images), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -220,7 +223,8 @@ def run(args) -> dict:
         "environment": {"torch": torch.__version__, "python": platform.python_version(), "device": str(device),
                         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type,
                         "cudnn_benchmark": torch.backends.cudnn.benchmark,
-                        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32},
+                        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+                        "tf32_cudnn": torch.backends.cudnn.allow_tf32},
         "results": results,
         "offences_seen": offences,
         "sampled_within_budget": results["sampled"]["overhead"] <= SAMPLED_OVERHEAD_BUDGET,

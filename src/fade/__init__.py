@@ -3,13 +3,19 @@
     import fade
     fade.apply_fade_patches()      # env advice for this device, before the GPU runtime starts
     print(fade.device_truth(0))    # CUs, wave size and peaks as the hardware has them
+    with fade.guard():             # CPU work, hidden syncs and copies inside a GPU region, per line
+        train_one_epoch()
 
 torch is imported lazily: `import fade` alone never starts a GPU runtime.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["apply_fade_patches", "device_truth", "collect_snapshot", "diagnose", "__version__"]
+__all__ = ["apply_fade_patches", "device_truth", "guard", "collect_snapshot", "diagnose", "__version__"]
+
+# Eager, not a lazy wrapper: `fade.guard` is also a subpackage, and importing it (as a wrapper would on its
+# first call) rebinds `fade.guard` to the module. The package imports no torch.
+from fade.guard import guard  # noqa: E402
 
 
 def apply_fade_patches(*args, **kwargs):

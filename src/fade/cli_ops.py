@@ -46,7 +46,7 @@ def add_verbs(verbs) -> None:
     ops.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # tests: no worker process
     ops.set_defaults(func=cmd_ops)
 
-    sub = ops.add_subparsers(dest="ops_verb", metavar="compare", parser_class=type(ops))  # fade.cli's one-line errors
+    sub = ops.add_subparsers(dest="ops_verb", title="sub-verb (optional)", metavar="compare A B", parser_class=type(ops))
     compare = sub.add_parser("compare", help="the gap table between two `fade ops` result files")
     compare.add_argument("a", metavar="A.jsonl")
     compare.add_argument("b", metavar="B.jsonl")

@@ -13,8 +13,8 @@ kernel is one boxed fallback that computes on host memory. Why this stand-in, ra
 A PrivateUse1 device is a real non-CPU device type with no Python key: torch dispatches to it exactly as to
 "cuda", the guard's mode sees the same op stream, autograd runs its backward on a device thread, and
 `.cpu()`/`.item()` really copy. What it cannot show: CUDA's own sync behaviour (sync-debug warnings from C++
-kernels, pinned vs pageable copies, streams) and real timings. scripts for the GPU box cover those (see the
-report to the lead / README).
+kernels, pinned vs pageable copies, streams), Inductor-compiled regions, CUDA graphs and real timings:
+benchmarks/guard_gpu_check.py and benchmarks/guard_overhead.py cover those on a GPU.
 """
 
 import threading
@@ -352,3 +352,40 @@ def test_report_json_round_trips_with_schema_version(device):
 def test_bad_arguments_are_usage_errors(options, message):
     with pytest.raises(FadeUsageError, match=message):
         guard(**options)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_stops_inspecting(device):
+    """DataLoader workers fork from the guarded thread; they must not pay for a guard nobody reads."""
+    import os
+
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    read_end, write_end = os.pipe()
+    with quiet_guard(device) as watched:
+        pid = os.fork()
+        if pid == 0:  # the child: report and leave at once
+            os.write(write_end, b"%d%d" % (watched.inspecting, _get_current_dispatch_mode() is None))
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert watched.inspecting  # the parent keeps inspecting
+    assert os.read(read_end, 2) == b"01"
+    os.close(read_end)
+    os.close(write_end)
+
+
+def test_a_mode_left_open_inside_the_guard_stays_and_the_guard_still_leaves(device):
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+    class LeftOpen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    left_open = LeftOpen()
+    watched = quiet_guard(device)
+    with pytest.warns(RuntimeWarning, match="left in place"):
+        with watched:
+            left_open.__enter__()
+    assert _get_current_dispatch_mode_stack() == [left_open]
+    left_open.__exit__(None, None, None)
+    assert _get_current_dispatch_mode_stack() == []

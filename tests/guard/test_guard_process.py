@@ -38,12 +38,12 @@ def test_process_guard_summarizes_at_exit_and_keeps_the_exit_code(tmp_path):
 def test_importing_fade_guard_does_not_import_torch_and_no_accelerator_means_nothing_to_watch():
     result = run_python("""
         import json, sys
-        import fade.guard
+        from fade.guard import guard
         torch_loaded_by_import = "torch" in sys.modules
         import torch
-        with fade.guard.guard() as watched:
+        with guard() as watched:
             torch.ones(3).sum().item()
-        accelerator = torch.accelerator.current_accelerator(check_available=True)
+        accelerator = torch.accelerator.current_accelerator()
         print(json.dumps([torch_loaded_by_import, accelerator is None, watched.report.notes,
                           len(watched.report.records)]))
     """)

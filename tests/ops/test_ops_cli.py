@@ -104,3 +104,15 @@ def test_compare_rejects_corrupt_foreign_empty_and_missing_files(cpu_file, tmp_p
     for bad, message in cases:
         assert fade_main(["ops", "compare", str(cpu_file), str(bad)]) == 2, bad
         assert message in one_line_error(capsys), bad
+
+
+def test_without_expecttest_the_sweep_cannot_run_here_exit_3(fade_main, capsys, tmp_path, monkeypatch):
+    """torch's OpInfo database imports expecttest, which torch does not depend on: say what to install."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "expecttest.py").write_text("raise ModuleNotFoundError(\"No module named 'expecttest'\", name='expecttest')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shim))
+    code = fade_main(["ops", "--device", "cpu", "--only", "sum", "-o", str(tmp_path / "o.jsonl"), "--quiet"])
+    assert code == 3
+    err = one_line_error(capsys)
+    assert "expecttest" in err and "pip install expecttest" in err

@@ -85,6 +85,8 @@ def test_claim_findings_are_a_failing_claim_and_an_unclaimed_dtype_that_runs():
         ("scatter_reduce.amax", "OpInfo", "indexing"),
         ("unflatten", "OpInfo", "shape"),
         ("randn", "OpInfo", "other"),
+        ("normal.in_place", "OpInfo", "other"),
+        ("norm.fro", "OpInfo", "reductions"),
     ],
 )
 def test_family_of_an_op(op_id, opinfo_class, family):
@@ -141,7 +143,7 @@ def test_every_dtype_of_an_opinfo_is_a_case_but_a_probe_only_gets_its_own():
 def _row(op, dtype, op_class, *, family="pointwise", seconds=None, sample=0, message=None):
     return {
         "op": op, "dtype": dtype, "family": family, "class": op_class, "claimed": True, "claim_finding": None,
-        "curated": ["bf16"] if dtype == "bfloat16" else [], "message": message, "note": None,
+        "curated": curated_rows_for(op, dtype), "message": message, "note": None,
         "max_tolerance_ratio": 30.0 if op_class == "mismatch" else None, "known_mismatch": False,
         "device_median_s": seconds, "cpu_median_s": None, "timed_input_bytes": 1600, "timed_sample": sample,
         "slow_reason": None, "torch_device": "x",
@@ -160,6 +162,7 @@ def test_gap_lists_support_and_mismatch_on_one_side_and_large_speed_ratios():
         _row("sub", "float32", "unsupported", message="NotImplementedError: nope"),
         _row("svd", "float32", "ok", family="linalg", seconds=10e-6),
         _row("only_a", "float32", "ok"),
+        _row("nn.functional.grid_sample", "float32", "ok", family="conv/pool"),
     ])
     b = _side("B", [
         _row("add", "float32", "ok", seconds=1e-3 * GAP_SPEED_RATIO * 2),
@@ -167,6 +170,7 @@ def test_gap_lists_support_and_mismatch_on_one_side_and_large_speed_ratios():
         _row("mul", "float32", "mismatch"),
         _row("sub", "float32", "ok"),
         _row("svd", "float32", "ok", family="linalg", seconds=10e-6 * GAP_SPEED_RATIO * 2),  # both launch-bound
+        _row("nn.functional.grid_sample", "float32", "slow", family="conv/pool"),
     ])
     gap = compare_sweeps(a, b)
     assert [(p["op"], p["dtype"]) for p in gap["works_a_not_b"]] == [("add", "bfloat16")]
@@ -175,9 +179,13 @@ def test_gap_lists_support_and_mismatch_on_one_side_and_large_speed_ratios():
     assert [p["op"] for p in gap["mismatch_b_only"]] == ["mul"] and not gap["mismatch_a_only"]
     assert [(p["op"], round(p["b_over_a"])) for p in gap["speed"]] == [("add", 2 * GAP_SPEED_RATIO)]
     assert 10e-6 * GAP_SPEED_RATIO * 2 < GAP_MIN_SLOWER_S
-    assert gap["common"] == 5 and gap["only_in_a"] == 1 and gap["only_in_b"] == 0
+    assert gap["common"] == 6 and gap["only_in_a"] == 1 and gap["only_in_b"] == 0
     assert gap["families"]["pointwise"]["works_a_not_b"] == 1
-    assert [p["op"] for p in gap["curated"]] == ["add"]
+    # Curated ops are listed side by side; the bf16 row (every op) is only counted.
+    assert [p["op"] for p in gap["curated"]] == ["nn.functional.grid_sample"]
+    rows = {entry["name"]: entry for entry in gap["curated_rows"]}
+    assert (rows["bf16"]["a_ok"], rows["bf16"]["b_ok"], rows["bf16"]["a_tried"]) == (1, 0, 1)
+    assert (rows["grid_sample"]["a_ok"], rows["grid_sample"]["b_ok"]) == (1, 1)  # slow still ran correctly
 
 
 def test_family_summary_counts_ok_and_slow_over_tried():

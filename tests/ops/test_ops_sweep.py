@@ -11,7 +11,7 @@ from fade.measure.ops.outcome import claim_finding
 
 OPS = (
     "sum", "mean", "linalg.svd", "nn.functional.conv2d", "fft.fft", "gather", "as_strided.partial_views",
-    "normal", "empty_like", "bernoulli", "nn.functional.dropout", "broadcast_shapes", "jiterator_unary",
+    "normal", "empty_like", "bernoulli", "nn.functional.dropout", "broadcast_shapes", "jiterator_unary", "linalg.matrix_power", "svd",
     "nn.functional.grid_sample", "index_put",
 )
 DTYPES = ["float32", "bfloat16", "int64"]
@@ -28,11 +28,12 @@ def rows_by_key(sweep):
     return {(row["op"], row["dtype"]): row for row in sweep.rows}
 
 
-def test_the_cpu_against_itself_gives_only_ok_and_unsupported(cpu_sweep):
+def test_the_cpu_against_itself_gives_only_ok_unsupported_and_untested(cpu_sweep):
     sweep, _ = cpu_sweep
     assert len(sweep.rows) == len(OPS) * len(DTYPES)
     classes = {(row["op"], row["dtype"]): row["class"] for row in sweep.rows}
-    assert set(classes.values()) <= {"ok", "unsupported"}, {key: c for key, c in classes.items() if c not in ("ok", "unsupported")}
+    expected = {"ok", "unsupported", "untested"}
+    assert set(classes.values()) <= expected, {key: c for key, c in classes.items() if c not in expected}
     assert classes[("sum", "float32")] == "ok" and classes[("linalg.svd", "int64")] == "unsupported"
 
 
@@ -52,12 +53,20 @@ def test_a_view_of_part_of_a_storage_reads_the_same_memory_on_the_cpu_copy(cpu_s
 def test_dtype_claims_are_checked_against_what_ran(cpu_sweep):
     sweep, _ = cpu_sweep
     rows = rows_by_key(sweep)
-    assert rows[("broadcast_shapes", "int64")]["claim_finding"] == "works_unclaimed"  # takes no tensor at all
+    assert rows[("linalg.matrix_power", "int64")]["claim_finding"] == "works_unclaimed"
     assert rows[("jiterator_unary", "float32")]["claimed"] is False  # onlyCUDA: no CPU claim
     assert rows[("jiterator_unary", "float32")]["class"] == "unsupported"
     for row in sweep.rows:
         assert row["claim_finding"] == claim_finding(row["class"], row["claimed"])
     assert sweep.summary["claims"].get("works_unclaimed", 0) >= 1
+
+
+def test_a_dtype_the_samples_do_not_really_use_is_untested_not_a_claim_finding(cpu_sweep):
+    """broadcast_shapes takes no tensor at all; svd's first samples are 0 x n matrices and are passed over."""
+    rows = rows_by_key(cpu_sweep[0])
+    assert rows[("broadcast_shapes", "int64")]["class"] == "untested"
+    assert rows[("broadcast_shapes", "int64")]["claim_finding"] is None
+    assert rows[("svd", "float32")]["class"] == "ok"
 
 
 def test_every_op_that_ran_was_timed_on_both_sides(cpu_sweep):

@@ -71,10 +71,12 @@ def planned_env(snapshot: dict) -> list[tuple[str, str, str, str]]:
 
 
 def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = None,
-                       verbose: bool = True) -> list[EnvChange]:
+                       verbose: bool = True, guard: bool | str = False) -> list[EnvChange]:
     """Set the safe env fixes for this machine's GPUs. Call it before the first torch.cuda call.
 
     Returns every change considered, including the ones skipped because you set the variable.
+    guard: True (or "warn"/"strict"/"sampled") also turns fade.guard on for this thread until exit and
+    prints its summary then; it never starts the GPU runtime, so the env fixes still take effect.
     """
     environ = os.environ if environ is None else environ
     if _gpu_runtime_started():
@@ -101,6 +103,10 @@ def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = N
     if verbose:
         for change in changes:
             print(change, file=sys.stderr)
+    if guard:
+        from fade.guard import enable_process_guard
+
+        enable_process_guard(mode=guard if isinstance(guard, str) else "warn")
     return changes
 
 

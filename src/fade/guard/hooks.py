@@ -30,6 +30,7 @@ class ThreadState:
     def __init__(self):
         self.entered: list = []  # Guard objects
         self.handling: list = []  # [guard, captured warnings] for each op inside a guard's dispatch, innermost last
+        self.in_explicit_sync = 0  # inside a watched synchronize(): its sync-debug warning is the same event
 
 
 def thread_state() -> ThreadState:
@@ -73,6 +74,8 @@ def _showwarning(message, category, filename, lineno, file=None, line=None):
     kind = _classify_warning(text)
     if kind == "notice" and _sync_debug_armed:
         return  # our own set_sync_debug_mode call prints it; the user did not ask for it
+    if kind == "sync_debug" and thread_state().in_explicit_sync:
+        return
     if kind in ("backend_fallback", "sync_debug"):
         state = thread_state()
         if state.handling:
@@ -118,7 +121,10 @@ def remove_warning_capture() -> None:
             if entry in warnings.filters:
                 warnings.filters.remove(entry)
         _always_filters.clear()
-        warnings._filters_mutated()  # drop the per-module "already shown" caches built under our filters
+        # Drop the per-module "already shown" caches built under our filters (3.14 renamed the private hook).
+        mutated = getattr(warnings, "_filters_mutated", None) or getattr(warnings, "_filters_mutated_lock_held", None)
+        if mutated is not None:
+            mutated()
 
 
 def arm_cuda_sync_debug() -> None:
@@ -174,11 +180,18 @@ def _make_sync_wrapper(original, label: str):
 
     @functools.wraps(original)
     def synchronize_watched(*args, **kwargs):
+        state = thread_state()
+        outermost = state.in_explicit_sync == 0  # one synchronize calling another is one sync
+        state.in_explicit_sync += 1
         start = time.perf_counter_ns()
-        result = original(*args, **kwargs)
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            state.in_explicit_sync -= 1
         elapsed_ns = time.perf_counter_ns() - start
-        for guard in guards_here():
-            guard._on_explicit_sync(label, elapsed_ns)
+        if outermost:
+            for guard in guards_here():
+                guard._on_explicit_sync(label, elapsed_ns)
         return result
 
     # Dynamo must not trace into the wrapper: a synchronize inside a compiled region becomes a graph break,

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import time
 
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _get_current_dispatch_mode,
+    _get_current_dispatch_mode_stack,
+    _pop_mode,
+    _push_mode,
+)
 
 from fade.guard import hooks
 from fade.guard.classify import classify, op_name
@@ -61,3 +67,16 @@ class GuardMode(TorchDispatchMode):
 def top_mode():
     """The innermost torch dispatch mode on this thread, or None."""
     return _get_current_dispatch_mode()
+
+
+def remove_buried_mode(mode) -> None:
+    """Take `mode` out of this thread's mode stack when other modes sit above it (a mode the user entered
+    inside the guard and never left): lift those off, leave ours properly, put them back as they were."""
+    if not any(stacked is mode for stacked in _get_current_dispatch_mode_stack()):
+        return
+    above = []
+    while _get_current_dispatch_mode() is not mode:
+        above.append(_pop_mode())
+    mode.__exit__(None, None, None)
+    for stacked in reversed(above):
+        _push_mode(stacked)

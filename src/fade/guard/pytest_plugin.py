@@ -1,11 +1,13 @@
-"""pytest plugin: `pytest --fade-guard` fails a test that computed on the CPU, copied between host and device,
-synced or mixed devices inside a GPU region.
+"""pytest plugin: `pytest --fade-guard` fails a test whose code under test computed on the CPU, copied between
+host and device, synced or mixed devices inside a GPU region.
 
 A test body (not its fixtures) runs under a quiet fade.guard. A test counts as a GPU region once it touches
-an accelerator tensor; memory a fixture left on the GPU does not make a CPU-only test one. Exceptions are
-listed per test with a marker:
+an accelerator tensor; memory a fixture left on the GPU does not make a CPU-only test one. Only hidden work
+fails a test: an offence charged to a line of the test file itself (or a conftest.py), such as building an
+input with torch.tensor(..., device=...) or asserting on `.item()`, is the test's own doing. Exceptions in
+the code under test are listed per test with a marker:
 
-    @pytest.mark.fade_allow("sync")                       # any kind: sync, copy, cpu_compute, device_mix, backend_fallback
+    @pytest.mark.fade_allow("sync")                       # a kind: sync, copy, cpu_compute, device_mix, ...
     @pytest.mark.fade_allow("copy d2h", "aten::nonzero")  # a kind with a copy direction, or op names
 
 Registered through the `pytest11` entry point, so it is loaded (not active) wherever FADE is installed;
@@ -13,6 +15,8 @@ importing it does not import torch.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -22,8 +26,8 @@ ALLOW_MARKER = "fade_allow"
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("fade", "fade.guard")
     group.addoption("--fade-guard", action="store_true", default=False,
-                    help="fail tests that do CPU compute, host<->device copies, syncs or device mixing while "
-                         "accelerator tensors are in use")
+                    help="fail tests whose code under test does CPU compute, host<->device copies, syncs or "
+                         "device mixing while accelerator tensors are in use")
     group.addoption("--fade-guard-device", default=None, metavar="TYPE",
                     help="the accelerator's device type for --fade-guard (default: torch's current accelerator)")
 
@@ -49,6 +53,11 @@ def is_allowed(record, allowed: set[str]) -> bool:
     return bool(record.ops) and all(op in allowed or op.split(".")[0] in allowed for op in record.ops)
 
 
+def is_test_code(file: str, test_file: str) -> bool:
+    """Lines of the test module or of a conftest.py: the test's own setup and assertions, not hidden work."""
+    return os.path.abspath(file) == os.path.abspath(test_file) or os.path.basename(file) == "conftest.py"
+
+
 def failure_message(records: list) -> str:
     count = sum(record.count for record in records)
     lines = [f"fade.guard: {count} offence{'s' * (count != 1)} in a GPU region:"]
@@ -72,7 +81,8 @@ def pytest_runtest_call(item):
     with watched:
         result = yield  # a failing test raises here and keeps its own failure
     allowed = allowed_names(item)
-    offences = [record for record in watched.report.records if not is_allowed(record, allowed)]
+    offences = [record for record in watched.report.records
+                if not is_allowed(record, allowed) and not is_test_code(record.file, str(item.path))]
     if offences:
         pytest.fail(failure_message(offences), pytrace=False)
     return result

@@ -1,8 +1,8 @@
 """`fade.guard`: a context manager and decorator that reports host work, copies and syncs inside a GPU region.
 
 How it works: entering pushes a TorchDispatchMode (fade.guard.mode) on the thread; every ATen op then passes
-through `Guard._dispatch`, which runs it, times it on the host clock and asks fade.guard.classify whether it
-was an offence. Offences are grouped per (kind, the user's file:line, copy direction). fade.guard.hooks adds
+through it: it runs the op, times it on the host clock and asks fade.guard.classify whether it was an
+offence, which `Guard._record` files per (kind, the user's file:line, copy direction). fade.guard.hooks adds
 what a mode cannot see: backends' CPU-fallback warnings, explicit synchronize calls, optimizer steps.
 
 Modes:
@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import threading
-import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 
 from fade.errors import FadeUsageError
@@ -55,13 +56,33 @@ def guard(mode: str = "warn", device=None, *, sample_every: int = DEFAULT_SAMPLE
     """A guard over a GPU region: `with fade.guard(): ...` or `@fade.guard(mode="strict")`.
 
     device: the accelerator's device type ("cuda" on NVIDIA and ROCm, "xpu", "mps", a PrivateUse1 name);
-        None picks torch's current accelerator. With no accelerator the guard has nothing to watch.
+        None picks the accelerator torch was built for (without starting its runtime). With none, the guard
+        has nothing to watch.
     sample_every: sampled mode only; inspect one step in this many.
     sync_debug: on CUDA, also switch on torch.cuda.set_sync_debug_mode("warn") while the guard is active,
         to catch syncs inside kernels. None means on for warn and strict, off for sampled.
     quiet: record only; no FadeGuardWarning per new offence (read `.report` instead).
     """
     return Guard(mode, device, sample_every=sample_every, sync_debug=sync_debug, quiet=quiet)
+
+
+_active_guards: weakref.WeakSet = weakref.WeakSet()  # guards with an open entry, for the fork handler
+
+
+def _quiet_after_fork() -> None:
+    """In a forked child (DataLoader workers under Linux's default start method) the parent's guards are
+    copies whose records nobody will read: stop inspecting, so the workers' CPU work runs at full speed."""
+    for forked in list(_active_guards):
+        forked._disabled = True
+        forked.inspecting = False
+        try:
+            forked._toggle_here(False)
+        except Exception:  # noqa: BLE001 - best effort in a fresh child; the mode then passes ops through
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_quiet_after_fork)
 
 
 @dataclass
@@ -77,11 +98,13 @@ def _device_type(device) -> str | None:
     import torch
 
     if device is None:
+        # The accelerator torch was built for, without asking the runtime whether a device is present: asking
+        # would initialize CUDA/HIP before the user's script runs and freeze CUDA_VISIBLE_DEVICES and friends.
         accelerator = getattr(torch, "accelerator", None)
         if accelerator is not None and hasattr(accelerator, "current_accelerator"):
-            found = accelerator.current_accelerator(check_available=True)
+            found = accelerator.current_accelerator()
             return found.type if found is not None else None
-        return "cuda" if torch.cuda.is_available() else None
+        return "cuda" if torch.backends.cuda.is_built() else None
     try:
         device_type = torch.device(device).type
     except (RuntimeError, TypeError) as exc:
@@ -123,8 +146,10 @@ class Guard(contextlib.ContextDecorator):
         self.mode = mode
         self.quiet = quiet
         self._device_arg = device
-        self.device_type: str | None = None  # resolved at the first entry (None: torch's accelerator, found late
-        self._resolved = False              # so that building a guard never starts a GPU runtime)
+        # The accelerator's device type, resolved at the first entry, so building a guard never imports torch
+        # when the device is left to torch (the pytest plugin builds one per test).
+        self.device_type: str | None = None
+        self._resolved = False
         if device is not None:
             self._device_arg = _device_type(device)  # check it now: a bad device is the caller's error
         self.sample_every = sample_every if mode == "sampled" else 1
@@ -142,6 +167,7 @@ class Guard(contextlib.ContextDecorator):
         self._accelerator_in_use = False
         self._sync_debug_armed = False
         self._explicit_steps = False
+        self._disabled = False  # set in a forked child: never inspect again
         self._steps_seen = 0
         self._steps_inspected = 0
         self.inspecting = True  # whether the current step is inspected (always, unless sampled)
@@ -208,6 +234,7 @@ class Guard(contextlib.ContextDecorator):
             return self
         if first and self._memory_counts_as_use and not self._accelerator_in_use:
             self._accelerator_in_use = _accelerator_memory_in_use(self.device_type)
+        _active_guards.add(self)
         hooks.thread_state().entered.append(self)
         hooks.install_warning_capture()
         hooks.patch_explicit_syncs(self.device_type)
@@ -220,26 +247,27 @@ class Guard(contextlib.ContextDecorator):
         return self
 
     def __exit__(self, exc_type, exc_value, traceback) -> None:
-        from fade.guard.mode import top_mode
+        from fade.guard.mode import remove_buried_mode, top_mode
 
         entry = self._entries().pop()
         if entry.pushed:
-            if top_mode() is not entry.mode:
-                warnings.warn("fade.guard: another dispatch mode entered inside the guard is still active; "
-                              "leaving the guard pops it", RuntimeWarning, stacklevel=2)
-            entry.mode.__exit__(None, None, None)
+            if top_mode() is entry.mode:
+                entry.mode.__exit__(None, None, None)
+            else:
+                remove_buried_mode(entry.mode)
+                warnings.warn("fade.guard: a dispatch mode entered inside the guard was still active when the "
+                              "guard ended; it was left in place", RuntimeWarning, stacklevel=2)
         for undo in entry.hooked:
             undo()
         if entry.hooked:
             entered = hooks.thread_state().entered
-            entered.reverse()
-            entered.remove(self)  # the innermost entry of this guard on this thread
-            entered.reverse()
+            del entered[len(entered) - 1 - entered[::-1].index(self)]  # this guard's innermost entry here
         with self._lock:
             self._active -= 1
             last = self._active == 0
             if last:
                 self._owner_thread = None
+                _active_guards.discard(self)
                 if self._sync_debug_armed:
                     self._sync_debug_armed = False
                     hooks.disarm_cuda_sync_debug()
@@ -252,6 +280,8 @@ class Guard(contextlib.ContextDecorator):
             self._advance_step()
 
     def _advance_step(self) -> None:
+        if self._disabled:
+            return
         with self._lock:
             if self.inspecting:
                 self._steps_inspected += 1

@@ -53,20 +53,21 @@ def register() -> None:
         _setup_privateuseone_for_python_backend(NAME, backend_module=_BackendModule())
     library = torch.library.Library("_", "IMPL")
     library.fallback(_run_on_host, "PrivateUse1")
-    # Some C++ paths reach the device kernel with the Python dispatch key excluded while a dispatch mode is on
-    # the stack (torch.tensor(data, device=...) copies that way). torch then routes the call through the
-    # mode's interpreter, which finds only per-op Python registrations, not fallbacks: so the ops of that
-    # path are registered one by one as well.
+    # Per-op registrations of the same kernel, for two reasons. (1) Some C++ paths reach the device kernel with
+    # the Python dispatch key excluded while a dispatch mode is on the stack (torch.tensor(data, device=...)
+    # copies that way); torch then routes the call through the mode's interpreter, which finds per-op Python
+    # registrations but not fallbacks. (2) For backends other than CPU/CUDA, convolution's composite kernel
+    # calls convolution_overrideable, which only raises; a direct registration runs it as the CPU does.
     aten_library = torch.library.Library("aten", "IMPL")
     for op in (aten.empty.memory_format, aten.empty_strided.default, aten._copy_from.default,
-               aten._copy_from_and_resize.default):
+               aten._copy_from_and_resize.default, aten.convolution.default, aten.convolution_backward.default):
         aten_library.impl(op, functools.partial(_run_on_host, op), "PrivateUse1")
     _library = (library, aten_library)
 
 
 @contextlib.contextmanager
 def simulated_warnings(messages: dict[str, str]):
-    """While active, each named op ("aten::cumsum" or "aten::add.Tensor") emits its message as a UserWarning,
+    """While active, each named op ("aten::cumsum", or a full overload name) emits its message as a UserWarning,
     from inside the kernel, the way C++ kernels' TORCH_WARN reaches Python. Lets tests exercise the guard's
     capture of warnings a real backend emits (CPU fallbacks, CUDA's sync debug mode)."""
     with _lock:
@@ -228,8 +229,37 @@ class _BackendModule:
     def _is_in_bad_fork(self) -> bool:
         return False
 
+    # Random ops run on the CPU generator, so the device's own RNG state is empty. torch asks for it anyway
+    # (torch.random.fork_rng saves the current accelerator's state), so these must exist.
+    def manual_seed(self, seed: int) -> None:
+        pass
+
     def manual_seed_all(self, seed: int) -> None:
-        pass  # random ops run on the CPU generator
+        pass
+
+    def seed(self) -> None:
+        pass
+
+    def seed_all(self) -> None:
+        pass
+
+    def initial_seed(self) -> int:
+        return torch.initial_seed()
+
+    def get_rng_state(self, device=None) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_rng_state(self, new_state, device=None) -> None:
+        pass
+
+    def get_rng_state_all(self) -> list:
+        return [self.get_rng_state()]
+
+    def set_rng_state_all(self, new_states) -> None:
+        pass
+
+    def get_amp_supported_dtype(self) -> list:
+        return [torch.float16, torch.bfloat16]
 
     def synchronize(self, device=None) -> None:
         pass  # ops run synchronously

@@ -10,7 +10,7 @@ Reference
     The same weights run LOSS_CHECK_STEPS (LOSS_CHECK_STEPS_QUICK with --quick) eager steps in fp32 with TF32
     off, from the RNG state STEP_SEED; the first of them runs under torch.utils.flop_counter.FlopCounterMode,
     which gives the FLOPs of one step (forward + backward when training; the optimizer's elementwise work
-    counts 0). The weights are then reset to their initial values.
+    counts 0). The weights are then reset to their initial values. The `fp32` variant is its own reference.
 Variant
     The variant's knobs are pinned (models_variants.variant_knobs), channels-last and torch.compile applied,
     a fresh optimizer made, and the same number of steps run from STEP_SEED. Their last loss must differ from
@@ -18,6 +18,11 @@ Variant
     case is invalid (status "error"). Inference compares the loss of one forward pass the same way.
     These steps are also the warm-up that compiles, tunes and grows the allocator.
 Timing
+    The optimizer's learning rate is set to 0 (TIMED_LEARNING_RATE) for the timed steps: every kernel of the
+    update still runs (SGD's and AdamW's foreach updates have no zero-rate shortcut), but the weights stay
+    where the checked steps left them. Hundreds of steps on one fixed batch otherwise drive a network
+    without batch norm to divergence (VGG-16 at batch 2 and lr 0.01 reaches NaN by step 8 on the CPU), which
+    would make a healthy variant look invalid.
     fade.measure.timing.measure on one step per call (its docstring is the method: warm-up, CUDA events per
     block, blocks of >= min_block_s, rounds, stop rule, median + IQR). A training step is
     zero_grad(set_to_none) + autocast forward + loss + backward (through a GradScaler for amp-fp16) +
@@ -62,10 +67,11 @@ LOSS_CHECK_STEPS_QUICK = 2
 # autocast stays within 1% of it. 5% of the starting loss flags a variant that diverges or stops learning
 # (fp32 falls by 30-80% of it in 5 steps) without flagging rounding. Inductor's own dropout masks add noise.
 LOSS_RELATIVE_TOLERANCE = 0.05
+TIMED_LEARNING_RATE = 0.0  # see "Timing" above: same work per step, no divergence on a fixed batch
 CHECK_SAMPLE_ELEMENTS = 2**20  # inference: outputs larger than this are checked on an evenly strided sample
 PLAIN_WARMUP_STEPS = 2  # the model is warm already (FADE's timing ran); two steps refill the queue
 PLAIN_REPEATS = 5  # event pairs; their median is the plain loop's figure
-PLAIN_REPEAT_S = 0.3  # back-to-back steps per repeat: as many as fill about this much time, at least 3
+PLAIN_REPEAT_S = 0.2  # back-to-back steps per repeat: as many as fill about this much time, at least 3
 PLAIN_MIN_STEPS = 3
 CUDA_MEMORY_SOURCE = "torch.cuda.max_memory_allocated over the timed steps (caching allocator only)"
 
@@ -100,20 +106,27 @@ def model_case(
     check_steps = LOSS_CHECK_STEPS_QUICK if ctx.quick else LOSS_CHECK_STEPS
     training = mode == "train"
 
+    no_4d = f"channels-last changes nothing for {model}: it has no 4-D input or weight"
+    entry = ZOO.get(model)
+    if parsed.channels_last and entry is not None and entry.kind != "image":
+        raise CaseSkipped(no_4d)
     torch.manual_seed(WEIGHT_SEED)
     workload = build_workload(model, batch, size, device)
     if parsed.channels_last and not _has_4d(workload):
-        raise CaseSkipped(f"channels-last changes nothing for {model}: it has no 4-D input or weight")
-    initial_state = copy.deepcopy(workload.model.state_dict())
-
-    # fp32 reference from the same weights and RNG stream; its first step also counts the FLOPs
-    with fp32_math_flags("ieee", "ieee"):
-        reference = _Runner(workload, workload.model, Variant("fp32"), training, device)
-        reference_losses, flops_by_op = reference.checked_steps(check_steps, count_flops=True)
-    del reference
-    workload.model.load_state_dict(initial_state)
-    del initial_state
-    _release(device)
+        raise CaseSkipped(no_4d)
+    # The fp32 reference from the same weights and RNG stream; its first step also counts the FLOPs. The
+    # fp32 variant itself is its own reference: the same eager steps, so they run once.
+    is_reference = parsed == Variant("fp32")
+    reference_losses = flops_by_op = None
+    if not is_reference:
+        initial_state = copy.deepcopy(workload.model.state_dict())
+        with fp32_math_flags("ieee", "ieee"):
+            reference = _Runner(workload, workload.model, Variant("fp32"), training, device)
+            reference_losses, flops_by_op = reference.checked_steps(check_steps, count_flops=True)
+        del reference
+        workload.model.load_state_dict(initial_state)
+        del initial_state
+        _release(device)
 
     runnable = workload.model
     if parsed.channels_last:
@@ -126,9 +139,12 @@ def model_case(
         runnable = torch.compile(runnable)
     with fp32_math_flags(parsed.matmul_math, parsed.conv_math):
         runner = _Runner(workload, runnable, parsed, training, device)
-        losses, _ = runner.checked_steps(check_steps)
+        losses, counted = runner.checked_steps(check_steps, count_flops=is_reference)
+        if is_reference:
+            reference_losses, flops_by_op = losses, counted
         loss_check = _compare_losses(losses, reference_losses, check_steps, training)
-        in_effect = {**knobs_in_effect(device), **runner.in_effect()}
+        in_effect = {**knobs_in_effect(), **runner.in_effect()}
+        runner.freeze_weights()
         runner.tracker.reset()
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
@@ -141,7 +157,6 @@ def model_case(
 
     samples_per_s = workload.samples / timing.median_s
     flops_per_step = sum(flops_by_op.values())
-    entry = ZOO.get(model)
     extra = {
         "mode": mode,
         "variant": parsed.knobs(),
@@ -153,19 +168,14 @@ def model_case(
             "params": sum(parameter.numel() for parameter in workload.model.parameters()),
             "input_on_device": True,
             "input_copy_included": False,
+            "checked_learning_rate": runner.checked_learning_rate,
+            "timed_learning_rate": TIMED_LEARNING_RATE if training else None,
             **workload.facts,
-        },
-        "step_ms": {
-            "median": 1e3 * timing.median_s,
-            "q1": 1e3 * timing.q1_s,
-            "q3": 1e3 * timing.q3_s,
         },
         "flops": _flops_summary(flops_by_op, timing.median_s, parsed, peaks, dtype_support),
         "memory": memory,
         "loss_check": loss_check,
     }
-    if entry is not None:
-        extra["workload"]["zoo_params"] = entry.params
     if plain is not None:
         plain["fade_vs_plain_pct"] = 100.0 * (samples_per_s - plain["samples_per_s"]) / plain["samples_per_s"]
         extra["plain_loop"] = plain
@@ -205,6 +215,7 @@ class _Runner:
         self.autocast_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(variant.autocast_dtype)
         self.optimizer = workload.optimizer() if training else None
         self.scaler = None
+        self.checked_learning_rate = None  # the optimizer's rate in the checked steps, once frozen
         if training and variant.autocast_dtype == "fp16":
             self.scaler = torch.amp.GradScaler(device.split(":", 1)[0])
 
@@ -238,6 +249,14 @@ class _Runner:
             self.optimizer.step()
         self.tracker.add_loss(loss)
         return loss
+
+    def freeze_weights(self) -> None:
+        """Learning rate TIMED_LEARNING_RATE from now on (the timed steps); see the module docstring."""
+        if self.optimizer is None:
+            return
+        self.checked_learning_rate = self.optimizer.param_groups[0]["lr"]
+        for group in self.optimizer.param_groups:
+            group["lr"] = TIMED_LEARNING_RATE
 
     def checked_steps(self, steps: int, *, count_flops: bool = False) -> tuple:
         """Losses of `steps` steps from STEP_SEED (inference: the loss of the forward output), and FLOPs by

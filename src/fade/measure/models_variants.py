@@ -173,18 +173,25 @@ def fp32_math_flags(matmul: str, conv: str) -> Iterator[None]:
             matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def knobs_in_effect(device: str) -> dict:
-    """The fp32 math flags torch has right now (read inside variant_knobs), for the record."""
+def knobs_in_effect() -> dict:
+    """The fp32 math flags torch has right now (read inside fp32_math_flags), for the record. A flag torch
+    refuses to read (it does once the legacy and the new precision APIs were mixed) reads as its error."""
     import torch
+
+    def read(getter):
+        try:
+            return getter()
+        except Exception as error:
+            return f"unreadable: {type(error).__name__}: {error}".splitlines()[0][:160]
 
     found = {"cudnn_benchmark": torch.backends.cudnn.benchmark}
     matmul_backend = torch.backends.cuda.matmul
     conv_backend = getattr(torch.backends.cudnn, "conv", None)
     if hasattr(matmul_backend, "fp32_precision") and conv_backend is not None:
-        found["matmul_fp32_precision"] = matmul_backend.fp32_precision
-        found["cudnn_conv_fp32_precision"] = conv_backend.fp32_precision
+        found["matmul_fp32_precision"] = read(lambda: matmul_backend.fp32_precision)
+        found["cudnn_conv_fp32_precision"] = read(lambda: conv_backend.fp32_precision)
     else:
-        found["matmul_allow_tf32"] = matmul_backend.allow_tf32
-        found["cudnn_allow_tf32"] = torch.backends.cudnn.allow_tf32
-    found["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+        found["matmul_allow_tf32"] = read(lambda: matmul_backend.allow_tf32)
+        found["cudnn_allow_tf32"] = read(lambda: torch.backends.cudnn.allow_tf32)
+    found["float32_matmul_precision"] = read(torch.get_float32_matmul_precision)
     return found

@@ -257,12 +257,14 @@ def _models_table(records: list) -> str:
         params = record.get("params") or {}
         extra = record.get("extra") or {}
         status = record.get("status")
-        step = extra.get("step_ms") or {}
+        stats = record.get("stats") or {}
         flops = extra.get("flops") or {}
         memory = extra.get("memory") or {}
         loss = extra.get("loss_check") or {}
         plain = extra.get("plain_loop") or {}
-        step_text = f"{step['median']:.4g} [{step['q1']:.4g}-{step['q3']:.4g}]" if step.get("median") is not None else ""
+        step_text = ""
+        if stats.get("median_s") is not None:
+            step_text = f"{1e3 * stats['median_s']:.4g} [{1e3 * stats['q1_s']:.4g}-{1e3 * stats['q3_s']:.4g}]"
         tflops = format_value(flops.get("achieved_tflops")) if flops.get("achieved_tflops") is not None else ""
         pct = f"{flops['pct_of_peak']:.1f}% ({flops.get('peak_dtype')})" if flops.get("pct_of_peak") is not None else ""
         peak_bytes = memory.get("peak_allocated_bytes")
@@ -272,7 +274,7 @@ def _models_table(records: list) -> str:
         if plain.get("samples_per_s") is not None:
             plain_text = f"{format_value(plain['samples_per_s'])} ({plain.get('fade_vs_plain_pct', 0):+.1f}%)"
         notes = [record.get("error") or ""]
-        if (record.get("stats") or {}).get("noisy"):
+        if stats.get("noisy"):
             notes.append("noisy")
         if (record.get("telemetry") or {}).get("throttled"):
             notes.append("throttled: " + ", ".join((record.get("telemetry") or {}).get("throttle_reasons") or []))

@@ -11,6 +11,8 @@ from collections import Counter
 from typing import Optional
 
 from fade.measure.ops.curated import CURATED
+
+OP_ROWS = frozenset(row.name for row in CURATED if row.ops)  # curated rows that name ops (not a dtype)
 from fade.measure.ops.families import FAMILIES
 from fade.measure.ops.outcome import CLASSES, FAILS, RUNS, WORKS
 from fade.measure.ops.results import load_ops_file
@@ -116,13 +118,25 @@ def compare_sweeps(side_a: dict, side_b: dict) -> dict:
         ratio = speed_ratio(a, b)
         if ratio is not None:
             gap["speed"].append(dict(pair, b_over_a=ratio))
-        if a.get("curated") or b.get("curated"):
+        if set(pair["curated"]) & OP_ROWS:  # the bf16 row covers every op: it is summarized, not listed
             gap["curated"].append(pair)
     for name in ("works_a_not_b", "works_b_not_a", "mismatch_a_only", "mismatch_b_only", "curated"):
         gap[name].sort(key=lambda pair: (FAMILIES.index(pair["family"]) if pair["family"] in FAMILIES else 99, pair["op"], pair["dtype"]))
     gap["speed"].sort(key=lambda pair: -max(pair["b_over_a"], 1.0 / pair["b_over_a"]))
     common_a = [rows_a[key] for key in common]
     common_b = [rows_b[key] for key in common]
+    gap["curated_rows"] = [
+        {
+            "name": entry_a["name"],
+            "why": entry_a["why"],
+            "source": entry_a["source"],
+            "a_tried": entry_a["tried"],
+            "a_ok": entry_a["ok"],
+            "b_tried": entry_b["tried"],
+            "b_ok": entry_b["ok"],
+        }
+        for entry_a, entry_b in zip(curated_summary(common_a), curated_summary(common_b))
+    ]
     summary_a, summary_b = family_summary(common_a), family_summary(common_b)
     for family in FAMILIES + ("all",):
         gap["families"][family] = {

@@ -3,10 +3,13 @@
 These are case functions for the measure runner (`function(ctx, **params) -> CaseResult`), so they run in
 its worker process, one worker serving many ops, with the runner's per-case timeout and crash isolation.
 
-Method, per op × dtype: seed torch (SEED), take the first `samples` of `op.sample_inputs(device, dtype)`
-(made on the device, as test_ops.py::test_compare_cpu does), copy each to the CPU *before* the device
-call (an in-place op must not change the reference's input), call the op on the device and synchronize
-it (so an asynchronous kernel error surfaces here), then call it on the CPU copy. Both outputs pass
+Method, per op × dtype: take the first `samples` of the OpInfo's sample inputs for (device, dtype), seeded
+as OpInfo seeds them and made on the device (as test_ops.py::test_compare_cpu does). Samples of empty
+tensors are passed over, a sample that runs but is not really in the dtype (inputs of another dtype)
+does not count, and at most SAMPLE_SCAN_FACTOR x `samples` are run. Each sample is copied to the CPU *before* the device call (an
+in-place op must not change the reference's input; the copy keeps storage, offset and strides), the op
+is called on the device and the device synchronized (so an asynchronous kernel error surfaces here),
+then the op is called on the CPU copy. Both outputs pass
 through the sample's `output_process_fn_grad` (sign-ambiguous linalg results) and are compared by
 closeness.py. A mismatch is re-checked with a second CPU call: if the CPU disagrees with itself the op is
 nondeterministic and is not counted. Random and uninitialized-output ops are run but not compared
@@ -15,11 +18,14 @@ nondeterministic and is not counted. Random and uninitialized-output ops are run
 Timing, for `slow`: on the largest sample that matched (by input bytes), the correctness call is the
 warm-up; then TIMING_REPS calls (fewer if the first call was long: TIMING_BUDGET_S), each followed by a
 device synchronize and timed on the host clock; the statistic is the median. The CPU copy is timed the
-same way. Host timing includes launch and sync latency, which is the point on inputs this small.
+same way, on OPINFO_CPU_THREADS thread(s) for OpInfo ops (torch's default for sized probes; the record
+keeps `cpu_threads`). Host timing includes launch and sync latency, which is the point on inputs this
+small.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import os
@@ -37,8 +43,16 @@ from fade.measure.ops.families import family_of
 from fade.measure.ops.outcome import class_of_exception, slow_reason, worst_sample_class
 from fade.measure.ops.sized import SizedProbe
 
-SEED = 0  # torch.manual_seed before sample inputs are made: the same inputs every run
+SEED = 0  # torch.manual_seed before a sized probe's inputs are made (OpInfo samples use OpInfo's own SEED)
 DEFAULT_SAMPLES = 3  # samples per op × dtype; the first ones are the plainest (OpInfo lists them first)
+SAMPLE_SCAN_FACTOR = 4  # samples that ran but are not in the dtype (inputs of another dtype) do not count
+#                         towards `samples`; at most samples x this many are run
+SAMPLE_GENERATION_LIMIT = 256  # samples made per op x dtype, at most, when looking past empty ones
+# CPU threads while an OpInfo op runs (reference and timing): its samples are a few hundred elements, where
+# one thread is the fastest CPU path, and a parallel region on a busy machine waits for a descheduled
+# thread (measured: pad.reflect 2 us on 1 thread, 8-12 ms on 2 threads with the 2-core machine at load
+# 3.5). Sized probes keep torch's default: their inputs are large enough for threads to pay.
+OPINFO_CPU_THREADS = 1
 TIMING_REPS = 5  # timed calls per side after the warm-up call
 TIMING_BUDGET_S = 0.05  # fewer reps when the warm-up call was long: about this much timed work per side
 MESSAGE_CHARS = 300  # an exception message kept in the record is cut to this length
@@ -111,28 +125,41 @@ def run_op(
         "not_compared_reason": policy.reason,
         "known_mismatch": policy.known_mismatch,
         "fp32_math": "ieee",
-        "cpu_threads": torch.get_num_threads(),
     }
+    threads = None if isinstance(info, SizedProbe) else OPINFO_CPU_THREADS
     outcomes: list = []
     timed = None
-    with fp32_math("ieee"):
-        torch.manual_seed(SEED)
-        try:
-            sample_list = list(itertools.islice(info.sample_inputs(device, torch_dtype, requires_grad=False), samples))
-        except Exception as error:
-            sample_list = []
-            outcomes.append(_failed(None, error, claimed, stage="making sample inputs"))
-        for index, sample in enumerate(sample_list):
-            outcome, state = _run_sample(index, sample, device_call, reference_call, device, policy, override, claimed)
+    counted = 0  # samples that count towards `samples`: failed, or ran in this dtype
+    with fp32_math("ieee"), _torch_threads(threads):
+        extra["cpu_threads"] = torch.get_num_threads()
+        sample_iterator = _sample_inputs(info, device, torch_dtype, samples * SAMPLE_SCAN_FACTOR)
+        for index in itertools.count():
+            try:
+                sample = next(sample_iterator)
+            except StopIteration:
+                break
+            except Exception as error:  # the OpInfo's sample function failed for this device or dtype
+                outcomes.append(_failed(index, error, claimed, stage="making sample inputs"))
+                break
+            outcome, state = _run_sample(index, sample, device_call, reference_call, device, policy, override, claimed, torch_dtype)
             outcomes.append(outcome)
             if state.get("broken"):
                 extra["device_broken"] = True  # a sticky device error: the rest cannot run in this process
                 break
-            if outcome["class"] == "ok" and (timed is None or outcome["input_bytes"] > timed[0]["input_bytes"]):
+            if outcome["class"] == "ok" and (timed is None or _timing_rank(outcome) > _timing_rank(timed[0])):
                 timed = (outcome, state)
+            counted += outcome["class"] != "ok" or bool(outcome.get("exercised"))
+            if counted >= samples:
+                break
         if timed is not None and not extra.get("device_broken"):
-            extra["timing"] = _time_sample(timed[1], device_call, reference_call, device)
+            try:
+                extra["timing"] = _time_sample(timed[1], device_call, reference_call, device)
+            except Exception as error:  # a second call failed where the first ran (stateful ops)
+                extra["timing_error"] = _message(error)
     op_class = worst_sample_class(outcome["class"] for outcome in outcomes) or "untested"
+    if op_class == "ok" and not any(outcome.get("exercised") for outcome in outcomes):
+        op_class = "untested"  # it ran, but no sample was really in this dtype: no claim can be checked
+        extra["untested_reason"] = f"no sample input is a non-empty {dtype} tensor (the sample function ignores the dtype)"
     timing = extra.get("timing") or {}
     if op_class == "ok" and timing:
         reason = slow_reason(device_type, timing["device_median_s"], timing["cpu_median_s"], timing["input_bytes"])
@@ -150,23 +177,88 @@ def run_op(
     )
 
 
-def _run_sample(index, sample, device_call, reference_call, device, policy, override, claimed) -> tuple:
+def _sample_inputs(info, device: str, dtype, limit: int):
+    """Up to `limit` sample inputs, made lazily and seeded the way OpInfo.sample_inputs seeds them
+    (set_rng_seed(SEED) before each one, as its TrackedInputIter does outside a test) but without that
+    iterator's call-stack inspection, which costs ~5 ms per op with op_db loaded (inspect.stack reads every
+    frame's source).
+
+    Samples whose tensors are all empty are passed over (svd's first dozen are 0 x n); of the first
+    SAMPLE_GENERATION_LIMIT made, only if every one is empty is the first of them yielded, so the op runs.
+    """
+    import torch
+
+    function = getattr(info, "sample_inputs_func", None)
+    if function is None:  # a sized probe
+        torch.manual_seed(SEED)
+        yield from itertools.islice(info.sample_inputs(device, dtype, requires_grad=False), limit)
+        return
+    from torch.testing._internal.common_utils import SEED as OPINFO_SEED
+    from torch.testing._internal.common_utils import set_rng_seed
+
+    set_rng_seed(OPINFO_SEED)
+    iterator = iter(function(info, device, dtype, False))
+    yielded = 0
+    first_empty = None
+    for _ in range(SAMPLE_GENERATION_LIMIT):
+        set_rng_seed(OPINFO_SEED)
+        try:
+            sample = next(iterator)
+        except StopIteration:
+            break
+        tensors = _tensors(sample)
+        if tensors and all(tensor.numel() == 0 for tensor in tensors):
+            first_empty = first_empty or sample
+            continue
+        yield sample
+        yielded += 1
+        if yielded >= limit:
+            return
+    if not yielded and first_empty is not None:
+        yield first_empty
+
+
+def _exercises_dtype(sample, output, dtype) -> bool:
+    """Whether the sample really ran `dtype`: a tensor of it among the inputs (the main input, or another
+    with more than one element), or, for a sample with no tensor input (factories), among the outputs.
+    Some sample functions ignore the dtype (torch._scaled_mm makes fp8 inputs) or make only empty tensors
+    for it (svd in float16): "it ran" then says nothing about the dtype."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    inputs = _tensors(sample)
+    if any(t.dtype == dtype and (t.numel() > 1 or (t is sample.input and t.numel() == 1)) for t in inputs):
+        return True
+    if inputs:
+        return False
+    return any(isinstance(t, torch.Tensor) and t.dtype == dtype and t.numel() > 0 for t in tree_leaves(output))
+
+
+def _run_sample(index, sample, device_call, reference_call, device, policy, override, claimed, dtype) -> tuple:
     """(the sample's outcome dict, state kept for timing: the sample and a pristine CPU copy)."""
     outcome = {"index": index, "class": "ok", "input_bytes": _input_bytes(sample), "shapes": _describe(sample)}
-    pristine = _to_cpu_copy(sample)  # before the device call: in-place ops change their inputs
+    try:
+        pristine = _to_cpu_copy(sample)  # before the device call: in-place ops change their inputs
+    except Exception as error:  # a tensor kind FADE cannot copy: run on the device only
+        pristine, copy_error = None, _message(error)
     state = {"index": index, "sample": sample, "pristine": pristine}
     try:
         started = time.perf_counter()
         actual = device_call(sample.input, *sample.args, **sample.kwargs)
         synchronize(device)
         state["first_device_s"] = time.perf_counter() - started
+        raw_output = actual
         actual = sample.output_process_fn_grad(actual)
     except Exception as error:
         outcome.update(_failed(index, error, claimed))
         state["broken"] = not _device_healthy(device)
         return outcome, state
+    outcome["exercised"] = _exercises_dtype(sample, raw_output, dtype)
     if not policy.compare:
         outcome["note"] = f"not compared: {policy.reason}"
+        return outcome, state
+    if pristine is None:
+        outcome["note"] = f"not compared: FADE could not copy the inputs to the CPU ({copy_error})"
         return outcome, state
     try:
         started = time.perf_counter()
@@ -175,7 +267,11 @@ def _run_sample(index, sample, device_call, reference_call, device, policy, over
     except Exception as error:
         outcome["note"] = f"not compared: the CPU reference raised {_message(error)}"
         return outcome, state
-    closeness = compare_outputs(actual, expected, override=override)
+    try:
+        closeness = compare_outputs(actual, expected, override=override)
+    except Exception as error:  # an output kind FADE cannot compare (nested, quantized, ...)
+        outcome["note"] = f"not compared: FADE could not compare the outputs ({_message(error)})"
+        return outcome, state
     outcome["closeness"] = closeness.to_dict()
     if closeness.matches:
         return outcome, state
@@ -189,7 +285,7 @@ def _run_sample(index, sample, device_call, reference_call, device, policy, over
         return outcome, state
     outcome["class"] = "mismatch"
     if policy.known_mismatch:
-        outcome["note"] = "known: OpInfo marks test_compare_cpu an expected failure here"
+        outcome["note"] = f"known: {policy.known_mismatch}"
     return outcome, state
 
 
@@ -198,10 +294,15 @@ def _time_sample(state: dict, device_call, reference_call, device: str) -> dict:
     device_s, device_reps = _median_call_s(
         lambda: device_call(sample.input, *sample.args, **sample.kwargs), device, state.get("first_device_s", 0.0)
     )
-    cpu_copy = _clone(pristine)
-    cpu_s, cpu_reps = _median_call_s(
-        lambda: reference_call(cpu_copy.input, *cpu_copy.args, **cpu_copy.kwargs), "cpu", state.get("first_cpu_s", 0.0)
-    )
+    cpu_s = cpu_reps = None
+    if pristine is not None:
+        cpu_copy = _clone(pristine)
+        try:
+            cpu_s, cpu_reps = _median_call_s(
+                lambda: reference_call(cpu_copy.input, *cpu_copy.args, **cpu_copy.kwargs), "cpu", state.get("first_cpu_s", 0.0)
+            )
+        except Exception:  # the CPU cannot run it (a dtype it lacks): no ratio
+            cpu_s = cpu_reps = None
     return {
         "sample": state.get("index"),
         "input_bytes": _input_bytes(sample),
@@ -212,6 +313,27 @@ def _time_sample(state: dict, device_call, reference_call, device: str) -> dict:
         "cpu_reps": cpu_reps,
         "device_over_cpu": device_s / cpu_s if cpu_s else None,
     }
+
+
+@contextlib.contextmanager
+def _torch_threads(count: Optional[int]):
+    """Run with torch's intra-op thread count set to `count` (None: unchanged), restored after."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if count is None or count == previous:
+        yield
+        return
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _timing_rank(outcome: dict) -> tuple:
+    """The timed sample is the largest one that ran in the dtype (by input bytes)."""
+    return (bool(outcome.get("exercised")), outcome["input_bytes"])
 
 
 def _median_call_s(call, device: str, first_call_s: float) -> tuple:

@@ -126,7 +126,7 @@ def render_sweep(sweep, console) -> None:
             more = f" (+{len(entry['not_ok']) - 6})" if len(entry["not_ok"]) > 6 else ""
             text.append("; not: " + "; ".join(failing) + more, style="fade.dim")
         console.print(text, soft_wrap=True)
-    findings = [item for item in summary["findings"]]
+    findings = summary["findings"]
     if findings:
         table = Table(title="Findings (mismatch, error, crash, hang, slow)", title_justify="left", show_edge=False)
         for column in ("class", "op", "dtype", "family", "detail"):
@@ -193,10 +193,15 @@ def render_gap(gap: dict, console) -> None:
         for column in ("op", "dtype", "family", "A", "B", "B/A"):
             table.add_column(column, justify="right" if column in ("A", "B", "B/A") else "left")
         for pair in gap["speed"][:GAP_ROWS_SHOWN]:
-            table.add_row(escape(pair["op"]), pair["dtype"], pair["family"], _us(pair["a_median_s"]), _us(pair["b_median_s"]), f"{pair['b_over_a']:.3g}")
+            table.add_row(escape(pair["op"]), pair["dtype"], pair["family"], _us(pair["a_median_s"]), _us(pair["b_median_s"]), _ratio(pair["b_over_a"]))
         console.print(table)
+    for entry in gap["curated_rows"]:
+        if entry["a_tried"] or entry["b_tried"]:
+            console.print(Text.assemble((f"curated {entry['name']}: ", "fade.head"),
+                                        f"ran correctly on A {entry['a_ok']}/{entry['a_tried']}, on B {entry['b_ok']}/{entry['b_tried']}",
+                                        (f"  ({entry['why']})", "fade.dim")))
     if gap["curated"]:
-        table = Table(title="Curated (named weak on ROCm by the seeds)", title_justify="left", show_edge=False)
+        table = Table(title="Curated ops (named weak on ROCm by the seeds)", title_justify="left", show_edge=False)
         for column in ("op", "dtype", "A", "B", "A time", "B time"):
             table.add_column(column)
         for pair in gap["curated"]:
@@ -205,7 +210,8 @@ def render_gap(gap: dict, console) -> None:
         console.print(table)
     console.print(Text(
         "classes: ok | slow (ran, far slower than it should) | mismatch (differs from the CPU beyond the OpInfo tolerance) | "
-        "unsupported (not implemented here) | error | crash | hang. Times: median of synchronized host-timed calls, us.",
+        "unsupported (not implemented here) | error | crash | hang. Times: median host time of one call plus a device "
+        "synchronize, on the largest sample that matched.",
         style="fade.dim",
     ), soft_wrap=True)
 
@@ -240,12 +246,24 @@ def _class_text(name: str) -> Text:
     return Text(name, style=CLASS_STYLES.get(name, ""))
 
 
+def _ratio(value: float) -> str:
+    """"12.5" or "1/50": B's time over A's."""
+    return f"{value:.3g}" if value >= 1 else f"1/{1 / value:.3g}"
+
+
 def _pct(value) -> str:
     return "" if value is None else f"{value:.0f}"
 
 
 def _us(seconds) -> str:
-    return "" if not seconds else f"{seconds * 1e6:.4g}"
+    """"471 us", "78.1 ms", "1.20 s"."""
+    if not seconds:
+        return ""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
 
 
 def _cut(text: str) -> str:

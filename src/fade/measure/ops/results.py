@@ -65,7 +65,7 @@ def ops_row(record: dict) -> dict:
         "claim_finding": claim_finding(op_class, claimed),
         "curated": extra.get("curated", curated_rows_for(op_id, dtype)),
         "message": message,
-        "note": notes[0] if notes else None,
+        "note": extra.get("untested_reason") or (notes[0] if notes else None),
         "max_tolerance_ratio": max(ratios) if ratios else None,
         "known_mismatch": bool(extra.get("known_mismatch")) and op_class == "mismatch",
         "device_median_s": timing.get("device_median_s"),

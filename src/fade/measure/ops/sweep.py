@@ -258,7 +258,10 @@ def run_ops_sweep(
     executor = IsolatedExecutor(device, timeout_s=timeout_s or OP_TIMEOUT_S) if isolate else InProcessExecutor(device)
     warming = WarmingExecutor(executor, catalog_case(dtype_names, inject))
     try:
-        session = executor.start()
+        try:
+            session = executor.start()
+        except RuntimeError as error:  # the worker would not start (FadeUsageError for a bad device passes)
+            raise OpsCannotRun(str(error)) from None
         ctx = CaseContext(device=session["device"], run_id=run_id)
         catalog_record = warming.warm(ctx)
         if catalog_record.get("status") != "ok":

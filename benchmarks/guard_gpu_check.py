@@ -1,0 +1,253 @@
+"""Checks of fade.guard that need a real CUDA/ROCm GPU, which CI's stand-in device cannot make: sync-debug
+capture, pageable copies, stream syncs, Inductor-compiled regions, CUDA graph replays, and `fade watch` on the
+two example scripts. Each scenario states what the guard should report; the script prints PASS/FAIL per
+scenario, writes them as JSON, and exits 1 if any failed.
+
+    python benchmarks/guard_gpu_check.py --json results/guard_gpu_check.json      # about a minute on an H100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import torch
+
+from fade import __version__
+from fade.guard import GuardViolation, guard
+
+SCHEMA_VERSION = 1
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+WATCH_BOOT = """
+import sys
+from fade import cli
+parser = cli.build_parser()
+verbs = next(action for action in parser._actions if action.dest == "verb")
+if "watch" not in verbs.choices:  # fade.cli not wired to fade.cli_guard yet: register it here
+    from fade import cli_guard
+    cli_guard.add_verbs(verbs)
+args = parser.parse_args(sys.argv[1:])
+sys.exit(args.func(args))
+"""
+
+
+def _line(path: Path, marker: str) -> int:
+    lines = [n for n, text in enumerate(path.read_text().splitlines(), 1) if text.rstrip().endswith(marker)]
+    assert len(lines) == 1, (marker, lines)
+    return lines[0]
+
+
+def _kinds(report) -> dict:
+    """{(what, line): count}."""
+    return {(r.what, r.line): r.count for r in report.records}
+
+
+def _this_line() -> int:
+    return sys._getframe(1).f_lineno
+
+
+# ---- scenarios: each returns (passed, detail) ------------------------------------------------------------------
+
+def scenario_item_is_a_sync_and_the_sync_debug_mode_is_restored(device):
+    loss = torch.randn(1024, device=device).sum()
+    with guard(device=device.type, quiet=True) as watched:
+        line = _this_line() + 1
+        loss.item()
+        armed = torch.cuda.get_sync_debug_mode()
+    found = _kinds(watched.report)
+    restored = torch.cuda.get_sync_debug_mode()
+    return found == {("sync", line): 1} and armed == 1 and restored == 0, {"found": found, "armed": armed,
+                                                                         "restored": restored}
+
+
+def scenario_cpu_index_is_device_mix_and_the_sync_debug_mode_sees_its_sync(device):
+    values, index = torch.randn(1024, device=device), torch.tensor([1, 5, 7])
+    with guard(device=device.type, quiet=True) as watched:
+        line = _this_line() + 1
+        values[index]
+    found = _kinds(watched.report)
+    return found.get(("device_mix", line)) == 1 and found.get(("sync", line)) == 1, found
+
+
+def scenario_pageable_h2d_is_one_copy_not_also_a_sync(device):
+    host = torch.randn(1 << 20)
+    with guard(device=device.type, quiet=True) as watched:
+        torch.zeros(1, device=device)
+        line = _this_line() + 1
+        host.to(device)
+    found = _kinds(watched.report)
+    record = watched.report.by_kind("copy")[0] if watched.report.by_kind("copy") else None
+    return found == {("copy h2d", line): 1} and record.total_bytes == 4 << 20, found
+
+
+def scenario_non_blocking_d2h_is_a_copy(device):
+    values = torch.randn(1 << 16, device=device)
+    with guard(device=device.type, quiet=True) as watched:
+        line = _this_line() + 1
+        values.to("cpu", non_blocking=True)
+    torch.cuda.synchronize()
+    found = _kinds(watched.report)
+    return found == {("copy d2h", line): 1}, found
+
+
+def scenario_explicit_and_stream_syncs_count_once_each(device):
+    torch.zeros(1, device=device)
+    with guard(device=device.type, quiet=True) as watched:
+        first = _this_line() + 1
+        torch.cuda.synchronize()
+        second = _this_line() + 1
+        torch.cuda.current_stream().synchronize()
+    found = _kinds(watched.report)
+    return found == {("sync", first): 1, ("sync", second): 1}, found
+
+
+def scenario_nonzero_and_boolean_mask_sync(device):
+    values = torch.randn(1024, device=device)
+    with guard(device=device.type, quiet=True) as watched:
+        first = _this_line() + 1
+        values.nonzero()
+        second = _this_line() + 1
+        values[values > 0]
+    found = _kinds(watched.report)
+    return found == {("sync", first): 1, ("sync", second): 1}, found
+
+
+def scenario_zero_dim_cpu_scalar_is_legal(device):
+    values = torch.randn(1024, device=device)
+    with guard(device=device.type, quiet=True) as watched:
+        values * torch.tensor(2.0)
+        values.add_(1)
+    return watched.report.records == [], _kinds(watched.report)
+
+
+def scenario_strict_raises_from_backward(device):
+    class SyncsInBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad.sum().item()
+            return grad * 2
+
+    weights = torch.randn(16, device=device, requires_grad=True)
+    try:
+        with guard("strict", device.type):
+            SyncsInBackward.apply(weights).sum().backward()
+    except GuardViolation as exc:
+        return exc.record.in_backward, str(exc).splitlines()[0]
+    return False, "no GuardViolation"
+
+
+def scenario_inductor_region_stays_compiled_and_clean(device):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+
+    @torch.compile
+    def fused(values):
+        return torch.nn.functional.gelu(values * 2 + 1).sum(dim=0)
+
+    values = torch.randn(256, 256, device=device)
+    with guard(device=device.type, quiet=True) as watched:
+        for _ in range(3):
+            fused(values)
+    graphs = counters["stats"]["unique_graphs"]
+    return graphs >= 1 and watched.report.records == [], {"unique_graphs": graphs, "records": _kinds(watched.report)}
+
+
+def scenario_cuda_graph_replay_is_invisible(device):
+    """Documented limitation: a replay bypasses the dispatcher, so a graph that copies to the host each
+    replay reports nothing during replay."""
+    static_in = torch.randn(1024, device=device)
+    host_out = torch.empty(1024, pin_memory=True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        host_out.copy_(static_in * 2, non_blocking=True)  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        host_out.copy_(static_in * 2, non_blocking=True)
+    with guard(device=device.type, quiet=True) as watched:
+        for _ in range(3):
+            graph.replay()
+    torch.cuda.synchronize()
+    return watched.report.records == [], "replays seen: " + str(_kinds(watched.report))
+
+
+def scenario_print_is_syncs_and_copies(device):
+    values = torch.randn(8, device=device)
+    with open(os.devnull, "w") as devnull, guard(device=device.type, quiet=True) as watched:
+        line = _this_line() + 1
+        print(values, file=devnull)
+    found = _kinds(watched.report)
+    return bool(found) and all(at_line == line for _, at_line in found), found
+
+
+def _watch(example: Path, json_path: Path) -> tuple[int, dict, str]:
+    result = subprocess.run([sys.executable, "-c", WATCH_BOOT, "watch", "--quiet", "--json", str(json_path), "--",
+                             "python", str(example), "--steps", "20"], capture_output=True, text=True, timeout=300)
+    return result.returncode, json.loads(json_path.read_text()), result.stderr
+
+
+def scenario_fade_watch_names_the_three_planted_problems(device):
+    example = EXAMPLES / "guard_planted_problems.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        code, report, stderr = _watch(example, Path(tmp) / "planted.json")
+    named = {(r["kind"], r["direction"], r["line"]) for r in report["records"] if r["file"] == str(example)}
+    want = {("sync", "", _line(example, "# PLANTED: item")), ("copy", "h2d", _line(example, "# PLANTED: mask")),
+            ("copy", "d2h", _line(example, "# PLANTED: numpy"))}
+    others = [(r["kind"], r["line"]) for r in report["records"]
+              if (r["kind"], r["direction"], r["line"]) not in want and r["kind"] != "cpu_compute"]
+    return code == 0 and want <= named and not others, {"exit_code": code, "named": sorted(named),
+                                                        "unexpected": others}
+
+
+def scenario_fade_watch_clean_script_reports_nothing(device):
+    with tempfile.TemporaryDirectory() as tmp:
+        code, report, stderr = _watch(EXAMPLES / "guard_clean.py", Path(tmp) / "clean.json")
+    return code == 0 and report["records"] == [], {"exit_code": code, "records": report["records"]}
+
+
+SCENARIOS = [value for name, value in list(globals().items()) if name.startswith("scenario_")]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("guard_gpu_check: no CUDA/ROCm device here; nothing to check", file=sys.stderr)
+        return 3
+    device = torch.device("cuda", 0)
+    results = []
+    for scenario in SCENARIOS:
+        name = scenario.__name__.removeprefix("scenario_")
+        try:
+            passed, detail = scenario(device)
+        except Exception:  # noqa: BLE001 - a crashing scenario is a failed one; keep going
+            passed, detail = False, traceback.format_exc(limit=4)
+        results.append({"scenario": name, "passed": bool(passed), "detail": str(detail)})
+        print(f"{'PASS' if passed else 'FAIL'}  {name}: {detail}")
+    failed = [r["scenario"] for r in results if not r["passed"]]
+    summary = f"{len(results) - len(failed)} of {len(results)} passed"
+    print(summary + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if args.json:
+        data = {"schema_version": SCHEMA_VERSION, "fade_version": __version__, "torch": torch.__version__,
+                "device_name": torch.cuda.get_device_name(device), "results": results}
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The model bench end to end on the CPU with tiny networks: what a record holds, and how NaN, a loss far from
+fp32, an OOM and a hang become results instead of crashes."""
+
+import json
+import textwrap
+
+import pytest
+
+from fade.measure import models_case
+from fade.measure.models import run_models
+from fade.measure.record import read_records
+
+WORKLOADS = textwrap.dedent(
+    """
+    import time
+    import torch
+    import torch.nn.functional as F
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8, 10)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return self.fc(F.relu(self.conv(x)).mean((2, 3)))
+
+    def batch(batch_size):
+        return torch.randn(batch_size, 3, 8, 8), torch.randint(0, 10, (batch_size,))
+
+    def tiny(batch_size):
+        return Tiny(), batch(batch_size), F.cross_entropy
+
+    class LateNaN(Tiny):
+        def forward(self, x):
+            out = super().forward(x)
+            return out * float("nan") if self.calls > 4 else out
+
+    def late_nan(batch_size):
+        return LateNaN(), batch(batch_size), F.cross_entropy
+
+    def early_nan(batch_size):
+        model = Tiny()
+        with torch.no_grad():
+            model.fc.bias.fill_(float("inf"))
+        return model, batch(batch_size), F.cross_entropy
+
+    class Hungry(Tiny):
+        def forward(self, x):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    def hungry(batch_size):
+        return Hungry(), batch(batch_size), F.cross_entropy
+
+    class Stuck(Tiny):
+        def forward(self, x):
+            time.sleep(3600)
+
+    def stuck(batch_size):
+        return Stuck(), batch(batch_size), F.cross_entropy
+
+    def no_arguments():
+        return Tiny(), torch.randn(4, 3, 8, 8), lambda output: output.square().mean()
+    """
+)
+
+
+@pytest.fixture
+def workloads(tmp_path, monkeypatch):
+    """A user module in the current directory, as `--models fade_test_workloads:tiny` would find it."""
+    (tmp_path / "fade_test_workloads.py").write_text(WORKLOADS)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(tmp_path, models, **options):
+    options.setdefault("isolate", False)
+    options.setdefault("quick", True)
+    options.setdefault("show_progress", False)
+    out = tmp_path / "models.jsonl"
+    summary = run_models("cpu", models=models, out=out, **options)
+    return {record["case_id"]: record for record in summary.records}, out
+
+
+def test_a_zoo_network_records_throughput_flops_and_the_loss_check(tmp_path):
+    records, out = run(tmp_path, ["resnet18"], batch=2, image_size=32, mode="train",
+                       variants=["fp32", "amp-bf16+channels-last"])  # fmt: skip
+    fp32 = records["models/resnet18/train/fp32/b2-32px"]
+    mixed = records["models/resnet18/train/amp-bf16+channels-last/b2-32px"]
+    for record in (fp32, mixed):
+        assert record["status"] == "ok", record["error"]
+        assert record["suite"] == "models" and record["unit"] == "samples/s"
+        assert record["value"] == pytest.approx(2 / record["stats"]["median_s"])
+        extra = record["extra"]
+        assert extra["workload"]["input_copy_included"] is False
+        assert extra["workload"]["params"] == 11_689_512
+        assert extra["workload"]["timed_learning_rate"] == 0.0
+        assert extra["flops"]["per_step"] == record["work"]["flops"] > 0
+        assert extra["flops"]["achieved_tflops"] > 0
+        assert extra["loss_check"]["ok"] and extra["loss_check"]["finite_checked_steps"] >= 3
+    assert fp32["extra"]["loss_check"]["relative_difference"] == 0.0  # fp32 is its own reference
+    assert fp32["extra"]["in_effect"]["input_memory_format"] == "contiguous"
+    assert mixed["extra"]["in_effect"]["input_memory_format"] == "channels_last"
+    assert mixed["extra"]["in_effect"]["autocast_dtype"] == "bfloat16"
+    assert mixed["work"]["flops"] == fp32["work"]["flops"]  # FLOPs are counted on the fp32 reference
+    assert len(read_records(out).records) == 2
+
+
+def test_unsupported_variants_are_recorded_as_skipped_with_the_reason(tmp_path):
+    records, _ = run(tmp_path, ["gpt2-small", "mobilenet_v2"], mode="infer", variants=["channels-last", "amp-fp16", "tf32"])
+    assert {record["status"] for record in records.values()} == {"skipped"}
+    assert "no 4-D input" in records["models/gpt2-small/infer/channels-last/b2-32tok"]["error"]
+    assert "GPU configuration" in records["models/mobilenet_v2/infer/amp-fp16/b2-64px"]["error"]
+    assert "tf32" in records["models/mobilenet_v2/infer/tf32/b2-64px"]["error"]
+
+
+def test_validate_adds_a_plain_loop_figure_and_the_difference(workloads):
+    records, _ = run(workloads, ["fade_test_workloads:tiny"], batch=4, mode="infer", variants=["fp32"], validate=True)
+    record = records["models/fade_test_workloads:tiny/infer/fp32/b4"]
+    plain = record["extra"]["plain_loop"]
+    assert plain["samples_per_s"] > 0 and plain["repeats"] == models_case.PLAIN_REPEATS
+    expected = 100 * (record["value"] - plain["samples_per_s"]) / plain["samples_per_s"]
+    assert plain["fade_vs_plain_pct"] == pytest.approx(expected)
+
+
+def test_a_user_function_without_arguments_and_a_bare_tensor_batch_runs(workloads):
+    records, _ = run(workloads, ["fade_test_workloads:no_arguments"], variants=["fp32"], mode="train")
+    record = next(iter(records.values()))
+    assert record["status"] == "ok", record["error"]
+    assert record["extra"]["workload"]["samples"] == 4  # the batch the function chose, not --batch
+
+
+def test_a_nan_in_a_timed_step_makes_the_case_invalid_not_fast(workloads):
+    records, _ = run(workloads, ["fade_test_workloads:late_nan"], variants=["fp32"], mode="train")
+    record = next(iter(records.values()))
+    assert record["status"] == "error" and record["value"] is None
+    assert "timed steps" in record["error"] and "invalid" in record["error"]
+
+
+def test_a_non_finite_loss_in_the_checked_steps_makes_the_case_invalid(workloads):
+    records, _ = run(workloads, ["fade_test_workloads:early_nan"], variants=["amp-bf16"], mode="train")
+    record = next(iter(records.values()))
+    assert record["status"] == "error" and "not finite" in record["error"]
+
+
+def test_a_loss_far_from_fp32_makes_the_case_invalid(workloads, monkeypatch):
+    monkeypatch.setattr(models_case, "LOSS_RELATIVE_TOLERANCE", 0.0)
+    records, _ = run(workloads, ["fade_test_workloads:tiny"], variants=["amp-bf16"], mode="train")
+    record = next(iter(records.values()))
+    assert record["status"] == "error" and "fp32 from the same seed" in record["error"]
+
+
+def test_out_of_memory_is_a_result(workloads):
+    records, _ = run(workloads, ["fade_test_workloads:hungry"], variants=["fp32"], mode="infer")
+    assert next(iter(records.values()))["status"] == "oom"
+
+
+def test_a_hung_case_times_out_in_its_worker_and_the_next_case_still_runs(workloads):
+    records, out = run(workloads, ["fade_test_workloads:stuck", "fade_test_workloads:tiny"], variants=["fp32"],
+                       mode="infer", isolate=True, timeout_s=8)  # fmt: skip
+    assert records["models/fade_test_workloads:stuck/infer/fp32/b2"]["status"] == "timeout"
+    assert records["models/fade_test_workloads:tiny/infer/fp32/b2"]["status"] == "ok"
+    lines = out.read_text().splitlines()
+    assert [json.loads(line)["status"] for line in lines] == ["timeout", "ok"]
