@@ -31,7 +31,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from fade.measure.models import run_models
 from fade.measure.runner import new_run_id
-from fade.report.compare import ResultSet, compare_sets, format_value, render_markdown, row_and_column
+from fade.report.compare import compare_sets, format_value, render_markdown, result_sets
 
 NETWORKS = ("alexnet", "resnet18", "resnet50", "vgg16", "mobilenet_v2")
 EAGER_VARIANTS = ("fp32", "default", "tf32", "amp-bf16+channels-last")
@@ -120,11 +120,9 @@ def summarize(records: list, wall_s: float, phases: dict) -> dict:
 
 
 def markdown(records: list, summary: dict) -> str:
-    sets: dict = {}
-    for record in records:
-        variant = (record.get("params") or {}).get("variant")
-        sets.setdefault(variant, ResultSet(variant, "run")).records[row_and_column(record, "variant")] = record
-    comparison = compare_sets(list(sets.values()), baseline="fp32" if "fp32" in sets else None, by="variant")
+    sets = result_sets([("models.jsonl", records)], by="variant")
+    labels = [result_set.label for result_set in sets]
+    comparison = compare_sets(sets, baseline="fp32" if "fp32" in labels else None, by="variant")
     lines = [
         f"Device: {summary['device']}, torch {summary['torch']}, FADE {summary['fade_version']}; "
         f"batch {BATCH}, synthetic data resident on the device (no input copy); {summary['wall_s']:.0f} s in all.",

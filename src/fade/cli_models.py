@@ -55,7 +55,7 @@ def _report_problems(problems) -> None:
 # -- fade bench models ------------------------------------------------------------------------------------
 def cmd_bench_models(args) -> int:
     from fade.measure.models import run_models
-    from fade.report.compare import compare_sets, load_result_sets, render_terminal
+    from fade.report.compare import compare_sets, render_terminal, result_sets
     from fade.report.console import make_console
 
     console = make_console()
@@ -80,15 +80,8 @@ def cmd_bench_models(args) -> int:
     except RuntimeError as exc:  # the worker could not start on this device: valid request, cannot run here
         print(f"fade: cannot run here: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
-    if summary.records:
-        from fade.report.compare import ResultSet, row_and_column
-
-        # this run's records, variants side by side against the first variant asked for
-        by_variant: dict = {}
-        for record in summary.records:
-            variant = (record.get("params") or {}).get("variant")
-            by_variant.setdefault(variant, ResultSet(variant, summary.out)).records[row_and_column(record, "variant")] = record
-        render_terminal(compare_sets(list(by_variant.values()), by="variant"), console)
+    if summary.records:  # this run's variants side by side, against the first variant asked for
+        render_terminal(compare_sets(result_sets([(summary.out, summary.records)], by="variant"), by="variant"), console)
     if args.json:
         text = json.dumps(summary.to_dict(), indent=2, default=str)
         if args.json == "-":

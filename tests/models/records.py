@@ -3,8 +3,8 @@
 import json
 
 
-def record(case_id, value, *, unit="samples/s", status="ok", spread=0.01, suite=None, params=None, device="cuda:0", **extra_fields):
-    """A record whose per-call time has a relative IQR of `spread`."""
+def record(case_id, value, *, unit="samples/s", status="ok", spread=0.01, suite=None, params=None, torch_device="cuda:0", **extra_fields):
+    """A record whose per-call time has a relative IQR of `spread`; `extra_fields` replace record fields."""
     median_s = 1.0 / value if value else None
     stats = None
     if value:
@@ -17,7 +17,7 @@ def record(case_id, value, *, unit="samples/s", status="ok", spread=0.01, suite=
         "case_id": case_id,
         "suite": suite or case_id.split("/", 1)[0],
         "status": status,
-        "torch_device": device,
+        "torch_device": torch_device,
         "params": params or {},
         "value": value if status == "ok" else None,
         "unit": unit if status == "ok" else None,

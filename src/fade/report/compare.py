@@ -79,20 +79,30 @@ class Comparison:
         return data
 
 
-def load_result_sets(paths: Sequence, *, by: str = "file") -> tuple:
-    """(result sets, problems). `by` is "file" (one set per file and device) or "variant" (one per
-    model-bench variant per file). FadeUsageError for an unreadable file or an unknown `by`."""
-    if by not in ("file", "variant"):
-        raise FadeUsageError(f"--by {by!r}: use file or variant")
+def load_result_sets(paths: Sequence, *, by: str = "file", suite: Optional[str] = None) -> tuple:
+    """(result sets, problems): read `paths` and group them with `result_sets`. FadeUsageError for an
+    unreadable file."""
     if not paths:
         raise FadeUsageError("compare needs at least one results file")
+    files: list = []
     problems: list = []
-    sets: dict = {}
-    labels = _file_labels(paths)
-    for path, file_label in zip(paths, labels):
+    for path in paths:
         found = read_records(path)
         problems.extend(found.problems)
-        records = latest_records(found.records)
+        files.append((path, found.records))
+    return result_sets(files, by=by, suite=suite), problems
+
+
+def result_sets(files: Sequence, *, by: str = "file", suite: Optional[str] = None) -> list:
+    """Result sets from (path, records) pairs. `by` is "file" (one set per file and device) or "variant"
+    (one per model-bench variant per file); `suite` keeps only that suite's records. A set holds the latest
+    record per case. FadeUsageError for an unknown `by`."""
+    if by not in ("file", "variant"):
+        raise FadeUsageError(f"--by {by!r}: use file or variant")
+    sets: dict = {}
+    labels = _file_labels([path for path, _ in files])
+    for (path, file_records), file_label in zip(files, labels):
+        records = [record for record in latest_records(file_records) if suite is None or record.get("suite") == suite]
         devices = sorted({str(record.get("torch_device")) for record in records})
         for record in records:
             label = file_label
@@ -102,10 +112,10 @@ def load_result_sets(paths: Sequence, *, by: str = "file") -> tuple:
                 variant = _models_params(record).get("variant")
                 if variant is None:
                     continue
-                label = variant if len(paths) == 1 else f"{label} {variant}"
+                label = variant if len(files) == 1 else f"{label} {variant}"
             result_set = sets.setdefault(label, ResultSet(label, str(path)))
             result_set.records[row_and_column(record, by)] = record
-    return list(sets.values()), problems
+    return list(sets.values())
 
 
 def _file_labels(paths: Sequence) -> list:
@@ -249,9 +259,10 @@ def compare_files(
     baseline: Optional[str] = None,
     fail_under: Optional[float] = None,
     by: str = "file",
+    suite: Optional[str] = None,
 ) -> Comparison:
     """The common case in one call: read `paths`, compare. Unreadable lines end up in `.problems`."""
-    sets, problems = load_result_sets(paths, by=by)
+    sets, problems = load_result_sets(paths, by=by, suite=suite)
     return compare_sets(sets, baseline=baseline, fail_under=fail_under, problems=problems, by=by)
 
 

@@ -24,13 +24,12 @@ from fade.measure.record import latest_records, read_records, summarize
 from fade.report.compare import (
     VERDICTS,
     Comparison,
-    ResultSet,
     cell_text,
     column_title,
-    compare_files,
     compare_sets,
     footer_lines,
     format_value,
+    result_sets,
     row_and_column,
 )
 
@@ -102,7 +101,7 @@ def render_report(paths: Sequence, *, baseline: Optional[str] = None) -> tuple:
         _stacks(latest),
         _micro(latest),
         _models(files),
-        _comparisons(paths, files, baseline),
+        _comparisons(files, baseline),
         "</body></html>",
     ]
     return "\n".join(part for part in parts if part), len(everything), problems
@@ -345,23 +344,26 @@ def _rate_error(record: dict) -> tuple:
     return max(0.0, value - value * median / q3), max(0.0, value * median / q1 - value)
 
 
-def _comparisons(paths: Sequence, files: list, baseline: Optional[str]) -> str:
+def _comparisons(files: list, baseline: Optional[str]) -> str:
     blocks = []
-    for path, records in files:
-        model_records = [record for record in latest_records(records) if record.get("suite") == "models"]
-        variants = list(dict.fromkeys(str((record.get("params") or {}).get("variant")) for record in model_records))
-        if len(variants) < 2:
+    for path, records in files:  # the variants of one model run, against fp32 where it ran
+        sets = result_sets([(path, records)], by="variant", suite="models")
+        if len(sets) < 2:
             continue
-        sets: dict = {}
-        for record in model_records:
-            variant = str((record.get("params") or {}).get("variant"))
-            sets.setdefault(variant, ResultSet(variant, str(path))).records[row_and_column(record, "variant")] = record
-        base = "fp32" if "fp32" in sets else variants[0]
-        comparison = compare_sets(list(sets.values()), baseline=base, by="variant")
-        blocks.append(f"<h3>Variants of {escape(path)}, as % of {escape(base)}</h3>" + comparison_table(comparison))
-    if len(paths) > 1:
-        comparison = compare_files(paths, baseline=baseline)
-        blocks.append(f"<h3>Results files, as % of {escape(comparison.baseline)}</h3>" + comparison_table(comparison))
+        labels = [result_set.label for result_set in sets]
+        comparison = compare_sets(sets, baseline="fp32" if "fp32" in labels else None, by="variant")
+        title = f"Variants of {path}, as % of {comparison.baseline}"
+        blocks.append(f"<h3>{escape(title)}</h3>" + comparison_table(comparison))
+    suites = sorted({str(record.get("suite")) for _, records in files for record in records})
+    for suite in suites:  # files side by side, one suite at a time, among the files that ran it
+        with_suite = [(path, records) for path, records in files if any(r.get("suite") == suite for r in records)]
+        if len(with_suite) < 2:
+            continue
+        names = {str(path) for path, _ in with_suite} | {Path(path).name for path, _ in with_suite}
+        sets = result_sets(with_suite, suite=suite)
+        comparison = compare_sets(sets, baseline=baseline if baseline in names else None)
+        title = f"{suite} results by file, as % of {comparison.baseline}"
+        blocks.append(f"<h3>{escape(title)}</h3>" + comparison_table(comparison))
     if not blocks:
         return ""
     return "<h2>Comparisons</h2>" + "".join(blocks)

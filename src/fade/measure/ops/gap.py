@@ -176,12 +176,14 @@ def _pair(a: dict, b: dict) -> dict:
         "b_message": b["message"] if b["class"] not in WORKS else None,
         "a_tolerance_ratio": a["max_tolerance_ratio"],
         "b_tolerance_ratio": b["max_tolerance_ratio"],
+        "a_mismatch_reason": a.get("mismatch_reason"),
+        "b_mismatch_reason": b.get("mismatch_reason"),
         "a_median_s": a["device_median_s"],
         "b_median_s": b["device_median_s"],
     }
 
 
 def _brief(row: dict) -> dict:
-    keys = ("op", "dtype", "family", "class", "claimed", "claim_finding", "message", "note", "max_tolerance_ratio",
+    keys = ("op", "dtype", "family", "class", "claimed", "claim_finding", "message", "note", "max_tolerance_ratio", "mismatch_reason",
             "known_mismatch", "slow_reason", "device_median_s", "cpu_median_s", "curated")
     return {key: row.get(key) for key in keys}

@@ -86,8 +86,8 @@ class SweepProgress:
 def _row_line(row: dict) -> Text:
     line = Text.assemble((f"{row['class']:>11}  ", CLASS_STYLES.get(row["class"], "")), f"{row['op']} {row['dtype']}")
     detail = row.get("slow_reason") or row.get("message") or row.get("note")
-    if row["class"] == "mismatch" and row.get("max_tolerance_ratio") is not None:
-        detail = f"{row['max_tolerance_ratio']:.3g}x tolerance" + (" (known)" if row.get("known_mismatch") else "")
+    if row["class"] == "mismatch" and row.get("mismatch_reason"):
+        detail = row["mismatch_reason"] + (" (known)" if row.get("known_mismatch") else "")
     if row.get("claim_finding"):
         detail = f"[{row['claim_finding']}] " + (detail or "")
     if detail:
@@ -223,10 +223,7 @@ def _pair_table(console, title: str, pairs: list, failing_side: str) -> None:
     for column in ("family", "op", "dtype", "A", "B", "why"):
         table.add_column(column)
     for pair in pairs[:GAP_ROWS_SHOWN]:
-        why = pair[f"{failing_side}_message"]
-        ratio = pair[f"{failing_side}_tolerance_ratio"]
-        if why is None and ratio is not None:
-            why = f"{ratio:.3g}x tolerance"
+        why = pair[f"{failing_side}_message"] or pair.get(f"{failing_side}_mismatch_reason")
         table.add_row(pair["family"], escape(pair["op"]), pair["dtype"], _class_text(pair["a_class"]), _class_text(pair["b_class"]),
                       Text(_cut(why or ""), style="fade.dim"))
     console.print(table)
@@ -237,8 +234,8 @@ def _pair_table(console, title: str, pairs: list, failing_side: str) -> None:
 def _detail(item: dict) -> str:
     if item["class"] == "slow":
         return item.get("slow_reason") or ""
-    if item["class"] == "mismatch" and item.get("max_tolerance_ratio") is not None:
-        return f"{item['max_tolerance_ratio']:.3g}x tolerance" + (" (known)" if item.get("known_mismatch") else "")
+    if item["class"] == "mismatch" and item.get("mismatch_reason"):
+        return item["mismatch_reason"] + (" (known)" if item.get("known_mismatch") else "")
     return item.get("message") or item.get("note") or ""
 
 

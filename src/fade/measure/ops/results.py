@@ -31,9 +31,19 @@ def split_case_id(identifier: str) -> tuple:
     return op_id, dtype
 
 
+def mismatch_reason(ratio: Optional[float], structural_notes: list) -> Optional[str]:
+    """Why a mismatch is one: values out of tolerance ("2.45x tolerance"), or, when every value is inside
+    it, the structural difference (an output's dtype or shape differs from the CPU's)."""
+    if ratio is not None and ratio > 1:
+        return f"{ratio:.3g}x tolerance"
+    if structural_notes:
+        return structural_notes[0]
+    return None if ratio is None else f"{ratio:.3g}x tolerance"
+
+
 def ops_row(record: dict) -> dict:
     """The flat row of one ops record. Keys: op, dtype, family, class, claimed, claim_finding, curated,
-    message, note, max_tolerance_ratio, device_median_s, cpu_median_s, timed_input_bytes, timed_sample,
+    message, note, max_tolerance_ratio, mismatch_reason, device_median_s, cpu_median_s, timed_input_bytes, timed_sample,
     slow_reason, known_mismatch, torch_device."""
     extra = record.get("extra") or {}
     op_id, dtype = split_case_id(record.get("case_id", ""))
@@ -55,6 +65,8 @@ def ops_row(record: dict) -> dict:
     ]
     ratios = [ratio for ratio in ratios if ratio is not None]
     notes = [sample.get("note") for sample in samples if sample.get("note")]
+    structural = [note for sample in samples if sample.get("class") == "mismatch"
+                  for note in (sample.get("closeness") or {}).get("notes") or []]
     timing = extra.get("timing") or {}
     return {
         "op": op_id,
@@ -67,6 +79,7 @@ def ops_row(record: dict) -> dict:
         "message": message,
         "note": extra.get("untested_reason") or (notes[0] if notes else None),
         "max_tolerance_ratio": max(ratios) if ratios else None,
+        "mismatch_reason": mismatch_reason(max(ratios) if ratios else None, structural),
         "known_mismatch": bool(extra.get("known_mismatch")) and op_class == "mismatch",
         "device_median_s": timing.get("device_median_s"),
         "cpu_median_s": timing.get("cpu_median_s"),

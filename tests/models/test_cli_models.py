@@ -1,0 +1,115 @@
+"""The CLI verbs `fade bench models`, `fade compare` and `fade report`: exit codes, one-line errors, key JSON
+fields; never the table layout."""
+
+import json
+
+import pytest
+
+from fade import cli, cli_bench, cli_models
+from fade.errors import ExitCode
+
+from .records import model_record, record, write_jsonl
+
+
+@pytest.fixture
+def fade(monkeypatch, capsys):
+    """Run `fade ARGS...` in-process -> (exit code, stdout, stderr). Registers compare/report if fade.cli does
+    not yet (they land through cli_models.add_verbs)."""
+    parser = cli.build_parser()
+    verbs = next(action for action in parser._subparsers._group_actions)
+    if "compare" not in verbs.choices:
+        original = cli_bench.add_verbs
+
+        def add_verbs(subparsers):
+            original(subparsers)
+            cli_models.add_verbs(subparsers)
+
+        monkeypatch.setattr(cli_bench, "add_verbs", add_verbs)
+
+    def run(*argv):
+        code = cli.main([str(arg) for arg in argv])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--models", "resnet51"], "did you mean 'resnet50'"),
+        (["--batch", "0"], "--batch 0: must be a positive integer"),
+        (["--batch", "-3"], "must be a positive integer"),
+        (["--batch", "many"], "not an integer"),
+        (["--models", "fade_no_such_module:make"], "no module named 'fade_no_such_module'"),
+        (["--models", "json:no_such_function"], "has no attribute 'no_such_function'"),
+        (["--models", "json:__doc__"], "not a function"),
+        (["--variants", "bf16"], "did you mean 'amp-bf16'"),
+        (["--models", "alexnet", "--image-size", "32"], "at least 63 px"),
+        (["--models", "bert-base", "--seq-len", "1024"], "512 tokens at most"),
+    ],
+)
+def test_bad_bench_input_is_one_line_and_exit_2(fade, tmp_path, argv, message):
+    code, _, err = fade("bench", "models", "-o", tmp_path / "out.jsonl", *argv)
+    assert code == ExitCode.USAGE
+    assert message in one_line(err)
+
+
+def test_bench_models_quick_runs_and_writes_records(fade, tmp_path):
+    out = tmp_path / "models.jsonl"
+    code, _, _ = fade("bench", "models", "--quick", "--models", "mobilenet_v2", "--mode", "infer", "--image-size", "32",
+                      "--variants", "fp32,amp-fp16", "-o", out, "--json", tmp_path / "summary.json")  # fmt: skip
+    assert code == ExitCode.OK
+    statuses = {json.loads(line)["case_id"]: json.loads(line)["status"] for line in out.read_text().splitlines()}
+    assert statuses == {"models/mobilenet_v2/infer/fp32/b2-32px": "ok", "models/mobilenet_v2/infer/amp-fp16/b2-32px": "skipped"}
+    assert json.loads((tmp_path / "summary.json").read_text())["statuses"] == {"ok": 1, "skipped": 1}
+
+
+def test_compare_reads_past_a_corrupt_line_reports_its_number_and_exits_2(fade, tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [record("x/1", 100), record("x/2", 100)], corrupt_line_at=1)
+    code, out, err = fade("compare", a, "--json")
+    assert code == ExitCode.USAGE
+    assert one_line(err).startswith(f"fade: error: {a}:2: not valid JSON")
+    assert [row["row"] for row in json.loads(out)["rows"]] == ["x/1", "x/2"]
+
+
+def test_compare_fail_under_exits_1_on_a_regression_and_0_otherwise(fade, tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [model_record("resnet50", "train", "fp32", 882)])
+    slow = write_jsonl(tmp_path / "slow.jsonl", [model_record("resnet50", "train", "fp32", 700)])
+    same = write_jsonl(tmp_path / "same.jsonl", [model_record("resnet50", "train", "fp32", 875)])
+    assert fade("compare", a, slow, "--fail-under", "95")[0] == ExitCode.FINDINGS
+    assert fade("compare", a, same, "--fail-under", "95")[0] == ExitCode.OK
+    code, out, _ = fade("compare", a, slow, "--json")
+    assert code == ExitCode.OK  # no --fail-under: slower is reported, not failed
+    assert json.loads(out)["rows"][0]["cells"][1]["verdict"] == "slower"
+
+
+def test_compare_writes_markdown(fade, tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [model_record("vgg16", "train", "fp32", 608)])
+    b = write_jsonl(tmp_path / "b.jsonl", [model_record("vgg16", "train", "fp32", 640)])
+    code, _, _ = fade("compare", a, b, "--markdown", tmp_path / "table.md")
+    assert code == ExitCode.OK
+    assert "| vgg16 fp32 b64 | 608 | 640 (105% ▲) |" in (tmp_path / "table.md").read_text()
+
+
+def test_compare_and_report_of_a_missing_file_are_one_line_errors(fade, tmp_path):
+    for verb in ("compare", "report"):
+        code, _, err = fade(verb, tmp_path / "nope.jsonl")
+        assert code == ExitCode.USAGE
+        assert "cannot read results file" in one_line(err)
+
+
+def test_report_is_written_despite_a_corrupt_line_which_it_lists(fade, tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", [model_record("resnet18", "infer", "fp32", 5000)], corrupt_line_at=0)
+    out = tmp_path / "report.html"
+    code, _, err = fade("report", a, "-o", out)
+    assert code == ExitCode.USAGE
+    assert f"{a}:1: not valid JSON" in err
+    text = out.read_text()
+    assert "resnet18" in text and f"{a}:1: not valid JSON" in text
