@@ -12,7 +12,9 @@ Writes into the output directory:
     summary.json   wall time, statuses, every FADE-vs-plain difference, anchor ratios
 
 Eager variants run first and torch.compile last (one worker each), so a run cut short still holds every
-eager case. Exit code 1 when a case failed or FADE differs from its plain loop by more than AGREEMENT_PCT.
+eager case; `--skip-compile` then `--compile-only` into the same directory splits the run in two commands,
+and the tables cover every case the directory's models.jsonl holds (the latest record of each). Exit code 1
+when a case failed or FADE differs from its plain loop by more than AGREEMENT_PCT.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import fade
 
 from fade.measure.models import run_models
+from fade.measure.record import latest_records, read_records
 from fade.measure.runner import new_run_id
 from fade.report.compare import compare_sets, format_value, render_markdown, result_sets
 
@@ -58,6 +61,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default=None, help="torch device (default: cuda:0 if available, else cpu)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes and fp32 + amp-bf16+channels-last only (CPU check)")
     parser.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variant")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="run only the torch.compile variant (after a --skip-compile run into the same directory)")  # fmt: skip
     args = parser.parse_args(argv)
 
     out_dir = Path(args.out_dir)
@@ -69,13 +74,17 @@ def main(argv=None) -> int:
     if args.smoke:
         common.update(batch=2, image_size=64, quick=True)
     eager = ("fp32", "amp-bf16+channels-last") if args.smoke else EAGER_VARIANTS
-    records = list(run_models(args.device, variants=eager, **common).records)
-    phases = {"eager_s": time.monotonic() - started}
-    if not args.skip_compile and not args.smoke:
+    phases = {}
+    if not args.compile_only:
+        run_models(args.device, variants=eager, **common)
+        phases["eager_s"] = time.monotonic() - started
+    if not (args.skip_compile or args.smoke):
         compile_started = time.monotonic()
-        records += run_models(args.device, variants=COMPILE_VARIANTS, timeout_s=COMPILE_TIMEOUT_S, **common).records
+        run_models(args.device, variants=COMPILE_VARIANTS, timeout_s=COMPILE_TIMEOUT_S, **common)
         phases["compile_s"] = time.monotonic() - compile_started
     wall_s = time.monotonic() - started
+    # every case's latest record in the directory's file: a --compile-only run joins an earlier eager run
+    records = [record for record in latest_records(read_records(out).records) if record.get("suite") == "models"]
 
     summary = summarize(records, wall_s, phases)
     (out_dir / "models.md").write_text(markdown(records, summary), encoding="utf-8")
@@ -123,9 +132,10 @@ def markdown(records: list, summary: dict) -> str:
     sets = result_sets([("models.jsonl", records)], by="variant")
     labels = [result_set.label for result_set in sets]
     comparison = compare_sets(sets, baseline="fp32" if "fp32" in labels else None, by="variant")
+    batches = ", ".join(str(batch) for batch in sorted({(r.get("params") or {}).get("batch") for r in records}, key=str))
     lines = [
         f"Device: {summary['device']}, torch {summary['torch']}, FADE {summary['fade_version']}; "
-        f"batch {BATCH}, synthetic data resident on the device (no input copy); {summary['wall_s']:.0f} s in all.",
+        f"batch {batches}, synthetic data resident on the device (no input copy); {summary['wall_s']:.0f} s in all.",
         "",
         "### Variants side by side (samples/s, % of fp32)",
         "",

@@ -124,3 +124,12 @@ def test_loader_fuzz_mutated_snapshots_either_fail_cleanly_or_diagnose(data, fix
         return
     report = diagnose(snap)  # whatever validation accepts, the analysis must handle
     assert isinstance(report["findings"], list)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["doctor", "--help"], ["bench", "--help"], ["bench", "micro", "--help"],
+                                  ["bench", "models", "--help"], ["compare", "--help"], ["report", "--help"],
+                                  ["watch", "--help"], ["ops", "--help"], ["snapshot", "--help"]])
+def test_every_help_text_renders(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 0 and "usage: fade" in capsys.readouterr().out

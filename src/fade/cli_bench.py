@@ -1,4 +1,4 @@
-"""`fade bench micro`: a thin shell over fade.measure.micro.run_micro (other suites register beside it)."""
+"""`fade bench micro`: a thin shell over fade.measure.micro.run_micro; `fade bench models` registers beside it."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _positive_float(text: str) -> float:
 
 
 def add_verbs(verbs) -> None:
-    bench = verbs.add_parser("bench", help="benchmarks as % of the device's physical limits")
+    bench = verbs.add_parser("bench", help="benchmarks as %% of the device's physical limits")
     suites = bench.add_subparsers(dest="suite", metavar="SUITE", parser_class=type(bench))
     bench.set_defaults(func=_no_suite)
     micro = suites.add_parser("micro", help="GEMM, bandwidth, transfers, launch, conv, attention, norms, CPU vs GPU")
@@ -59,8 +59,6 @@ def add_verbs(verbs) -> None:
     micro.add_argument("--plot", action="store_true", help="write PNG plots next to FILE")
     micro.add_argument("--timeout", type=_positive_float, metavar="S", help="per-case timeout in seconds")
     micro.set_defaults(func=cmd_bench_micro)
-    try:
-        from fade import cli_models
-    except ImportError:  # the model suite lands separately
-        return
+    from fade import cli_models
+
     cli_models.add_bench_models(suites)

@@ -56,7 +56,7 @@ def _report_problems(problems) -> None:
 def cmd_bench_models(args) -> int:
     from fade.measure.models import run_models
     from fade.report.compare import compare_sets, render_terminal, result_sets
-    from fade.report.console import make_console
+    from fade.report.console import make_console, render_bench_summary
 
     console = make_console()
     if args.output == DEFAULT_OUTPUT:
@@ -80,6 +80,7 @@ def cmd_bench_models(args) -> int:
     except RuntimeError as exc:  # the worker could not start on this device: valid request, cannot run here
         print(f"fade: cannot run here: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
+    render_bench_summary(_model_rows(summary.records), summary.to_dict(), console)
     if summary.records:  # this run's variants side by side, against the first variant asked for
         render_terminal(compare_sets(result_sets([(summary.out, summary.records)], by="variant"), by="variant"), console)
     if args.json:
@@ -92,6 +93,33 @@ def cmd_bench_models(args) -> int:
     if summary.interrupted:
         return 130
     return ExitCode.FINDINGS if summary.failed else ExitCode.OK
+
+
+def _model_rows(records: list) -> list:
+    """record.summarize's rows, with a model record's % of peak and its TFLOP/s, peak memory and plain-loop
+    difference in the note (they live in `extra` for this suite)."""
+    from fade.measure.record import summarize
+
+    extras = {record["case_id"]: record.get("extra") or {} for record in records}
+    rows = summarize(records)
+    for row in rows:
+        extra = extras.get(row["case_id"], {})
+        flops = extra.get("flops") or {}
+        row["pct_of_peak"] = flops.get("pct_of_peak")
+        if row["status"] != "ok":
+            continue
+        parts = []
+        if flops.get("achieved_tflops"):
+            dtype = f" ({flops['peak_dtype']} peak)" if flops.get("peak_dtype") else ""
+            parts.append(f"{flops['achieved_tflops']:.3g} TFLOP/s{dtype}")
+        peak_bytes = (extra.get("memory") or {}).get("peak_allocated_bytes")
+        if peak_bytes:
+            parts.append(f"{peak_bytes / 2**30:.1f} GiB peak")
+        plain = extra.get("plain_loop") or {}
+        if plain.get("fade_vs_plain_pct") is not None:
+            parts.append(f"plain loop {plain['fade_vs_plain_pct']:+.1f}%")
+        row["note"] = "; ".join(parts + ([row["note"]] if row.get("note") else [])) or None
+    return rows
 
 
 def add_bench_models(suites) -> None:
@@ -114,7 +142,9 @@ def add_bench_models(suites) -> None:
                         help="comma-separated variants, parts joined with + (fp32, default, tf32, amp-fp16, amp-bf16, "
                              f"channels-last, compile); default {','.join(DEFAULT_VARIANTS)}; "
                              f"{','.join(QUICK_VARIANTS)} with --quick")  # fmt: skip
-    models.add_argument("--quick", action="store_true", help="small batch, 64 px images, 32-token sequences, short timing")
+    models.add_argument("--quick", action="store_true",
+                        help="the five CNNs (unless --models), batch 2, 64 px images, 32-token sequences, short timing: "
+                             "1-3 min on 2 CPU cores")  # fmt: skip
     models.add_argument("--image-size", type=_positive_int("--image-size"), metavar="PX", help="image side (default 224)")
     models.add_argument("--seq-len", type=_positive_int("--seq-len"), metavar="TOKENS", help="sequence length (default 512)")
     models.add_argument("--validate", action="store_true",
@@ -169,9 +199,9 @@ def cmd_report(args) -> int:
 
 def add_verbs(verbs) -> None:
     """Register the top-level `compare` and `report` verbs."""
-    compare = verbs.add_parser("compare", help="results files side by side as % of a baseline, with noise and regressions")
+    compare = verbs.add_parser("compare", help="results files side by side as %% of a baseline, with noise and regressions")
     compare.add_argument("files", nargs="+", metavar="RESULTS.jsonl")
-    compare.add_argument("--baseline", metavar="SET", help="the file (or, with --by variant, the variant) others are % of; default: the first")
+    compare.add_argument("--baseline", metavar="SET", help="the file (or, with --by variant, the variant) others are %% of; default: the first")
     compare.add_argument("--fail-under", type=_positive_float("--fail-under"), metavar="PCT",
                          help="exit 1 when a case is below PCT%% of the baseline outside the noise band, or failed where the baseline ran")  # fmt: skip
     compare.add_argument("--by", default="file", choices=("file", "variant"),

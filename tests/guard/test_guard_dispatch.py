@@ -84,6 +84,20 @@ def test_cpu_then_numpy_is_a_d2h_copy_at_the_calling_line(device):
     assert (copy.what, copy.file, copy.line, copy.total_bytes) == ("copy d2h", *at("numpy"), 8 * 8)
 
 
+def test_a_blocking_copy_is_one_copy_record_that_counts_its_host_wait(device):
+    """A blocking `.cpu()` or `.to(device)` makes the host wait (on CUDA both end in memcpy_and_sync). That
+    wait is part of the copy: one record, with `syncs`, and no sync record. A non-blocking copy does not wait."""
+    values, host = torch.randn(8, device=device), torch.randn(8)
+    with quiet_guard(device) as watched:
+        values.cpu()  # SITE blocking-d2h
+        host.to(device)  # SITE blocking-h2d
+        torch.empty(8).copy_(values, non_blocking=True)  # SITE async-d2h
+    assert found(watched.report) == {("copy d2h", *at("blocking-d2h")): 1, ("copy h2d", *at("blocking-h2d")): 1,
+                                     ("copy d2h", *at("async-d2h")): 1}
+    assert {r.line: r.syncs for r in watched.report.records} == {
+        at("blocking-d2h")[1]: 1, at("blocking-h2d")[1]: 1, at("async-d2h")[1]: 0}
+
+
 def test_tensor_from_python_data_on_the_device_is_an_h2d_copy(device):
     with quiet_guard(device) as watched:
         torch.tensor([1.0, 2.0, 3.0], device=device)  # SITE lift
@@ -314,6 +328,78 @@ def test_sync_debug_warning_adds_a_sync_only_when_the_op_is_not_already_one(devi
     assert found(watched.report) == {("sync", *at("hidden-sync")): 1, ("sync", *at("item-sync")): 1}
     assert watched.report.records[0].ops.keys() | watched.report.records[1].ops.keys() == {
         "aten::add.Tensor", "aten::_local_scalar_dense"}
+
+
+SYNC_DEBUG_WARNING = "called a synchronizing CUDA operation"
+
+
+def test_sync_debug_warning_after_the_call_settles_the_wait_already_counted_at_that_line(device):
+    """On CUDA a kernel's sync-debug warning reaches Python only when the Python call returns, after the op's
+    dispatch (benchmarks/guard_sync_debug_probe.py shows the order). Each line below replays that order in
+    one expression: the op, then the warning. `.item()` and a blocking copy already count the wait, so their
+    warnings add nothing; indexing with a CPU index waits inside the kernel, so its warning is a sync."""
+    values, index, loss = torch.randn(8, device=device), torch.tensor([1, 3]), torch.randn(4, device=device).sum()
+    with quiet_guard(device) as watched:
+        for _ in range(2):
+            loss.item(), warnings.warn(SYNC_DEBUG_WARNING)  # SITE item-then-warning
+            values.cpu(), warnings.warn(SYNC_DEBUG_WARNING)  # SITE copy-then-warning
+            values[index], warnings.warn(SYNC_DEBUG_WARNING)  # SITE index-then-warning
+    assert found(watched.report) == {
+        ("sync", *at("item-then-warning")): 2, ("copy d2h", *at("copy-then-warning")): 2,
+        ("device_mix", *at("index-then-warning")): 2, ("sync", *at("index-then-warning")): 2}
+
+
+def test_sync_debug_warning_in_a_python_backward_reaches_the_guard_from_autograds_thread(device):
+    """A custom Function's backward runs on autograd's worker thread, which never entered the guard but has
+    its mode on the stack; a hidden sync warned there is charged to the backward's own line."""
+    class HiddenSyncInBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            warnings.warn(SYNC_DEBUG_WARNING)  # SITE backward-hidden-sync
+            return grad * 2
+
+    weights = torch.randn(4, device=device, requires_grad=True)
+    with quiet_guard(device) as watched:
+        HiddenSyncInBackward.apply(weights).sum().backward()
+    assert found(watched.report) == {("sync", *at("backward-hidden-sync")): 1}
+    assert watched.report.records[0].in_backward
+
+
+def test_torch_compiles_own_syncs_are_not_charged_to_the_users_line(device):
+    """Inductor times its kernels with device syncs at their first launch (and Dynamo/Inductor may sync while
+    compiling). Those frames come from torch.compile's modules; here a function defined as if in one of them
+    syncs and warns, and nothing is reported."""
+    from fade.guard.callsite import COMPILER_MODULES
+
+    namespace = {"__name__": COMPILER_MODULES[0], "torch": torch, "warnings": warnings,
+                 "message": SYNC_DEBUG_WARNING, "device": device}
+    exec("def autotune():\n    getattr(torch, device).synchronize()\n    warnings.warn(message)\n", namespace)
+    with quiet_guard(device) as watched:
+        namespace["autotune"]()
+    assert watched.report.records == []
+
+
+def test_guard_over_a_region_already_holding_gpu_memory_arms_the_sync_debug_mode_at_entry(monkeypatch):
+    """No op in such a region is the accelerator's "first use", so arming cannot wait for one (it did, and
+    the H100 check found the mode never armed). Re-entering the same guard arms it again."""
+    from fade.guard import session
+
+    calls = []
+    monkeypatch.setattr(session, "_accelerator_memory_in_use", lambda device_type: True)
+    monkeypatch.setattr(hooks, "arm_cuda_sync_debug", lambda: calls.append("arm"))
+    monkeypatch.setattr(hooks, "disarm_cuda_sync_debug", lambda: calls.append("disarm"))
+    watched = Guard("warn", "cuda", quiet=True)
+    for _ in range(2):
+        with watched:
+            assert calls[-1] == "arm"
+    assert calls == ["arm", "disarm", "arm", "disarm"]
+    with Guard("sampled", "cuda", quiet=True):
+        pass
+    assert calls == ["arm", "disarm", "arm", "disarm"]  # sampled mode leaves the debug mode alone
 
 
 def test_torch_compile_region_stays_compiled_under_the_guard(device):

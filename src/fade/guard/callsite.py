@@ -23,9 +23,16 @@ GENERATED_FILE_MARKERS = ("<eval_with_key", "torchinductor_", "<frozen ")
 MAX_STACK_FRAMES = 16  # user frames kept for the first stack, innermost last
 
 DATA_LOADING_MODULE = "torch.utils.data"  # CPU work there is data loading: by design, not a GPU-region leak
+# torch.compile's own work: Dynamo and Inductor compiling (with dispatch modes off, so only syncs and sync-debug
+# warnings get through) and Inductor autotuning its kernels at their first launch, which times them with
+# device syncs (an H100 run charged 24 syncs to the line calling a freshly compiled function). Once per
+# compile, and nothing the user's line can change, so none of it is reported.
+COMPILER_MODULES = ("torch._dynamo.convert_frame", "torch._inductor.compile_fx", "torch._inductor.runtime.benchmarking",
+                    "torch._inductor.runtime.triton_heuristics", "torch._inductor.select_algorithm",
+                    "torch._inductor.autotune_process", "triton.testing")
 
-USER, LIBRARY, DATA_LOADING = 0, 1, 2
-_code_category: dict = {}  # code object -> USER | LIBRARY | DATA_LOADING; a code object's module never changes
+USER, LIBRARY, DATA_LOADING, COMPILER = 0, 1, 2, 3
+_code_category: dict = {}  # code object -> USER | LIBRARY | DATA_LOADING | COMPILER; a code's module never changes
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class CallSite:
     function: str
     stack: tuple[tuple[str, int, str], ...]  # user frames (file, line, function), outermost first
     in_data_loading: bool = False  # a torch.utils.data frame sits between the op and the user's line
+    in_compiler: bool = False  # a COMPILER_MODULES frame sits between the event and the user's line
 
     @property
     def code(self) -> str:
@@ -49,6 +57,8 @@ def _category(frame) -> int:
         module = frame.f_globals.get("__name__") or ""
         if module.startswith(DATA_LOADING_MODULE):
             category = DATA_LOADING
+        elif module.startswith(COMPILER_MODULES):
+            category = COMPILER
         elif (module.partition(".")[0] in LIBRARY_MODULES
               or any(marker in code.co_filename for marker in GENERATED_FILE_MARKERS)):
             category = LIBRARY
@@ -64,12 +74,14 @@ def user_call_site(frame) -> CallSite | None:
     Only the stack is walked: no source is read and no path is formatted until the report asks.
     """
     site = None
-    in_data_loading = False
+    in_data_loading = in_compiler = False
     stack: list[tuple[str, int, str]] = []
     while frame is not None:
         category = _category(frame)
         if category == DATA_LOADING and site is None:
             in_data_loading = True
+        elif category == COMPILER and site is None:
+            in_compiler = True
         elif category == USER:
             code = frame.f_code
             if site is None:
@@ -79,7 +91,7 @@ def user_call_site(frame) -> CallSite | None:
         frame = frame.f_back
     if site is None:
         return None
-    return CallSite(site[0], site[1], site[2], tuple(reversed(stack)), in_data_loading)
+    return CallSite(site[0], site[1], site[2], tuple(reversed(stack)), in_data_loading, in_compiler)
 
 
 def current_call_site(fallback_thread_id: int | None = None) -> CallSite | None:

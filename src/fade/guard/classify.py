@@ -2,8 +2,10 @@
 
 The rules, for an accelerator device type ACC (source: research/pytorch-tooling.md §1-2, measured on 2.11):
 - copy: `_to_copy`, `copy_`, `_copy_from(_and_resize)` whose source and destination are on different devices,
-  and `lift_fresh` of an ACC tensor (`torch.tensor(data, device=ACC)` copies host data over). A D2H copy also
-  syncs; it is reported once, as a copy.
+  and `lift_fresh` of an ACC tensor (`torch.tensor(data, device=ACC)` copies host data over). A blocking copy
+  between host and device also makes the host wait: on CUDA both directions end in `memcpy_and_sync`
+  (aten/src/ATen/native/cuda/Copy.cu), which the sync debug mode reports. That wait is part of the copy, so
+  the finding carries `syncs=True` and no separate sync is reported. `non_blocking=True` copies do not wait.
 - sync: with an ACC input, `_local_scalar_dense` (`.item()`), `equal`, ops tagged `dynamic_output_shape`
   (nonzero, masked_select, unique, ...) and boolean-mask indexing. `index.Tensor` carries the tag for every
   index, but only a bool or uint8 index makes it wait for the device.
@@ -42,6 +44,12 @@ class Finding(NamedTuple):
     kind: str  # a key of fade.guard.report.KINDS
     direction: str  # copies: "h2d" | "d2h" | "d2d"; otherwise ""
     nbytes: int
+    syncs: bool = False  # copies: a blocking host<->device copy, so the host waited for it too
+
+    @property
+    def host_waits(self) -> bool:
+        """Whether this finding stands for a host wait (for matching CUDA's sync debug warnings to it)."""
+        return self.kind == "sync" or self.syncs
 
 
 class _OpInfo(NamedTuple):
@@ -99,19 +107,24 @@ def _direction(source, destination, accelerator: str) -> str:
 
 
 def _copy_finding(func, args, kwargs, accelerator: str) -> Finding | None:
-    if func is aten._to_copy.default:
+    if func is aten._to_copy.default:  # _to_copy(self, *, ..., device, non_blocking)
         source = args[0]
         destination = kwargs.get("device") or source.device
-    elif func is aten.copy_.default:
+        non_blocking = kwargs.get("non_blocking", False)
+    elif func is aten.copy_.default:  # copy_(self=destination, src, non_blocking)
         source = args[1]
         destination = args[0].device
-    else:  # _copy_from(self=source, dst)
+        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+    else:  # _copy_from(self=source, dst, non_blocking)
         source = args[0]
         destination = args[1].device
+        non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
     if not isinstance(source, torch.Tensor):
         return None
     direction = _direction(source.device, torch.device(destination), accelerator)
-    return Finding("copy", direction, _nbytes(source)) if direction else None
+    if not direction:
+        return None
+    return Finding("copy", direction, _nbytes(source), syncs=direction != "d2d" and not non_blocking)
 
 
 def _scan(values, accelerator: str, check_masks: bool, state: list) -> None:
@@ -154,8 +167,9 @@ def classify(func, args, kwargs, outputs, accelerator: str, accelerator_in_use: 
     on_accelerator, on_other_device, mask_index, cpu_operands = state
     if on_accelerator:
         findings = []
-        if info.is_lift:
-            findings.append(Finding("copy", "h2d", sum(_nbytes(t) for t in args if isinstance(t, torch.Tensor))))
+        if info.is_lift:  # torch.tensor(data, device=ACC) copied with non_blocking=False (tensor_new.cpp)
+            findings.append(Finding("copy", "h2d", sum(_nbytes(t) for t in args if isinstance(t, torch.Tensor)),
+                                    syncs=True))
         if info.is_sync or mask_index:
             findings.append(Finding("sync", "", 0))
         if cpu_operands:

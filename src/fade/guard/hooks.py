@@ -41,13 +41,21 @@ def thread_state() -> ThreadState:
 
 
 def guards_here() -> list:
-    """Guards that should hear about an event on this thread: the guards dispatching an op right now (this
-    covers autograd's worker threads, which run ops under the guard's mode but never entered it), else the
-    guards entered on this thread that are inspecting."""
+    """Guards that should hear about an event on this thread: the guards dispatching an op right now, else the
+    guards entered on this thread that are inspecting, else the guards whose mode is on this thread's mode
+    stack without having been entered here (autograd's worker threads inherit the stack: a Python backward's
+    `.item()` warns there, after its op's dispatch has ended)."""
     state = thread_state()
     if state.handling:
         return [guard for guard, _ in state.handling]
-    return [guard for guard in state.entered if guard.inspecting]
+    if state.entered:
+        return [guard for guard in state.entered if guard.inspecting]
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    from fade.guard.mode import GuardMode
+
+    return [mode.guard for mode in _get_current_dispatch_mode_stack()
+            if isinstance(mode, GuardMode) and mode.guard.inspecting]
 
 
 # ---- warnings -------------------------------------------------------------------------------------------

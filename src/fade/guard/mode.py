@@ -57,10 +57,12 @@ class GuardMode(TorchDispatchMode):
         findings, touched = classify(func, args, kwargs, outputs, guard.device_type, guard._accelerator_in_use)
         if touched and not guard._accelerator_in_use:
             guard._first_accelerator_use()
+        sync_warned = False
         if call[1]:
-            findings = guard._add_captured(findings, call[1])
+            findings, sync_warned = guard._add_captured(findings, call[1])
         if findings:
-            guard._record(findings, op_name(func), elapsed_ns)
+            # Not gated on the guard arming the sync debug mode: a user may have armed it.
+            guard._record(findings, op_name(func), elapsed_ns, sync_warnings_due=not sync_warned)
         return outputs
 
 

@@ -52,12 +52,14 @@ def render_report(report: GuardReport):
         where = Text(record.site + (" (in backward)" if record.in_backward else ""))
         if record.code:
             where.append("\n" + record.code, style="fade.dim")
-        table.add_row(Text(record.what, style="fade.warn"), where, str(record.count), str(record.steps),
+        what = record.what + (" (host waits)" if record.syncs else "")
+        table.add_row(Text(what, style="fade.warn"), where, str(record.count), str(record.steps),
                       f"{record.total_ms:.2f}",
                       _bytes(record.total_bytes) if record.total_bytes else "", _ops(record.ops))
     legend = [Text("steps: training steps it happened in (steps end at optimizer.step() or guard.step()); time: "
                    "host wall time of the ops (a sync's time is its wait); bytes: data moved (copies) or CPU "
-                   "operands (device_mix). The first stack of each site is in the JSON.", style="fade.dim")]
+                   "operands (device_mix); (host waits): a blocking copy, its sync is counted with it. The "
+                   "first stack of each site is in the JSON.", style="fade.dim")]
     legend += [Text(f"{kind}: {meaning}", style="fade.dim") for kind, meaning in KINDS.items()
                if any(r.kind == kind for r in report.records)]
     legend += [Text(f"note: {note}", style="fade.dim") for note in report.notes]

@@ -14,8 +14,10 @@ SCHEMA_VERSION = 1
 # Stable kind ids. Each is something that makes an accelerator wait for the host or do the host's work.
 KINDS = {
     "cpu_compute": "an op computed on the CPU while accelerator tensors were in use",
-    "copy": "a copy between the host and the accelerator (or between two accelerators)",
-    "sync": "the host waited for the accelerator: .item(), a data-dependent shape, an explicit synchronize",
+    "copy": "a copy between the host and the accelerator (or between two accelerators); a blocking one also "
+            "made the host wait, counted in the copy's `syncs`, not as a separate sync",
+    "sync": "the host waited for the accelerator: .item(), a data-dependent shape, an explicit synchronize, "
+            "or a wait CUDA's sync debug mode reported inside a kernel",
     "device_mix": "an op mixed accelerator tensors with non-scalar CPU tensors",
     "backend_fallback": "the backend ran an op on the CPU because it has no kernel for it (it said so in a warning)",
 }
@@ -47,6 +49,7 @@ class SiteRecord:
     count: int = 0
     total_ms: float = 0.0  # wall time of the ops themselves, host clock; a sync's time is its wait
     total_bytes: int = 0  # copies: bytes moved; device_mix: bytes of the CPU operands
+    syncs: int = 0  # copies: how many were blocking host<->device copies, so the host also waited for them
     ops: dict[str, int] = field(default_factory=dict)  # op name -> count
     first_stack: list[str] = field(default_factory=list)  # user frames "file:line in function", outermost first
     in_backward: bool = False  # first seen on an autograd worker thread, charged to the backward() line

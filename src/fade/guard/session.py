@@ -5,6 +5,16 @@ through it: it runs the op, times it on the host clock and asks fade.guard.class
 offence, which `Guard._record` files per (kind, the user's file:line, copy direction). fade.guard.hooks adds
 what a mode cannot see: backends' CPU-fallback warnings, explicit synchronize calls, optimizer steps.
 
+Syncs are counted once per host wait. On CUDA, warn and strict also switch on the sync debug mode, which
+warns at every wait, including those an op the mode already counted makes (`.item()`, a blocking copy). Its
+warnings reach Python only when the outermost Python binding returns, after the op's dispatch has ended
+(torch's PyWarningHandler buffers a kernel's TORCH_WARN until then; benchmarks/guard_sync_debug_probe.py
+shows the order on a GPU), so they cannot be matched to the op that caused them. Instead each host wait
+an op was counted for leaves one warning "due" at its line; a warning at that line settles a due one, and
+only a warning with none due (a wait inside a kernel: CPU-index indexing, printing a tensor) becomes a
+sync record. Approximation: a counted wait that never warns (a copy of zero elements) leaves its warning
+due, and the next hidden wait at that same line is taken for it.
+
 Modes:
 - "warn": every op is inspected; the first offence at each line raises a FadeGuardWarning located at that
   line (so Python prints it as coming from the user's code).
@@ -166,6 +176,9 @@ class Guard(contextlib.ContextDecorator):
         self._owner_thread: int | None = None  # whose stack backward ops are charged to
         self._accelerator_in_use = False
         self._sync_debug_armed = False
+        # [(file, line), n]: n host waits counted from ops at that line whose sync-debug warnings have not
+        # arrived yet (see the module docstring). One line at a time: the warnings follow within the call.
+        self._sync_warnings_due: list = [None, 0]
         self._explicit_steps = False
         self._disabled = False  # set in a forked child: never inspect again
         self._steps_seen = 0
@@ -241,6 +254,10 @@ class Guard(contextlib.ContextDecorator):
         hooks.install_step_hook()
         entry.hooked = [hooks.remove_step_hook, lambda: hooks.unpatch_explicit_syncs(self.device_type),
                         hooks.remove_warning_capture]
+        if first and self._accelerator_in_use:
+            # A GPU region from the start (memory held, or an earlier entry used the device): arm the sync debug
+            # mode now, after the warning capture is in place, since no op will be the "first use".
+            self._first_accelerator_use()
         if self.inspecting:
             entry.mode.__enter__()
             entry.pushed = True
@@ -312,8 +329,8 @@ class Guard(contextlib.ContextDecorator):
     # ---- per op -------------------------------------------------------------------------------------------
 
     def _first_accelerator_use(self) -> None:
-        """The region touched the accelerator: CPU compute from now on is an offence; on CUDA, arm the sync
-        debug mode (only now, so the guard never initializes CUDA itself)."""
+        """The region uses the accelerator: CPU compute from now on is an offence; on CUDA, arm the sync debug
+        mode (only now, so the guard never initializes CUDA itself). Idempotent."""
         self._accelerator_in_use = True
         if self._sync_debug and self.device_type == "cuda":
             with self._lock:
@@ -321,30 +338,45 @@ class Guard(contextlib.ContextDecorator):
                     self._sync_debug_armed = True
                     hooks.arm_cuda_sync_debug()
 
-    def _add_captured(self, findings: list, captured: list) -> list:
-        """Warnings raised while one op ran: a backend fallback is its own finding; a sync-debug warning adds a
-        sync only if the op is not already counted as a sync or a copy (then it is the same event)."""
+    def _add_captured(self, findings: list, captured: list) -> tuple[list, bool]:
+        """Warnings raised while one op ran (a kernel that warns from Python, as the stand-in does): a backend
+        fallback is its own finding; a sync-debug warning adds a sync only if the op is not already counted as
+        a host wait (a sync, or a blocking copy: then it is the same event). Also returns whether a sync-debug
+        warning came, so no warning is left due for this op."""
         from fade.guard.classify import Finding
 
         findings = list(findings)
-        already_sync = any(finding.kind in ("sync", "copy") for finding in findings)
+        host_waits = any(finding.host_waits for finding in findings)
+        sync_warned = False
         for kind, _text in captured:
             if kind == "backend_fallback":
                 findings.append(Finding("backend_fallback", "", 0))
-            elif kind == "sync_debug" and not already_sync:
-                findings.append(Finding("sync", "", 0))
-                already_sync = True
-        return findings
+            elif kind == "sync_debug":
+                sync_warned = True
+                if not host_waits:
+                    findings.append(Finding("sync", "", 0))
+                    host_waits = True
+        return findings, sync_warned
 
     def _on_warning(self, kind: str, text: str) -> None:
-        """A captured warning outside any op (a stream sync, a backend warning from Python code)."""
+        """A captured warning outside any op's dispatch: a backend warning from Python code, or a CUDA sync-debug
+        warning, which arrives when the Python call that caused it returns (see the module docstring)."""
         from fade.guard.classify import Finding
 
         match = hooks.OP_IN_WARNING.search(text)
         if kind == "backend_fallback":
             self._record([Finding("backend_fallback", "", 0)], match.group(1) if match else "backend warning", 0)
         elif kind == "sync_debug":
-            self._record([Finding("sync", "", 0)], "sync reported by torch.cuda sync debug mode", 0)
+            site = current_call_site(self._owner_thread)
+            if site is None:
+                return
+            with self._lock:
+                due_at, due = self._sync_warnings_due
+                if due and due_at == (site.file, site.line):
+                    self._sync_warnings_due[1] -= 1  # the wait of an op already counted at this line
+                    return
+            self._record([Finding("sync", "", 0)], "sync inside a kernel (torch.cuda sync debug mode)", 0,
+                         site=site)
 
     def _on_explicit_sync(self, label: str, elapsed_ns: int) -> None:
         from fade.guard.classify import Finding
@@ -352,10 +384,13 @@ class Guard(contextlib.ContextDecorator):
         if self.inspecting:
             self._record([Finding("sync", "", 0)], label, elapsed_ns)
 
-    def _record(self, findings: list, op: str, elapsed_ns: int, *, may_raise: bool = True) -> None:
-        site = current_call_site(self._owner_thread)
-        if site is None:
-            return  # no user frame anywhere: torch's own machinery, nothing the user can change
+    def _record(self, findings: list, op: str, elapsed_ns: int, *, may_raise: bool = True, site=None,
+                sync_warnings_due: bool = False) -> None:
+        """File findings at the user's line (`site`, found here if not given). sync_warnings_due: CUDA's sync
+        debug mode will warn once, later, for each host wait among these findings."""
+        site = site or current_call_site(self._owner_thread)
+        if site is None or site.in_compiler:
+            return  # no user frame anywhere, or torch.compile at work: torch's own, nothing the user can change
         if site.in_data_loading:
             findings = [finding for finding in findings if finding.kind != "cpu_compute"]
         new_records = []
@@ -375,9 +410,15 @@ class Guard(contextlib.ContextDecorator):
                     record.last_step = self._steps_seen
                     record.steps += 1
                 record.count += 1
+                record.syncs += finding.syncs
                 record.total_ms += elapsed_ns / 1e6
                 record.total_bytes += finding.nbytes
                 record.ops[op] = record.ops.get(op, 0) + 1
+            waits = sum(finding.host_waits for finding in findings) if sync_warnings_due else 0
+            if waits:  # before a strict raise: the warnings still arrive as the exception unwinds
+                line = (site.file, site.line)
+                due_at, due = self._sync_warnings_due
+                self._sync_warnings_due = [line, waits + (due if due_at == line else 0)]
         if self.mode == "strict" and may_raise and findings:
             record = self._records[(findings[0].kind, findings[0].direction, site.file, site.line)]
             raise GuardViolation(_describe(record, op, strict=True), record)
@@ -395,6 +436,8 @@ def _describe(record: SiteRecord, op: str, strict: bool = False) -> str:
         text += f" ({hint})"
     if record.direction:
         text += f", {record.total_bytes} bytes so far"
+    if record.syncs:
+        text += " (blocking: the host waits for it)"
     if record.in_backward:
         text += " [in backward]"
     if strict and record.code:

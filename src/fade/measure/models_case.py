@@ -7,10 +7,11 @@ Build
     batch is generated there once (normal images or uniform token ids, zoo.workload.DATA_SEED) and reused by
     every step. No step copies input from the host: `extra.workload.input_copy_included` is false.
 Reference
-    The same weights run LOSS_CHECK_STEPS (LOSS_CHECK_STEPS_QUICK with --quick) eager steps in fp32 with TF32
-    off, from the RNG state STEP_SEED; the first of them runs under torch.utils.flop_counter.FlopCounterMode,
-    which gives the FLOPs of one step (forward + backward when training; the optimizer's elementwise work
-    counts 0). The weights are then reset to their initial values. The `fp32` variant is its own reference.
+    The same weights run LOSS_CHECK_STEPS eager steps (LOSS_CHECK_STEPS_QUICK with --quick; one forward pass
+    when inferring) in fp32 with TF32 off, from the RNG state STEP_SEED; the first of them runs under
+    torch.utils.flop_counter.FlopCounterMode, which gives the FLOPs of one step (forward + backward when
+    training; the optimizer's elementwise work counts 0). The weights are then reset to their initial values.
+    The `fp32` variant is its own reference.
 Variant
     The variant's fp32 math is pinned (models_variants.fp32_math_flags), channels-last and torch.compile applied,
     a fresh optimizer made, and the same number of steps run from STEP_SEED. The variant's last loss may
@@ -28,6 +29,10 @@ Timing
     block, blocks of >= min_block_s, rounds, stop rule, median + IQR). A training step is
     zero_grad(set_to_none) + autocast forward + loss + backward (through a GradScaler for amp-fp16) +
     optimizer.step(); an inference step is a forward pass under torch.inference_mode in eval mode.
+Exclusions
+    Not timed: building the network and its batch, the checked steps (torch.compile compiles there, so its
+    compile time is in `duration_s`, never in a sample), the FLOP-counting step, reading the finiteness sum,
+    and the plain loop. No input copy from the host happens at all.
 Finiteness
     Every step adds its loss (training) or a sample of its output (inference, CHECK_SAMPLE_ELEMENTS) into a
     device-side sum; no step waits on the host for it. The sum is read after the timing: NaN or inf means
@@ -107,8 +112,8 @@ def model_case(
     reason = skip_reason(parsed, device, dtype_support)
     if reason:
         raise CaseSkipped(reason)
-    check_steps = LOSS_CHECK_STEPS_QUICK if ctx.quick else LOSS_CHECK_STEPS
     training = mode == "train"
+    check_steps = (LOSS_CHECK_STEPS_QUICK if ctx.quick else LOSS_CHECK_STEPS) if training else 1  # forwards repeat
 
     no_4d = f"channels-last changes nothing for {model}: it has no 4-D input or weight"
     entry = ZOO.get(model)
@@ -303,7 +308,8 @@ class _Runner:
         parameter = next(self.workload.model.parameters(), None)
         memory_format = None
         if first_input is not None and first_input.dim() == 4:
-            memory_format = "channels_last" if first_input.is_contiguous(memory_format=torch.channels_last) and not first_input.is_contiguous() else "contiguous"
+            strided_last = first_input.is_contiguous(memory_format=torch.channels_last) and not first_input.is_contiguous()
+            memory_format = "channels_last" if strided_last else "contiguous"
         return {
             "autocast_dtype": None if self.autocast_dtype is None else str(self.autocast_dtype).replace("torch.", ""),
             "grad_scaler": self.scaler is not None,

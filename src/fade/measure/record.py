@@ -153,7 +153,7 @@ def read_records(path, *, strict: bool = False) -> RecordFile:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            problem = f"not valid JSON ({error.msg} at column {error.colno})"
+            problem = f"not valid JSON ({error.msg}; column {error.colno})"
         else:
             if not isinstance(record, dict):
                 problem = "not a JSON object"

@@ -35,8 +35,9 @@ from fade.report.compare import (
 
 FIGURE_DPI = 100
 MODEL_PANEL_INCHES = (6.0, 2.6)  # one network, one mode: a bar per variant
-DEVICE_KEYS = ("name", "vendor", "arch", "family", "compute_units", "runtime_units", "wave_size", "memory_bytes",
-               "clock_mhz", "peaks", "notes", "type", "logical_cpus", "torch_threads", "error")  # fmt: skip
+DEVICE_KEYS = ("name", "vendor", "arch", "runtime_arch", "family", "compute_units", "runtime_units", "runtime_unit_label",
+               "wave_size", "memory_bytes", "clock_mhz", "peaks", "notes", "type", "logical_cpus", "torch_threads",
+               "error")  # fmt: skip
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em; color: #1d1d1f; max-width: 1400px; }
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2em; }
