@@ -4,9 +4,10 @@
     fade watch --device standin -- python examples/guard_planted_problems.py --device standin   # no GPU
 
 The three problems, each marked `# PLANTED: <name>` (the tests find the lines by these comments):
-- item:  `loss.item()` every step: a device->host copy and a sync per step.
+- item:  `loss.item()` every step: a sync per step.
 - mask:  a dropout mask built with torch.rand on the CPU, then copied to the device every step.
-- numpy: a metric computed with numpy, so both tensors go through `.cpu()` (a copy and a sync) every step.
+- numpy: a metric computed with numpy, so both tensors go through `.cpu()` every step: blocking copies, each
+  also a host wait (one copy record, its `syncs` counting the waits).
 
 examples/guard_clean.py is the same loop without them; `fade watch` reports nothing for it.
 """
