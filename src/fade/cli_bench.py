@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from fade.errors import ExitCode, FadeUsageError
 
 
@@ -13,8 +11,6 @@ def cmd_bench_micro(args) -> int:
     from fade.report.console import make_console, render_bench_summary
 
     console = make_console()
-    if args.output == DEFAULT_OUTPUT:
-        os.makedirs(os.path.dirname(DEFAULT_OUTPUT), exist_ok=True)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else None
     try:
         summary = run_micro(args.device, quick=args.quick, only=args.only, out=args.output, resume=args.resume,

@@ -371,15 +371,22 @@ def test_sync_debug_warning_in_a_python_backward_reaches_the_guard_from_autograd
 
 def test_torch_compiles_own_syncs_are_not_charged_to_the_users_line(device):
     """Inductor times its kernels with device syncs at their first launch (and Dynamo/Inductor may sync while
-    compiling). Those frames come from torch.compile's modules; here a function defined as if in one of them
-    syncs and warns, and nothing is reported."""
+    compiling); a compiled backward's kernels are timed on autograd's thread, below no user frame at all.
+    Here functions defined as if in torch.compile's modules sync and warn, and nothing is reported."""
     from fade.guard.callsite import COMPILER_MODULES
 
-    namespace = {"__name__": COMPILER_MODULES[0], "torch": torch, "warnings": warnings,
-                 "message": SYNC_DEBUG_WARNING, "device": device}
-    exec("def autotune():\n    getattr(torch, device).synchronize()\n    warnings.warn(message)\n", namespace)
+    compiler = {"__name__": COMPILER_MODULES[0], "torch": torch, "warnings": warnings,
+                "message": SYNC_DEBUG_WARNING, "device": device}
+    exec("def autotune():\n    getattr(torch, device).synchronize()\n    warnings.warn(message)\n", compiler)
+    runtime = {"__name__": "torch._functorch.compiled_backward_stand_in", "torch": torch,
+               "autotune": compiler["autotune"]}
+    exec("class CompiledFunction(torch.autograd.Function):\n"
+         "    @staticmethod\n    def forward(ctx, x):\n        return x * 2\n"
+         "    @staticmethod\n    def backward(ctx, grad):\n        autotune()\n        return grad * 2\n", runtime)
+    weights = torch.randn(4, device=device, requires_grad=True)
     with quiet_guard(device) as watched:
-        namespace["autotune"]()
+        compiler["autotune"]()
+        runtime["CompiledFunction"].apply(weights).sum().backward()
     assert watched.report.records == []
 
 

@@ -7,6 +7,7 @@ library code too: an op issued by a compiled region is charged to the line that 
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import os
 import sys
@@ -99,12 +100,23 @@ def current_call_site(fallback_thread_id: int | None = None) -> CallSite | None:
     threads run backward ops there), look at `fallback_thread_id`'s stack instead: that thread is blocked in
     `loss.backward()`, so its innermost user frame is the backward call.
     """
-    site = user_call_site(sys._getframe(1))
+    here = sys._getframe(1)
+    site = user_call_site(here)
     if site is None and fallback_thread_id is not None:
         frame = sys._current_frames().get(fallback_thread_id)
         if frame is not None:
             site = user_call_site(frame)
+        if site is not None and _in_compiler(here):  # Inductor autotuning a backward kernel on autograd's thread
+            site = dataclasses.replace(site, in_compiler=True)
     return site
+
+
+def _in_compiler(frame) -> bool:
+    while frame is not None:
+        if _category(frame) == COMPILER:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def display_path(path: str) -> str:
