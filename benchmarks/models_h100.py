@@ -3,18 +3,22 @@ re-timed by a plain event-timed loop in the same run, compared with earlier inde
 
     python benchmarks/models_h100.py results/models-h100        # on the GPU machine, ~8 min on an H100
     python benchmarks/models_h100.py /tmp/smoke --smoke          # CPU smoke test: tiny sizes, two variants
+    python benchmarks/models_h100.py out --only 'models/mobilenet_v2/*/compile/*'   # some cases (fnmatch)
 
 Writes into the output directory:
     models.jsonl   one record per case (docs/results.md schema, suite "models"; extra.plain_loop holds the
                    plain loop's figure and FADE's difference from it)
     models.md      Markdown for docs/performance.md: the variants side by side (dlprimitives' layout, % of
-                   fp32), FADE against the plain loop, and FADE against the anchors below
+                   fp32), FADE against the plain loop with each side's spread over its timing segments
+                   (models_case.py: the two sides' segments alternate in time), and FADE against the
+                   anchors below
     summary.json   wall time, statuses, every FADE-vs-plain difference, anchor ratios
 
 Eager variants run first and torch.compile last (one worker each), so a run cut short still holds every
 eager case; `--skip-compile` then `--compile-only` into the same directory splits the run in two commands,
-and the tables cover every case the directory's models.jsonl holds (the latest record of each). Exit code 1
-when a case failed or FADE differs from its plain loop by more than AGREEMENT_PCT.
+and the tables cover every case the directory's models.jsonl holds (the latest record of each). `--only`
+runs the cases whose id matches one of its patterns, in both phases. Exit code 1 when a case failed or FADE
+differs from its plain loop by more than AGREEMENT_PCT; 2 when `--only` matches no case.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variant")
     parser.add_argument("--compile-only", action="store_true",
                         help="run only the torch.compile variant (after a --skip-compile run into the same directory)")  # fmt: skip
+    parser.add_argument("--only", action="append", metavar="PATTERN",
+                        help="run only cases whose id matches this fnmatch pattern (repeatable), e.g. 'models/alexnet/train/*'")  # fmt: skip
     args = parser.parse_args(argv)
 
     out_dir = Path(args.out_dir)
@@ -70,18 +76,24 @@ def main(argv=None) -> int:
     out = out_dir / "models.jsonl"
     run_id = new_run_id()
     started = time.monotonic()
-    common = {"models": NETWORKS, "batch": BATCH, "mode": "both", "validate": True, "out": out, "run_id": run_id}
+    common = {"models": NETWORKS, "batch": BATCH, "mode": "both", "validate": True, "out": out, "run_id": run_id,
+              "only": args.only}  # fmt: skip
     if args.smoke:
         common.update(batch=2, image_size=64, quick=True)
     eager = ("fp32", "amp-bf16+channels-last") if args.smoke else EAGER_VARIANTS
     phases = {}
+    selected = 0
     if not args.compile_only:
-        run_models(args.device, variants=eager, **common)
+        selected += run_models(args.device, variants=eager, **common).selected
         phases["eager_s"] = time.monotonic() - started
     if not (args.skip_compile or args.smoke):
         compile_started = time.monotonic()
-        run_models(args.device, variants=COMPILE_VARIANTS, timeout_s=COMPILE_TIMEOUT_S, **common)
+        selected += run_models(args.device, variants=COMPILE_VARIANTS, timeout_s=COMPILE_TIMEOUT_S, **common).selected
         phases["compile_s"] = time.monotonic() - compile_started
+    if args.only and not selected:
+        print(f"--only {' '.join(args.only)}: matches no case of this run (ids look like models/resnet50/train/fp32/b{BATCH})",
+              file=sys.stderr)  # fmt: skip
+        return 2
     wall_s = time.monotonic() - started
     # every case's latest record in the directory's file: a --compile-only run joins an earlier eager run
     records = [record for record in latest_records(read_records(out).records) if record.get("suite") == "models"]
@@ -103,7 +115,8 @@ def summarize(records: list, wall_s: float, phases: dict) -> dict:
         if record["status"] == "ok" and plain:
             agreement.append(
                 {"case_id": record["case_id"], "fade": record["value"], "plain": plain["samples_per_s"],
-                 "diff_pct": plain["fade_vs_plain_pct"], "ok": abs(plain["fade_vs_plain_pct"]) <= AGREEMENT_PCT}
+                 "diff_pct": plain["fade_vs_plain_pct"], "ok": abs(plain["fade_vs_plain_pct"]) <= AGREEMENT_PCT,
+                 "fade_spread_pct": plain.get("fade_spread_pct"), "plain_spread_pct": plain.get("spread_pct")}
             )  # fmt: skip
     anchors = []
     for record in records:
@@ -142,12 +155,16 @@ def markdown(records: list, summary: dict) -> str:
         render_markdown(comparison),
         f"### FADE against a plain event-timed loop of the same run (bar: {AGREEMENT_PCT:g}%)",
         "",
-        "| case | FADE samples/s | plain loop samples/s | difference |",
-        "| --- | ---: | ---: | ---: |",
+        "| case | FADE samples/s | plain loop samples/s | difference | FADE spread | plain spread |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in summary["agreement"]:
         mark = "" if row["ok"] else " **outside**"
-        lines.append(f"| {row['case_id']} | {format_value(row['fade'])} | {format_value(row['plain'])} | {row['diff_pct']:+.1f}%{mark} |")
+        spreads = [f"{row[key]:.0f}%" if row.get(key) is not None else "-" for key in ("fade_spread_pct", "plain_spread_pct")]
+        lines.append(f"| {row['case_id']} | {format_value(row['fade'])} | {format_value(row['plain'])} | "
+                     f"{row['diff_pct']:+.1f}%{mark} | {spreads[0]} | {spreads[1]} |")  # fmt: skip
+    lines += ["", "Spread: (max - min) / median of one side's per-segment samples/s; FADE's and the plain loop's "
+              "segments alternate in time (F P P F F P P F ...), so drift reaches both sides alike."]  # fmt: skip
     lines += ["", "### FADE against earlier independent runs on the same GPU type", "",
               "| case | FADE samples/s | earlier runs | FADE / middle of earlier |", "| --- | ---: | ---: | ---: |"]
     for row in summary["anchors"]:

@@ -123,9 +123,56 @@ def test_validate_adds_a_plain_loop_figure_and_the_difference(workloads):
     records, _ = run(workloads, ["fade_test_workloads:tiny"], batch=4, mode="infer", variants=["fp32"], validate=True)
     record = records["models/fade_test_workloads:tiny/infer/fp32/b4"]
     plain = record["extra"]["plain_loop"]
-    assert plain["samples_per_s"] > 0 and plain["repeats"] == models_case.PLAIN_REPEATS
+    assert plain["samples_per_s"] > 0 and plain["repeats"] == models_case.TIMING_SEGMENTS
     expected = 100 * (record["value"] - plain["samples_per_s"]) / plain["samples_per_s"]
     assert plain["fade_vs_plain_pct"] == pytest.approx(expected)
+    assert plain["spread_pct"] >= 0 and plain["fade_spread_pct"] == record["extra"]["timing_segments"]["spread_pct"]
+    assert min(plain["steps_each"]) >= models_case.PLAIN_MIN_STEPS
+
+
+def test_validate_interleaves_fade_and_plain_segments_abba(workloads):
+    """Drift between two back-to-back measurements made FADE and the plain loop differ by 10-18% on
+    launch-bound H100 cases; their segments now alternate F P P F, so both sides share every moment."""
+    records, _ = run(workloads, ["fade_test_workloads:tiny"], batch=4, mode="train", variants=["fp32"], validate=True)
+    segments = next(iter(records.values()))["extra"]["timing_segments"]
+    assert segments["order"] == "FPPF" * (models_case.TIMING_SEGMENTS // 2)
+    assert len(segments["samples_per_s"]) == segments["segments"] == models_case.TIMING_SEGMENTS
+
+
+def test_fade_timing_pools_its_segments_into_one_timing_of_one_block_size(workloads):
+    records, _ = run(workloads, ["fade_test_workloads:tiny"], batch=4, mode="infer", variants=["fp32"])
+    record = next(iter(records.values()))
+    segments, timing = record["extra"]["timing_segments"], record["timing"]
+    assert segments["order"] == "F" * models_case.TIMING_SEGMENTS and "plain_loop" not in record["extra"]
+    assert record["stats"]["n"] == sum(segments["n"]) == len(timing["samples_s"])
+    assert min(segments["n"]) >= 2 and timing["settings"]["segments"] == models_case.TIMING_SEGMENTS
+    assert timing["calls_per_sample"] == segments["calls_per_sample"]
+    assert record["extra"]["gc"]["frozen_objects"] > 0
+
+
+def test_segment_settings_split_the_totals_and_skip_warm_up_after_the_first():
+    totals = {"warmup_s": 0.2, "min_warmup_calls": 2, "min_run_s": 0.8, "budget_s": 1.6, "min_samples": 8,
+              "max_samples": 80, "min_block_s": 0.025, "max_settle_s": 0.5}  # fmt: skip
+    first = models_case._segment_settings(totals, True)
+    later = models_case._segment_settings(totals, False)
+    segments = models_case.TIMING_SEGMENTS
+    assert first["budget_s"] * segments == pytest.approx(1.6) and first["min_run_s"] * segments == pytest.approx(0.8)
+    assert first["min_samples"] >= 2 and first["max_samples"] == 80 // segments
+    assert (first["warmup_s"], first["max_settle_s"], first["min_block_s"]) == (0.2, 0.5, 0.025)
+    assert (later["warmup_s"], later["min_warmup_calls"], later["max_settle_s"], later["min_block_s"]) == (0.0, 1, 0.0, 0.0)
+
+
+def test_cudnn_benchmark_is_pinned_during_a_case_and_restored(tmp_path):
+    import torch
+
+    torch.backends.cudnn.benchmark = True
+    try:
+        records, _ = run(tmp_path, ["alexnet"], mode="infer", variants=["fp32"])
+        record = next(iter(records.values()))
+        assert record["extra"]["in_effect"]["cudnn_benchmark"] is False
+        assert torch.backends.cudnn.benchmark is True
+    finally:
+        torch.backends.cudnn.benchmark = False
 
 
 def test_a_user_function_without_arguments_and_a_bare_tensor_batch_runs(workloads):
@@ -168,3 +215,18 @@ def test_a_hung_case_times_out_in_its_worker_and_the_next_case_still_runs(worklo
     assert records["models/fade_test_workloads:tiny/infer/fp32/b2"]["status"] == "ok"
     lines = out.read_text().splitlines()
     assert [json.loads(line)["status"] for line in lines] == ["timeout", "ok"]
+
+
+def test_only_keeps_the_cases_whose_id_matches_a_pattern():
+    from fade.measure.models import build_cases, select_cases
+    from fade.measure.models_variants import parse_variants
+
+    cases = build_cases(["alexnet", "mobilenet_v2"], modes=["train", "infer"],
+                        variants=parse_variants(["fp32", "compile"]), batch=64)  # fmt: skip
+    kept = select_cases(cases, ["models/mobilenet_v2/*/compile/*", "models/alexnet/train/fp32/b64"])
+    assert [case.case_id for case in kept] == [
+        "models/alexnet/train/fp32/b64",
+        "models/mobilenet_v2/train/compile/b64",
+        "models/mobilenet_v2/infer/compile/b64",
+    ]
+    assert select_cases(cases, None) == cases

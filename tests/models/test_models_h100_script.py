@@ -39,5 +39,20 @@ def test_summary_flags_fade_outside_5_percent_of_the_plain_loop_and_ratios_to_an
     assert anchors["resnet50 train amp-bf16+channels-last"]["anchor_low"] == 2509
     text = script.markdown(records, summary)
     assert "| resnet50 b64 | 880 | 2650 (301% ▲) |" in text
-    assert "| models/resnet50/train/amp-bf16+channels-last/b64 | 2650 | 2400 | +10.4% **outside** |" in text
+    assert "| models/resnet50/train/amp-bf16+channels-last/b64 | 2650 | 2400 | +10.4% **outside** | - | - |" in text
     assert "- models/vgg16/train/fp32/b64: oom" in text
+
+
+def test_each_sides_spread_over_its_segments_is_shown_next_to_the_difference(script):
+    record = with_plain_loop(model_record("mobilenet_v2", "train", "compile", 2400), 2380)
+    record["extra"]["plain_loop"].update(fade_spread_pct=14.2, spread_pct=11.6)
+    summary = script.summarize([record], wall_s=10.0, phases={})
+    assert summary["agreement"][0]["fade_spread_pct"] == 14.2
+    assert "| models/mobilenet_v2/train/compile/b64 | 2400 | 2380 | +0.8% | 14% | 12% |" in script.markdown([record], summary)
+
+
+def test_only_that_matches_no_case_exits_2_without_running_anything(script, tmp_path, capsys):
+    assert script.main([str(tmp_path), "--smoke", "--only", "models/lenet/*"]) == 2
+    assert "--only models/lenet/*: matches no case" in capsys.readouterr().err
+    out = tmp_path / "models.jsonl"
+    assert not out.exists() or not out.read_text()

@@ -26,9 +26,22 @@ Timing
     without batch norm to divergence (VGG-16 at batch 2 and lr 0.01 reaches NaN by step 8 on the CPU), which
     would make a healthy variant look invalid.
     fade.measure.timing.measure on one step per call (its docstring is the method: warm-up, CUDA events per
-    block, blocks of >= min_block_s, rounds, stop rule, median + IQR). A training step is
-    zero_grad(set_to_none) + autocast forward + loss + backward (through a GradScaler for amp-fp16) +
-    optimizer.step(); an inference step is a forward pass under torch.inference_mode in eval mode.
+    block, blocks of >= min_block_s, rounds, stop rule, median + IQR), run as TIMING_SEGMENTS calls whose
+    samples are pooled into one Timing. The run's timing settings are totals: each segment gets
+    1/TIMING_SEGMENTS of the budget, the minimum run and the sample counts (at least 2 samples). The first
+    segment warms up, sizes the block (k calls) and settles; later segments reuse its k (one call = k
+    steps) with one warm-up call and no settle, since the same steps ran a moment before. A launch-bound
+    step's host rate wanders by 10-30% over a second (H100, mobilenet_v2 amp training: 22 ms per step for
+    0.6 s, then 17 ms); segments let a plain loop share every part of that wander (below), and
+    `extra.timing_segments` shows it. A training step is zero_grad(set_to_none) + autocast forward + loss +
+    backward (through a GradScaler for amp-fp16) + optimizer.step(); an inference step is a forward pass
+    under torch.inference_mode in eval mode.
+Conditions
+    cuDNN's algorithm choice is pinned (models_variants.CUDNN_BENCHMARK: heuristics, cached per shape), so
+    the checked steps, FADE's segments and the plain loop run the same kernels. Before the timing the
+    garbage collector runs once and gc.freeze() parks every object alive then, until the timing ends: a
+    full collection walks the whole heap (torch, the model, Inductor's graphs) and stalls a launch-bound
+    step for tens of ms in one block; frozen, it walks only what the steps allocate. Recorded in `extra.gc`.
 Exclusions
     Not timed: building the network and its batch, the checked steps (torch.compile compiles there, so its
     compile time is in `duration_s`, never in a sample), the FLOP-counting step, reading the finiteness sum,
@@ -41,18 +54,24 @@ Derived figures
     value = samples / median step time (samples/s). Achieved TFLOP/s = FLOPs per step / median step time;
     % of peak divides it by the spec-table peak of the dtype each FLOP ran in, weighted by FLOPs when
     convolutions and matmuls run in different dtypes (`default`: TF32 convolutions, fp32 matmuls).
-    Peak memory is torch.cuda.max_memory_allocated over the timed steps (model, optimizer state and
-    activations; memory outside the caching allocator is not seen); not measured on the CPU.
+    Peak memory is torch.cuda.max_memory_allocated over the timed steps and the plain loop's, the same
+    steps (model, optimizer state and activations; memory outside the caching allocator is not seen); not
+    measured on the CPU.
 Plain loop (validate=True)
-    After FADE's timing, a textbook loop re-times the same model: PLAIN_WARMUP_STEPS steps, then
-    PLAIN_REPEATS repeats of back-to-back steps between two CUDA events (host clock on the CPU), sized to
-    about PLAIN_REPEAT_S each; its median is `extra.plain_loop`, with FADE's difference from it in %.
+    A textbook loop re-times the same model, interleaved with FADE's segments in the order PAIR_ORDER
+    (FADE, plain, plain, FADE, ...), so drift of the host or the device hits both sides alike and a linear
+    trend cancels inside each pair. A plain segment is PLAIN_WARMUP_STEPS untimed steps, a sync, then
+    back-to-back steps between two CUDA events (host clock on the CPU): as many as fill the timed work of
+    the FADE segment before it, at least PLAIN_MIN_STEPS. The median of its TIMING_SEGMENTS segments is
+    `extra.plain_loop`, with FADE's difference from it in %; each side's segment figures and their spread
+    ((max - min) / median) are recorded next to it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import math
 import statistics
@@ -60,8 +79,17 @@ import time
 from typing import Optional
 
 from fade.measure.case import CaseResult, CaseSkipped
-from fade.measure.models_variants import Variant, fp32_math_flags, knobs_in_effect, parse_variant, skip_reason
-from fade.measure.timing import measure
+from fade.measure import timing as engine
+from fade.measure.models_variants import (
+    CUDNN_BENCHMARK,
+    Variant,
+    cudnn_benchmark,
+    fp32_math_flags,
+    knobs_in_effect,
+    parse_variant,
+    skip_reason,
+)
+from fade.measure.timing import Timing, measure
 
 WEIGHT_SEED = 0  # weights; the fp32 reference and the variant start from the same ones
 STEP_SEED = 1234  # dropout masks of the checked steps: the reference and the variant draw the same stream
@@ -78,10 +106,12 @@ ROUNDING_PERTURBATION = 2.0**-8  # relative weight noise: the unit roundoff of b
 LOSS_ROUNDING_FACTOR = 4.0  # fp16/bf16 round every activation, not only the weights once: a few times more
 TIMED_LEARNING_RATE = 0.0  # see "Timing" above: same work per step, no divergence on a fixed batch
 CHECK_SAMPLE_ELEMENTS = 2**20  # inference: outputs larger than this are checked on an evenly strided sample
-PLAIN_WARMUP_STEPS = 2  # the model is warm already (FADE's timing ran); two steps refill the queue
-PLAIN_REPEATS = 5  # event pairs; their median is the plain loop's figure
-PLAIN_REPEAT_S = 0.2  # back-to-back steps per repeat: as many as fill about this much time, at least 3
-PLAIN_MIN_STEPS = 3
+# FADE's timing in segments (see "Timing"): 8 segments of ~0.25 s are shorter than the half-second spells
+# in which a launch-bound step's host rate holds, so both sides of the plain-loop check see every spell
+TIMING_SEGMENTS = 8
+PAIR_ORDER = ("fade", "plain", "plain", "fade")  # repeated: ABBA, so a linear drift cancels within each pair
+PLAIN_WARMUP_STEPS = 1  # the model is warm (FADE's segment ran just before); a textbook loop still warms up
+PLAIN_MIN_STEPS = 2  # per plain segment, when one step outlasts FADE's segment
 CUDA_MEMORY_SOURCE = "torch.cuda.max_memory_allocated over the timed steps (caching allocator only)"
 
 
@@ -123,52 +153,55 @@ def model_case(
     workload = build_workload(model, batch, size, device)
     if parsed.channels_last and not _has_4d(workload):
         raise CaseSkipped(no_4d)
-    # The fp32 reference from the same weights and RNG stream; its first step also counts the FLOPs. The
-    # fp32 variant itself is its own reference: the same eager steps, so they run once.
-    is_reference = parsed == Variant("fp32")
-    reference_losses = flops_by_op = rounding_losses = None
-    if not is_reference:
-        initial_state = copy.deepcopy(workload.model.state_dict())
-        with fp32_math_flags("ieee", "ieee"):
-            reference = _Runner(workload, workload.model, Variant("fp32"), training, device)
-            reference_losses, flops_by_op = reference.checked_steps(check_steps, count_flops=True)
-            del reference
-            if training:  # how far rounding alone moves fp32's own trajectory: the loss check's noise
-                workload.model.load_state_dict(initial_state)
-                _perturb(workload.model, ROUNDING_PERTURBATION)
-                rounded = _Runner(workload, workload.model, Variant("fp32"), training, device)
-                rounding_losses, _ = rounded.checked_steps(check_steps)
-                del rounded
-        workload.model.load_state_dict(initial_state)
-        del initial_state
-        _release(device)
+    # cuDNN's choice of algorithm stays the same from the checked steps to the last timed one
+    with cudnn_benchmark(CUDNN_BENCHMARK):
+        # The fp32 reference from the same weights and RNG stream; its first step also counts the FLOPs. The
+        # fp32 variant itself is its own reference: the same eager steps, so they run once.
+        is_reference = parsed == Variant("fp32")
+        reference_losses = flops_by_op = rounding_losses = None
+        if not is_reference:
+            initial_state = copy.deepcopy(workload.model.state_dict())
+            with fp32_math_flags("ieee", "ieee"):
+                reference = _Runner(workload, workload.model, Variant("fp32"), training, device)
+                reference_losses, flops_by_op = reference.checked_steps(check_steps, count_flops=True)
+                del reference
+                if training:  # how far rounding alone moves fp32's own trajectory: the loss check's noise
+                    workload.model.load_state_dict(initial_state)
+                    _perturb(workload.model, ROUNDING_PERTURBATION)
+                    rounded = _Runner(workload, workload.model, Variant("fp32"), training, device)
+                    rounding_losses, _ = rounded.checked_steps(check_steps)
+                    del rounded
+            workload.model.load_state_dict(initial_state)
+            del initial_state
+            _release(device)
 
-    runnable = workload.model
-    if parsed.channels_last:
-        runnable = runnable.to(memory_format=torch.channels_last)
-        workload.inputs = tuple(_channels_last(value) for value in workload.inputs)
-    if parsed.compile:
-        import torch._dynamo
+        runnable = workload.model
+        if parsed.channels_last:
+            runnable = runnable.to(memory_format=torch.channels_last)
+            workload.inputs = tuple(_channels_last(value) for value in workload.inputs)
+        if parsed.compile:
+            import torch._dynamo
 
-        torch._dynamo.reset()  # compiled code of an earlier case (same forward, other module) must not count
-        runnable = torch.compile(runnable)
-    with fp32_math_flags(parsed.matmul_math, parsed.conv_math):
-        runner = _Runner(workload, runnable, parsed, training, device)
-        losses, counted = runner.checked_steps(check_steps, count_flops=is_reference)
-        if is_reference:
-            reference_losses, flops_by_op = losses, counted
-        loss_check = _compare_losses(losses, reference_losses, rounding_losses, check_steps, training)
-        in_effect = {**knobs_in_effect(), **runner.in_effect()}
-        runner.freeze_weights()
-        runner.tracker.reset()
-        if device.startswith("cuda"):
-            torch.cuda.reset_peak_memory_stats(device)
-        timing = measure(runner.step, device=device, **ctx.timing)
-        loss_check["finite_checked_steps"] = runner.tracker.check()
-        memory = _memory(device)
-        plain = _plain_loop(runner, workload.samples, device, timing.median_s) if validate else None
-    if parsed.compile:
-        torch._dynamo.reset()
+            torch._dynamo.reset()  # compiled code of an earlier case (same forward, other module) must not count
+            runnable = torch.compile(runnable)
+        with fp32_math_flags(parsed.matmul_math, parsed.conv_math):
+            runner = _Runner(workload, runnable, parsed, training, device)
+            losses, counted = runner.checked_steps(check_steps, count_flops=is_reference)
+            if is_reference:
+                reference_losses, flops_by_op = losses, counted
+            loss_check = _compare_losses(losses, reference_losses, rounding_losses, check_steps, training)
+            in_effect = {**knobs_in_effect(), **runner.in_effect()}
+            runner.freeze_weights()
+            runner.tracker.reset()
+            if device.startswith("cuda"):
+                torch.cuda.reset_peak_memory_stats(device)
+            with _gc_frozen() as gc_facts:
+                timed = _timed_segments(runner, workload.samples, device, ctx.timing, validate=validate)
+            timing, segments, plain = timed
+            loss_check["finite_checked_steps"] = runner.tracker.check()
+            memory = _memory(device)
+        if parsed.compile:
+            torch._dynamo.reset()
 
     samples_per_s = workload.samples / timing.median_s
     flops_per_step = sum(flops_by_op.values())
@@ -190,6 +223,8 @@ def model_case(
         "flops": _flops_summary(flops_by_op, timing.median_s, parsed, peaks, dtype_support),
         "memory": memory,
         "loss_check": loss_check,
+        "timing_segments": segments,
+        "gc": gc_facts,
     }
     if plain is not None:
         plain["fade_vs_plain_pct"] = 100.0 * (samples_per_s - plain["samples_per_s"]) / plain["samples_per_s"]
@@ -346,7 +381,7 @@ class _FiniteTracker:
                 sample = leaf.detach()
                 if sample.numel() > CHECK_SAMPLE_ELEMENTS and sample.is_contiguous():
                     sample = sample.view(-1)[:: sample.numel() // CHECK_SAMPLE_ELEMENTS]
-                self.total.add_(sample.float().sum())
+                self.total.add_(sample.sum(dtype=torch.float32))  # one kernel: no cast of a bf16 output first
         self.steps += 1
 
     def check(self) -> int:
@@ -466,9 +501,123 @@ def _memory(device: str) -> dict:
     }
 
 
-def _plain_loop(runner: _Runner, samples: int, device: str, fade_median_s: float) -> dict:
-    """A textbook loop over the same model: no FADE timing code, no finiteness sum, just steps between two
-    events. Kept deliberately plain: it is the independent check of FADE's figure."""
+def _timed_segments(runner: _Runner, samples: int, device: str, settings: dict, *, validate: bool) -> tuple:
+    """FADE's timing as TIMING_SEGMENTS measure() calls and, when `validate`, the plain loop's segments
+    between them in PAIR_ORDER. Returns (the pooled Timing, extra.timing_segments, extra.plain_loop or None)."""
+    order = (PAIR_ORDER * TIMING_SEGMENTS)[: 2 * TIMING_SEGMENTS] if validate else ("fade",) * TIMING_SEGMENTS
+    plain_step = _plain_step(runner)
+    fade_segments: list = []
+    plain_step_s: list = []  # seconds per step, one per plain segment
+    plain_steps: list = []
+    for side in order:
+        if side == "fade":
+            fade_segments.append(_fade_segment(runner.step, device, settings, fade_segments[0] if fade_segments else None))
+            continue
+        last = fade_segments[-1]  # PAIR_ORDER starts with FADE: there is always one
+        steps = max(PLAIN_MIN_STEPS, round(_timed_s(last) / last.median_s))
+        plain_step_s.append(_plain_segment(plain_step, device, steps))
+        plain_steps.append(steps)
+    timing = _pooled(fade_segments, settings)
+    fade_rates = [samples / segment.median_s for segment in fade_segments]
+    segments = {
+        "segments": len(fade_segments),
+        "order": "".join("F" if side == "fade" else "P" for side in order),  # F: a FADE segment, P: a plain one
+        "calls_per_sample": timing.calls_per_sample,
+        "samples_per_s": fade_rates,
+        "n": [segment.n for segment in fade_segments],
+        "stop_reasons": [segment.stop_reason for segment in fade_segments],
+        "spread_pct": _spread_pct(fade_rates),
+        "spread_formula": "100 * (max - min) / median of the segments' samples/s",
+    }
+    if not validate:
+        return timing, segments, None
+    median_s = statistics.median(plain_step_s)
+    plain_rates = [samples / value for value in plain_step_s]
+    plain = {
+        "samples_per_s": samples / median_s,
+        "step_ms_median": 1e3 * median_s,
+        "step_ms_each": [1e3 * value for value in plain_step_s],  # one event pair per segment
+        "steps_each": plain_steps,
+        "repeats": len(plain_step_s),
+        "warmup_steps": PLAIN_WARMUP_STEPS,  # before each segment
+        "segment_samples_per_s": plain_rates,
+        "spread_pct": _spread_pct(plain_rates),
+        "fade_spread_pct": segments["spread_pct"],
+        "order": segments["order"],
+        "method": ("cuda-events" if device.startswith("cuda") else "host clock") + " around back-to-back steps, "
+        "one pair per segment, segments interleaved with FADE's",
+    }
+    return timing, segments, plain
+
+
+def _segment_settings(settings: dict, first: bool) -> dict:
+    """One FADE segment's measure() arguments: 1/TIMING_SEGMENTS of the totals in `settings` (the engine's
+    defaults where unset), at least 2 samples; a later segment skips warm-up, settle and block sizing."""
+    totals = {
+        "budget_s": engine.BUDGET_S,
+        "min_run_s": engine.MIN_RUN_S,
+        "min_samples": engine.MIN_SAMPLES,
+        "max_samples": engine.MAX_SAMPLES,
+        **settings,
+    }
+    segment = dict(settings)
+    segment["budget_s"] = totals["budget_s"] / TIMING_SEGMENTS
+    segment["min_run_s"] = totals["min_run_s"] / TIMING_SEGMENTS
+    segment["min_samples"] = max(2, math.ceil(totals["min_samples"] / TIMING_SEGMENTS))
+    segment["max_samples"] = max(segment["min_samples"], totals["max_samples"] // TIMING_SEGMENTS)
+    if not first:  # the same steps ran a moment ago: warm, at this load's clock, and the block size is known
+        segment.update(warmup_s=0.0, min_warmup_calls=1, max_settle_s=0.0, min_block_s=0.0)
+    return segment
+
+
+def _fade_segment(step, device: str, settings: dict, first: Optional[Timing]) -> Timing:
+    """One measure() call. After the first, one call is a block of the first segment's k steps, so every
+    segment's samples are blocks of the same size; samples are rescaled to seconds per step."""
+    if first is None:
+        return measure(step, device=device, **_segment_settings(settings, True))
+    calls = first.calls_per_sample
+
+    def block() -> None:
+        for _ in range(calls):
+            step()
+
+    timing = measure(block, device=device, **_segment_settings(settings, False))
+    return dataclasses.replace(
+        timing,
+        samples_s=tuple(value / calls for value in timing.samples_s),
+        calls_per_sample=timing.calls_per_sample * calls,
+        warmup_calls=timing.warmup_calls * calls,
+    )
+
+
+def _pooled(segments: list, settings: dict) -> Timing:
+    """The segments' samples as one Timing. stop_reason: "budget" if any segment ran out of budget, else
+    "max_samples" if any reached it, else "converged" (each segment's is in extra.timing_segments)."""
+    reasons = {segment.stop_reason for segment in segments}
+    first = segments[0]
+    return Timing(
+        samples_s=tuple(value for segment in segments for value in segment.samples_s),
+        calls_per_sample=first.calls_per_sample,
+        warmup_calls=sum(segment.warmup_calls for segment in segments),
+        warmup_s=sum(segment.warmup_s for segment in segments),
+        method=first.method,
+        stop_reason=next((reason for reason in ("budget", "max_samples") if reason in reasons), "converged"),
+        noisy_cov=first.noisy_cov,
+        settings={**settings, "segments": len(segments)},
+    )
+
+
+def _timed_s(timing: Timing) -> float:
+    return sum(timing.samples_s) * timing.calls_per_sample
+
+
+def _spread_pct(rates: list) -> float:
+    return 100.0 * (max(rates) - min(rates)) / statistics.median(rates)
+
+
+def _plain_step(runner: _Runner):
+    """A textbook step over the same model: no FADE timing code, no finiteness sum. Kept deliberately plain:
+    it is the independent check of FADE's figure."""
     import torch
 
     module, workload, optimizer, scaler = runner.module, runner.workload, runner.optimizer, runner.scaler
@@ -489,38 +638,45 @@ def _plain_loop(runner: _Runner, samples: int, device: str, fade_median_s: float
         with torch.inference_mode(), runner.autocast():
             module(*workload.inputs)
 
-    step = train_step if runner.training else infer_step
-    steps = max(PLAIN_MIN_STEPS, math.ceil(PLAIN_REPEAT_S / fade_median_s))
-    on_cuda = device.startswith("cuda")
+    return train_step if runner.training else infer_step
+
+
+def _plain_segment(step, device: str, steps: int) -> float:
+    """Seconds per step: PLAIN_WARMUP_STEPS steps, a sync, then `steps` back-to-back steps between two events."""
+    import torch
+
     for _ in range(PLAIN_WARMUP_STEPS):
         step()
-    if on_cuda:
-        torch.cuda.synchronize(device)
-    per_step_s = []
-    for _ in range(PLAIN_REPEATS):
-        if on_cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(steps):
-                step()
-            end.record()
-            end.synchronize()
-            per_step_s.append(start.elapsed_time(end) / 1e3 / steps)
-        else:
-            started = time.perf_counter()
-            for _ in range(steps):
-                step()
-            per_step_s.append((time.perf_counter() - started) / steps)
-    median_s = statistics.median(per_step_s)
-    return {
-        "samples_per_s": samples / median_s,
-        "step_ms_median": 1e3 * median_s,
-        "step_ms_each": [1e3 * value for value in per_step_s],
-        "steps_per_repeat": steps,
-        "repeats": PLAIN_REPEATS,
-        "warmup_steps": PLAIN_WARMUP_STEPS,
-        "method": "cuda-events around back-to-back steps" if on_cuda else "host clock around back-to-back steps",
-    }
+    if not device.startswith("cuda"):
+        started = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return (time.perf_counter() - started) / steps
+    torch.cuda.synchronize(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / steps
+
+
+@contextlib.contextmanager
+def _gc_frozen():
+    """gc.collect() once, then gc.freeze() until the block ends (see "Conditions"); yields extra.gc."""
+    import gc
+
+    started = time.perf_counter()
+    gc.collect()
+    facts = {"full_collection_ms": 1e3 * (time.perf_counter() - started)}
+    gc.freeze()
+    facts["frozen_objects"] = gc.get_freeze_count()
+    facts["method"] = "gc.collect(), then gc.freeze() for the timing; the collector stays enabled"
+    try:
+        yield facts
+    finally:
+        gc.unfreeze()
 
 
 def _has_4d(workload) -> bool:

@@ -1,8 +1,9 @@
 """Model-bench variants: one precision plus optional channels-last and torch.compile, joined with `+`.
 
 A variant name is explicit about every knob it turns (`amp-bf16+channels-last+compile`); a name without a
-precision uses `default`. `variant_knobs` pins the knobs in a context manager and restores them after, and
-`knobs_in_effect` reads back what torch actually has, for the record.
+precision uses `default`. `fp32_math_flags` pins the fp32 math in a context manager and restores it after, and
+`knobs_in_effect` reads back what torch actually has, for the record. `cudnn_benchmark` pins cuDNN's
+algorithm choice (CUDNN_BENCHMARK) for every variant alike.
 
 Precisions (fp32 math is "ieee" or "tf32", set through torch's fp32_precision API where it exists):
     fp32      matmul ieee, cuDNN convolutions ieee: no TF32 anywhere
@@ -33,6 +34,10 @@ FP32_MATH = {
     "amp-bf16": ("ieee", "tf32"),
 }
 AUTOCAST_DTYPE = {"amp-fp16": "fp16", "amp-bf16": "bf16"}
+# cuDNN algorithm choice for every variant: PyTorch's default, heuristics. torch caches the chosen plan per
+# convolution shape, so a case's checked steps, timed steps and plain loop all run the same kernels; pinned
+# so that a workload which turns benchmark mode on cannot make one case's sides differ in what they ran.
+CUDNN_BENCHMARK = False
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,19 @@ def fp32_math_flags(matmul: str, conv: str) -> Iterator[None]:
             yield
         finally:
             matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@contextlib.contextmanager
+def cudnn_benchmark(enabled: bool) -> Iterator[None]:
+    """Pin torch.backends.cudnn.benchmark to `enabled`; restore it after."""
+    import torch
+
+    saved = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = saved
 
 
 def knobs_in_effect() -> dict:
