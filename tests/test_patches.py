@@ -112,3 +112,30 @@ def test_device_truth_names_the_range_when_the_index_does_not_exist():
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(IndexError, match=f"torch sees {count}"):
         device_truth(count)
+
+
+def test_a_tuning_profile_adds_its_env_lines_after_the_doctors_fixes(tmp_path, monkeypatch):
+    from fade.act.tune import device as tune_device
+    from tests.tune.test_profile import H100, make_profile
+
+    _, path = make_profile(tmp_path)
+    monkeypatch.setattr(tune_device, "static_fingerprint", lambda environ=None: dict(H100))
+    environ = {}
+    changes = apply_fade_patches(environ=environ, snapshot=_static_rocm_snapshot([100301]), verbose=False,
+                                 profile=path)
+    assert [c.rule for c in changes][0] == "ARCH001"
+    assert ("PYTORCH_TUNABLEOP_ENABLED", "1", "set", "TUNE") in [(c.name, c.value, c.status, c.rule) for c in changes]
+    assert environ["PYTORCH_TUNABLEOP_ENABLED"] == "1"
+
+
+def test_a_profile_from_another_device_applies_nothing(tmp_path, monkeypatch):
+    from fade.act.tune import device as tune_device
+    from tests.tune.test_profile import MI300, make_profile
+
+    _, path = make_profile(tmp_path)
+    monkeypatch.setattr(tune_device, "static_fingerprint", lambda environ=None: dict(MI300))
+    environ = {}
+    with pytest.warns(RuntimeWarning, match="tuned on another device"):
+        changes = apply_fade_patches(environ=environ, snapshot=_static_rocm_snapshot([100300]), verbose=False,
+                                     profile=path)
+    assert changes == [] and "PYTORCH_TUNABLEOP_ENABLED" not in environ

@@ -11,7 +11,8 @@ torch is imported lazily: `import fade` alone never starts a GPU runtime.
 
 __version__ = "0.1.0"
 
-__all__ = ["apply_fade_patches", "device_truth", "guard", "collect_snapshot", "diagnose", "__version__"]
+__all__ = ["apply_fade_patches", "device_truth", "guard", "tune", "load_tuning", "collect_snapshot", "diagnose",
+           "__version__"]
 
 # Eager, not a lazy wrapper: `fade.guard` is also a subpackage, and importing it (as a wrapper would on its
 # first call) rebinds `fade.guard` to the module. The package imports no torch.
@@ -40,3 +41,15 @@ def diagnose(snapshot, **kwargs):
     from fade.analyze.doctor import diagnose as _diagnose
 
     return _diagnose(snapshot, **kwargs)
+
+
+def tune(*args, **kwargs):
+    from fade.act.tune import tune as _tune
+
+    return _tune(*args, **kwargs)
+
+
+def load_tuning(*args, **kwargs):
+    from fade.act.tune import load_tuning as _load
+
+    return _load(*args, **kwargs)

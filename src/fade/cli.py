@@ -122,10 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("-o", "--output", metavar="FILE", help="output file (stdout if omitted)")
     snapshot.set_defaults(func=cmd_snapshot)
 
-    from fade import cli_bench, cli_guard, cli_models, cli_ops
+    from fade import cli_bench, cli_guard, cli_models, cli_ops, cli_tune
 
     cli_bench.add_verbs(verbs)
     cli_models.add_verbs(verbs)
+    cli_tune.add_verbs(verbs)
     cli_guard.add_verbs(verbs)
     cli_ops.add_verbs(verbs)
     return parser

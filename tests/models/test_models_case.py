@@ -2,6 +2,7 @@
 fp32, an OOM and a hang become results instead of crashes."""
 
 import json
+import statistics
 import textwrap
 
 import pytest
@@ -123,11 +124,23 @@ def test_validate_adds_a_plain_loop_figure_and_the_difference(workloads):
     records, _ = run(workloads, ["fade_test_workloads:tiny"], batch=4, mode="infer", variants=["fp32"], validate=True)
     record = records["models/fade_test_workloads:tiny/infer/fp32/b4"]
     plain = record["extra"]["plain_loop"]
-    assert plain["samples_per_s"] > 0 and plain["repeats"] == models_case.TIMING_SEGMENTS
+    assert plain["samples_per_s"] > 0 and plain["mean_samples_per_s"] > 0 and plain["fade_mean_samples_per_s"] > 0
     expected = 100 * (record["value"] - plain["samples_per_s"]) / plain["samples_per_s"]
     assert plain["fade_vs_plain_pct"] == pytest.approx(expected)
     assert plain["spread_pct"] >= 0 and plain["fade_spread_pct"] == record["extra"]["timing_segments"]["spread_pct"]
-    assert min(plain["steps_each"]) >= models_case.PLAIN_MIN_STEPS
+
+
+def test_the_plain_loop_times_blocks_of_fades_size_in_every_segment_and_takes_their_median(workloads):
+    """A median of single 25 ms blocks skips a host hiccup that the mean of a 0.25 s repeat absorbs: the two
+    sides compare the same statistic over blocks of the same k steps."""
+    records, _ = run(workloads, ["fade_test_workloads:tiny"], batch=4, mode="infer", variants=["fp32"], validate=True)
+    record = next(iter(records.values()))
+    plain = record["extra"]["plain_loop"]
+    assert plain["calls_per_block"] == record["timing"]["calls_per_sample"]
+    assert len(plain["blocks_each"]) == len(plain["segment_samples_per_s"]) == models_case.TIMING_SEGMENTS
+    assert min(plain["blocks_each"]) >= models_case.PLAIN_MIN_BLOCKS
+    assert plain["repeats"] == len(plain["step_ms_each"]) == sum(plain["blocks_each"])
+    assert plain["step_ms_median"] == pytest.approx(statistics.median(plain["step_ms_each"]))
 
 
 def test_validate_interleaves_fade_and_plain_segments_abba(workloads):
@@ -230,3 +243,30 @@ def test_only_keeps_the_cases_whose_id_matches_a_pattern():
         "models/mobilenet_v2/infer/compile/b64",
     ]
     assert select_cases(cases, None) == cases
+
+
+def test_the_plain_segment_times_every_block_and_syncs_as_often_as_the_engine(monkeypatch):
+    """The CUDA path without a GPU: fake events read a fake clock that each step advances by 10 ms."""
+    import torch
+
+    now = [0.0]
+    steps_at_sync = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            self.at = now[0]
+
+        def elapsed_time(self, end):  # ms, as torch's
+            return 1e3 * (end.at - self.at)
+
+    def step():
+        now[0] += 0.010
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: steps_at_sync.append(round(now[0] / 0.010)))
+    per_step_s = models_case._plain_segment(step, "cuda:0", calls=3, blocks=5, per_sync=2, warmup_steps=1)
+    assert per_step_s == pytest.approx([0.010] * 5)
+    assert steps_at_sync == [1, 7, 13, 16]  # after the warm-up step, then after every 2 blocks of 3 steps

@@ -71,10 +71,13 @@ def planned_env(snapshot: dict) -> list[tuple[str, str, str, str]]:
 
 
 def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = None,
-                       verbose: bool = True, guard: bool | str = False) -> list[EnvChange]:
+                       verbose: bool = True, guard: bool | str = False,
+                       profile: str | os.PathLike | None = None) -> list[EnvChange]:
     """Set the safe env fixes for this machine's GPUs. Call it before the first torch.cuda call.
 
     Returns every change considered, including the ones skipped because you set the variable.
+    profile: a `fade tune` profile; its env lines follow the doctor's fixes (a profile from another
+    device warns and applies nothing). Model-level knobs come back from fade.load_tuning(profile).
     guard: True (or "warn"/"strict"/"sampled") also turns fade.guard on for this thread until exit and
     prints its summary then; it never starts the GPU runtime, so the env fixes still take effect.
     """
@@ -100,6 +103,16 @@ def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = N
         changes.append(EnvChange(name, value, status, rule, title))
     if applied_before:
         environ[APPLIED_MARKER] = ",".join(sorted(applied_before))
+    if profile is not None:
+        from fade.act.tune.profile import load_tuning
+
+        tuning = load_tuning(profile, environ=environ, verbose=False)
+        for name, value, status in tuning.env:
+            status = {"already-set": "already-set-by-fade"}.get(status, status)
+            changes.append(EnvChange(name, value, status, "TUNE", "tuning profile"))
+        if verbose:
+            for message in tuning.warnings:
+                print(message, file=sys.stderr)
     if verbose:
         for change in changes:
             print(change, file=sys.stderr)

@@ -186,7 +186,7 @@ def validate_snapshot(snap, where: str = "snapshot") -> dict:
         _check(access, f"{where}.device_files.{path}",
                {"exists": bool, "readable": bool, "writable": bool}, {"group": str})
     for key in ("mounts",):
-        for path, fstype in snap.get(key, {}).items():
+        for path, fstype in (snap.get(key) or {}).items():
             _check_type(fstype, str, f"{where}.{key}.{path}", nullable=True)
     if snap.get("memory") is not None:
         _check(snap["memory"], f"{where}.memory", {}, {"total_bytes": int})

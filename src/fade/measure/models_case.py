@@ -38,10 +38,11 @@ Timing
     under torch.inference_mode in eval mode.
 Conditions
     cuDNN's algorithm choice is pinned (models_variants.CUDNN_BENCHMARK: heuristics, cached per shape), so
-    the checked steps, FADE's segments and the plain loop run the same kernels. Before the timing the
-    garbage collector runs once and gc.freeze() parks every object alive then, until the timing ends: a
-    full collection walks the whole heap (torch, the model, Inductor's graphs) and stalls a launch-bound
-    step for tens of ms in one block; frozen, it walks only what the steps allocate. Recorded in `extra.gc`.
+    the checked steps, FADE's segments and the plain loop run the same kernels. gc.freeze() parks every
+    object alive before the timing (garbage included, until the timing ends), out of the collector's way: a
+    full collection walks the whole heap (torch, the model, Inductor's graphs): 160 ms in an eager case and
+    0.9 s after torch.compile on the H100 host, all in one sample; frozen, it walks only what the steps
+    allocate. Recorded in `extra.gc`.
 Exclusions
     Not timed: building the network and its batch, the checked steps (torch.compile compiles there, so its
     compile time is in `duration_s`, never in a sample), the FLOP-counting step, reading the finiteness sum,
@@ -60,11 +61,19 @@ Derived figures
 Plain loop (validate=True)
     A textbook loop re-times the same model, interleaved with FADE's segments in the order PAIR_ORDER
     (FADE, plain, plain, FADE, ...), so drift of the host or the device hits both sides alike and a linear
-    trend cancels inside each pair. A plain segment is PLAIN_WARMUP_STEPS untimed steps, a sync, then
-    back-to-back steps between two CUDA events (host clock on the CPU): as many as fill the timed work of
-    the FADE segment before it, at least PLAIN_MIN_STEPS. The median of its TIMING_SEGMENTS segments is
-    `extra.plain_loop`, with FADE's difference from it in %; each side's segment figures and their spread
-    ((max - min) / median) are recorded next to it.
+    trend cancels inside each pair. It warms up with PLAIN_WARMUP_STEPS steps once. A plain segment runs
+    back-to-back blocks of k steps (FADE's block size), each between its own two CUDA events (host clock on
+    the CPU), as many as fill the timed work of the FADE segment before it (at least PLAIN_MIN_BLOCKS), and
+    syncs after every timing.ROUND_S of blocks, as FADE's engine does. Its figure, `extra.plain_loop`, is
+    the median over all its blocks. Same block length, same statistic, same sync cadence: the check
+    compares FADE's machinery (warm-up, block sizing, settle, stop rule, segments, finiteness sum), not two
+    ways of counting. Both matter on a launch-bound step, whose host hiccups (20-80 ms on the H100 host)
+    a mean over a long repeat absorbs and a median of 25 ms blocks skips, and which a device queue left
+    to fill for a quarter second can hide when host and device times are close (H100, an earlier form of
+    this check, one event pair per 0.25 s segment: 8-9% slower than FADE on mobilenet_v2 training, 5%
+    faster on its compiled inference, where FADE's own mean was 14% above its median). The sustained rate of both sides, steps / time over all their blocks, is
+    recorded beside the medians (`mean_samples_per_s`, `fade_mean_samples_per_s`), as are each side's
+    per-segment figures and their spread ((max - min) / median).
 """
 
 from __future__ import annotations
@@ -106,12 +115,13 @@ ROUNDING_PERTURBATION = 2.0**-8  # relative weight noise: the unit roundoff of b
 LOSS_ROUNDING_FACTOR = 4.0  # fp16/bf16 round every activation, not only the weights once: a few times more
 TIMED_LEARNING_RATE = 0.0  # see "Timing" above: same work per step, no divergence on a fixed batch
 CHECK_SAMPLE_ELEMENTS = 2**20  # inference: outputs larger than this are checked on an evenly strided sample
-# FADE's timing in segments (see "Timing"): 8 segments of ~0.25 s are shorter than the half-second spells
-# in which a launch-bound step's host rate holds, so both sides of the plain-loop check see every spell
-TIMING_SEGMENTS = 8
+# FADE's timing in segments (see "Timing"): 6 segments of <= 0.33 s (2 s budget) are about as short as the
+# spells in which a launch-bound step's host rate holds, so both sides of the plain-loop check see each
+# spell; each later segment costs two unsampled blocks (its warm-up call and block-size trial)
+TIMING_SEGMENTS = 6
 PAIR_ORDER = ("fade", "plain", "plain", "fade")  # repeated: ABBA, so a linear drift cancels within each pair
-PLAIN_WARMUP_STEPS = 1  # the model is warm (FADE's segment ran just before); a textbook loop still warms up
-PLAIN_MIN_STEPS = 2  # per plain segment, when one step outlasts FADE's segment
+PLAIN_WARMUP_STEPS = 2  # once: the model is warm (FADE's first segment ran); a textbook loop still warms up
+PLAIN_MIN_BLOCKS = 2  # per plain segment, when FADE's segment timed fewer blocks
 CUDA_MEMORY_SOURCE = "torch.cuda.max_memory_allocated over the timed steps (caching allocator only)"
 
 
@@ -507,16 +517,17 @@ def _timed_segments(runner: _Runner, samples: int, device: str, settings: dict, 
     order = (PAIR_ORDER * TIMING_SEGMENTS)[: 2 * TIMING_SEGMENTS] if validate else ("fade",) * TIMING_SEGMENTS
     plain_step = _plain_step(runner)
     fade_segments: list = []
-    plain_step_s: list = []  # seconds per step, one per plain segment
-    plain_steps: list = []
+    plain_segments: list = []  # seconds per step of each block, one list per plain segment
     for side in order:
         if side == "fade":
             fade_segments.append(_fade_segment(runner.step, device, settings, fade_segments[0] if fade_segments else None))
             continue
-        last = fade_segments[-1]  # PAIR_ORDER starts with FADE: there is always one
-        steps = max(PLAIN_MIN_STEPS, round(_timed_s(last) / last.median_s))
-        plain_step_s.append(_plain_segment(plain_step, device, steps))
-        plain_steps.append(steps)
+        last, calls = fade_segments[-1], fade_segments[0].calls_per_sample  # PAIR_ORDER starts with FADE
+        block_s = calls * last.median_s
+        blocks = max(PLAIN_MIN_BLOCKS, round(_timed_s(last) / block_s))
+        per_sync = max(1, math.ceil(engine.ROUND_S / block_s))  # the engine's round: blocks between syncs
+        warmup_steps = 0 if plain_segments else PLAIN_WARMUP_STEPS
+        plain_segments.append(_plain_segment(plain_step, device, calls, blocks, per_sync, warmup_steps))
     timing = _pooled(fade_segments, settings)
     fade_rates = [samples / segment.median_s for segment in fade_segments]
     segments = {
@@ -531,21 +542,25 @@ def _timed_segments(runner: _Runner, samples: int, device: str, settings: dict, 
     }
     if not validate:
         return timing, segments, None
-    median_s = statistics.median(plain_step_s)
-    plain_rates = [samples / value for value in plain_step_s]
+    block_s = [value for segment in plain_segments for value in segment]  # seconds per step, per block
+    median_s = statistics.median(block_s)
+    plain_rates = [samples / statistics.median(segment) for segment in plain_segments]
     plain = {
         "samples_per_s": samples / median_s,
         "step_ms_median": 1e3 * median_s,
-        "step_ms_each": [1e3 * value for value in plain_step_s],  # one event pair per segment
-        "steps_each": plain_steps,
-        "repeats": len(plain_step_s),
-        "warmup_steps": PLAIN_WARMUP_STEPS,  # before each segment
+        "step_ms_each": [1e3 * value for value in block_s],  # one per block, in the order they ran
+        "calls_per_block": timing.calls_per_sample,
+        "blocks_each": [len(segment) for segment in plain_segments],
+        "repeats": len(block_s),
+        "warmup_steps": PLAIN_WARMUP_STEPS,
+        "mean_samples_per_s": samples / statistics.fmean(block_s),  # sustained: total steps / total time
+        "fade_mean_samples_per_s": samples / timing.mean_s,
         "segment_samples_per_s": plain_rates,
         "spread_pct": _spread_pct(plain_rates),
         "fade_spread_pct": segments["spread_pct"],
         "order": segments["order"],
-        "method": ("cuda-events" if device.startswith("cuda") else "host clock") + " around back-to-back steps, "
-        "one pair per segment, segments interleaved with FADE's",
+        "method": ("cuda-events" if device.startswith("cuda") else "host clock") + " around each block of "
+        "back-to-back steps, a sync per timing.ROUND_S of blocks, segments interleaved with FADE's; median of the blocks",
     }
     return timing, segments, plain
 
@@ -641,38 +656,46 @@ def _plain_step(runner: _Runner):
     return train_step if runner.training else infer_step
 
 
-def _plain_segment(step, device: str, steps: int) -> float:
-    """Seconds per step: PLAIN_WARMUP_STEPS steps, a sync, then `steps` back-to-back steps between two events."""
+def _plain_segment(step, device: str, calls: int, blocks: int, per_sync: int, warmup_steps: int) -> list:
+    """Seconds per step of each of `blocks` back-to-back blocks of `calls` steps, after `warmup_steps`; a
+    sync after every `per_sync` blocks."""
     import torch
 
-    for _ in range(PLAIN_WARMUP_STEPS):
+    for _ in range(warmup_steps):
         step()
     if not device.startswith("cuda"):
-        started = time.perf_counter()
-        for _ in range(steps):
-            step()
-        return (time.perf_counter() - started) / steps
+        per_step_s = []
+        for _ in range(blocks):
+            started = time.perf_counter()
+            for _ in range(calls):
+                step()
+            per_step_s.append((time.perf_counter() - started) / calls)
+        return per_step_s
     torch.cuda.synchronize(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        step()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / steps
+    per_step_s = []
+    for first in range(0, blocks, per_sync):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(min(per_sync, blocks - first))]  # fmt: skip
+        for start, end in events:
+            start.record()
+            for _ in range(calls):
+                step()
+            end.record()
+        torch.cuda.synchronize(device)  # sync point, as often as the engine's
+        per_step_s += [start.elapsed_time(end) / 1e3 / calls for start, end in events]
+    return per_step_s
 
 
 @contextlib.contextmanager
 def _gc_frozen():
-    """gc.collect() once, then gc.freeze() until the block ends (see "Conditions"); yields extra.gc."""
+    """gc.freeze() until the block ends (see "Conditions"); yields extra.gc."""
     import gc
 
-    started = time.perf_counter()
-    gc.collect()
-    facts = {"full_collection_ms": 1e3 * (time.perf_counter() - started)}
-    gc.freeze()
-    facts["frozen_objects"] = gc.get_freeze_count()
-    facts["method"] = "gc.collect(), then gc.freeze() for the timing; the collector stays enabled"
+    gc.freeze()  # O(1): moves every tracked object to the permanent generation
+    facts = {
+        "frozen_objects": gc.get_freeze_count(),
+        "method": "gc.freeze() for the timing: the collector stays on but walks only objects made since",
+    }
     try:
         yield facts
     finally:

@@ -1,0 +1,200 @@
+"""The knobs `fade tune` may turn, loaded from `data/knobs.toml`, and which of them apply to one target.
+
+Knowledge stays in the table (where a knob helps, its env, its source); this module only validates rows
+and filters them by the target's backend, torch version, mode and workload. A knob left out is returned
+with the reason, so the profile can say why it was not searched ("TunableOp on CUDA with torch 2.13 has
+only the 'Default' solution").
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+KNOBS_FILE = Path(__file__).resolve().parents[2] / "data" / "knobs.toml"
+GROUP_ORDER = ("precision", "layout", "compile", "backend", "optimizer")  # expected gain, largest first
+WHERE = ("any", "gpu", "cuda", "rocm")
+KINDS = ("torch", "env", "model")
+MODES = ("train", "infer")
+BACKENDS = ("cpu", "cuda", "rocm")
+
+
+class KnobTableError(ValueError):
+    """A row of the knob table is invalid; the message names file:row and the field."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    id: str
+    group: str
+    values: tuple  # the first is the baseline
+    where: str
+    modes: tuple
+    kind: str
+    source: str
+    env: dict = field(default_factory=dict)  # value -> {VARIABLE: value}
+    needs: dict = field(default_factory=dict)  # knob id -> value
+    image_only: bool = False
+    attention_only: bool = False
+    cuda_torch: Optional[str] = None
+    note: str = ""
+
+    @property
+    def baseline(self) -> str:
+        return self.values[0]
+
+    def env_for(self, value: str) -> dict:
+        return dict(self.env.get(value, {}))
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the knobs are filtered against."""
+
+    backend: str  # "cpu", "cuda" or "rocm"
+    torch_version: str  # "2.13.0+cpu"
+    mode: str  # "train" or "infer"
+    image: bool = False  # the workload has 4-D image inputs or weights
+    attention: bool = False  # the workload calls scaled_dot_product_attention
+
+
+def load_knobs(path=None) -> list:
+    """Every row of the knob table as a Knob, in file order. KnobTableError for a bad row."""
+    path = Path(path or KNOBS_FILE)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise KnobTableError(f"{path}: {error}") from None
+    knobs, seen = [], set()
+    for index, row in enumerate(data.get("knob", []), start=1):
+        where = f"{path.name}: knob {index} ({row.get('id', '?')})"
+        knob = _knob_from_row(row, where)
+        if knob.id in seen:
+            raise KnobTableError(f"{where}: id {knob.id!r} is used twice")
+        seen.add(knob.id)
+        knobs.append(knob)
+    for knob in knobs:
+        for other, value in knob.needs.items():
+            match = next((candidate for candidate in knobs if candidate.id == other), None)
+            if match is None or value not in match.values:
+                raise KnobTableError(f"{path.name}: knob {knob.id}: needs {other}={value!r}, which no row offers")
+    return knobs
+
+
+def _knob_from_row(row: dict, where: str) -> Knob:
+    known = set(Knob.__dataclass_fields__)
+    unknown = set(row) - known
+    if unknown:
+        raise KnobTableError(f"{where}: unknown field(s) {sorted(unknown)} (known: {sorted(known)})")
+    for name in ("id", "group", "values", "where", "modes", "kind", "source"):
+        if not row.get(name):
+            raise KnobTableError(f"{where}: field {name!r} is missing or empty")
+    if row["group"] not in GROUP_ORDER:
+        raise KnobTableError(f"{where}: group {row['group']!r} is not one of {GROUP_ORDER}")
+    if row["where"] not in WHERE:
+        raise KnobTableError(f"{where}: where {row['where']!r} is not one of {WHERE}")
+    if row["kind"] not in KINDS:
+        raise KnobTableError(f"{where}: kind {row['kind']!r} is not one of {KINDS}")
+    if not set(row["modes"]) <= set(MODES):
+        raise KnobTableError(f"{where}: modes {row['modes']} must be among {MODES}")
+    values = tuple(str(value) for value in row["values"])
+    if len(values) < 2 or len(set(values)) != len(values):
+        raise KnobTableError(f"{where}: values need a baseline and at least one alternative, each once")
+    env = {str(value): {str(k): str(v) for k, v in variables.items()} for value, variables in row.get("env", {}).items()}
+    if row["kind"] == "env" and not env:
+        raise KnobTableError(f"{where}: kind 'env' needs an env table")
+    for value in env:
+        if value not in values:
+            raise KnobTableError(f"{where}: env names value {value!r}, which is not in values {list(values)}")
+    if values[0] in env:
+        raise KnobTableError(f"{where}: the baseline value {values[0]!r} must set no env")
+    if row.get("cuda_torch"):
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            SpecifierSet(row["cuda_torch"])
+        except InvalidSpecifier:
+            raise KnobTableError(f"{where}: cuda_torch {row['cuda_torch']!r} is not a version specifier") from None
+    return Knob(
+        id=row["id"],
+        group=row["group"],
+        values=values,
+        where=row["where"],
+        modes=tuple(row["modes"]),
+        kind=row["kind"],
+        source=row["source"],
+        env=env,
+        needs=dict(row.get("needs", {})),
+        image_only=bool(row.get("image_only", False)),
+        attention_only=bool(row.get("attention_only", False)),
+        cuda_torch=row.get("cuda_torch"),
+        note=row.get("note", ""),
+    )
+
+
+def skip_reason(knob: Knob, target: Target) -> Optional[str]:
+    """Why `knob` is not searched for `target`, or None when it is."""
+    if target.mode not in knob.modes:
+        return f"only for {'/'.join(knob.modes)}"
+    on_gpu = target.backend in ("cuda", "rocm")
+    if knob.where == "gpu" and not on_gpu:
+        return f"changes nothing on {target.backend}"
+    if knob.where in ("cuda", "rocm") and target.backend != knob.where:
+        return f"{knob.where} only"
+    if knob.image_only and not target.image:
+        return "the workload has no 4-D image input or weight"
+    if knob.attention_only and not target.attention:
+        return "the workload does not call scaled_dot_product_attention"
+    if knob.cuda_torch and target.backend == "cuda":
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import Version
+
+        release = Version(target.torch_version.split("+", 1)[0]).base_version
+        if not SpecifierSet(knob.cuda_torch).contains(release, prereleases=True):
+            return f"no real candidates on CUDA with torch {target.torch_version} (needs torch {knob.cuda_torch})"
+    return None
+
+
+def searched_knobs(knobs: list, target: Target) -> tuple:
+    """(knobs to search in GROUP_ORDER, {knob id: reason} for those left out)."""
+    searched, left_out = [], {}
+    for knob in knobs:
+        reason = skip_reason(knob, target)
+        if reason:
+            left_out[knob.id] = reason
+        else:
+            searched.append(knob)
+    searched.sort(key=lambda knob: GROUP_ORDER.index(knob.group))  # stable: file order within a group
+    return searched, left_out
+
+
+def baseline_config(knobs: list) -> dict:
+    """Every knob at its baseline value."""
+    return {knob.id: knob.baseline for knob in knobs}
+
+
+def config_env(knobs: list, config: dict) -> dict:
+    """The environment variables `config` sets, from the table's env columns."""
+    env: dict = {}
+    for knob in knobs:
+        env.update(knob.env_for(config.get(knob.id, knob.baseline)))
+    return env
+
+
+def unmet_needs(knobs: list, config: dict) -> Optional[str]:
+    """'miopen_suggest_nhwc=on needs channels_last=on' when `config` turns a knob on without its partner."""
+    for knob in knobs:
+        value = config.get(knob.id, knob.baseline)
+        if value == knob.baseline:
+            continue
+        for other, wanted in knob.needs.items():
+            if config.get(other) != wanted:
+                return f"{knob.id}={value} needs {other}={wanted}"
+    return None

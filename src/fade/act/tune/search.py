@@ -1,0 +1,329 @@
+"""The noise-aware knob search: greedy coordinate ascent over the knob table, within a time budget.
+
+Method
+    The baseline (every knob at its first value: PyTorch's defaults) is measured first. Knobs are then
+    visited in knobs.GROUP_ORDER (precision, layout, compile, backend, optimizer: the largest expected gain
+    first, so a short budget spends itself on what matters). For each knob every other value is measured
+    with the rest of the current best configuration. A candidate is
+        rejected      when it crashed, ran out of memory, timed out, or failed the numerics check
+                      (numerics.check: loss vs fp32 from the same seed, finite gradients, outputs);
+        accepted      when its median step time beats the current best's by more than the noise bar
+                      (noise_bar: the larger relative IQR of the two, at least NOISE_FLOOR); it becomes the
+                      current best, so the next value of the same knob has to beat it;
+        within-noise  when it is faster by less than the bar;
+        slower        otherwise;
+        skipped       when it needs another knob value the current best lacks (knob table `needs`);
+        not-tried     when the search budget ran out before it.
+    `exhaustive=True` measures every combination instead (for verification) and picks the fastest sound
+    one, subject to the same bar against the baseline.
+Budget
+    FINAL_SHARE of `budget_s` is kept for the final check; a candidate is started only while the search
+    share is left. A trial already started runs to its end (its own timeout bounds it).
+Final check
+    The chosen configuration and the baseline are re-measured interleaved, FINAL_ORDER repeated
+    FINAL_ROUNDS times, so clock drift hits both alike; the before/after figures come from these pooled
+    samples, not from the search. If the chosen one is then slower than the baseline by more than the
+    bar, the baseline is chosen and the profile says why.
+Resume
+    Each search trial is appended to a journal (cache.Journal) as it finishes. A resumed search with the
+    same journal reuses recorded trials instead of measuring them again; the final check always measures.
+
+The measurement is injected (`measure(config) -> Trial`) and so is the clock: tests drive the whole
+search with a deterministic fake timer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+from fade.act.tune import numerics
+from fade.act.tune.knobs import baseline_config, unmet_needs
+from fade.measure.timing import quantile
+
+NOISE_FLOOR = 0.02  # 2%: below this, run-to-run drift of one H100 under its power cap (docs/performance.md) decides
+FINAL_SHARE = 0.2  # of the budget, kept for the interleaved final check
+FINAL_ROUNDS = 2  # x FINAL_ORDER: four measurements of each side
+FINAL_ORDER = ("baseline", "chosen", "chosen", "baseline")  # ABBA: a linear drift cancels within each round
+STATUSES = ("baseline", "accepted", "within-noise", "slower", "rejected", "skipped", "not-tried")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One measured configuration. `status` is "ok" when it ran; "failed" (crash, OOM, timeout) with `reason`."""
+
+    config: dict
+    samples_s: tuple = ()  # seconds per step
+    status: str = "ok"
+    reason: Optional[str] = None
+    numerics: Optional[dict] = None  # what numerics.check reads
+    samples_per_step: int = 1  # batch: turns step times into samples/s
+    cost_s: float = 0.0  # wall time the trial took, compile and checks included
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def median_s(self) -> float:
+        return quantile(self.samples_s, 0.5)
+
+    @property
+    def relative_iqr(self) -> float:
+        return (quantile(self.samples_s, 0.75) - quantile(self.samples_s, 0.25)) / self.median_s
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["samples_s"] = list(self.samples_s)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Trial":
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        known["samples_s"] = tuple(known.get("samples_s", ()))
+        return cls(**known)
+
+
+@dataclass
+class Candidate:
+    """One row of the profile's candidates table."""
+
+    knob: Optional[str]  # None for the baseline and for exhaustive combinations
+    value: Optional[str]
+    config: dict
+    status: str  # one of STATUSES
+    reason: str = ""
+    samples_per_s: Optional[float] = None
+    relative_iqr: Optional[float] = None
+    speedup_vs_best: Optional[float] = None  # best median / this median, against the best at the time
+    noise_bar: Optional[float] = None
+
+
+@dataclass
+class SearchResult:
+    chosen: dict
+    baseline: dict
+    candidates: list
+    before: Optional[dict]  # samples/s figures of the baseline in the final check
+    after: Optional[dict]
+    verdict: str  # "faster", "within-noise", "baseline-kept", "reverted"
+    left_out: dict = field(default_factory=dict)  # knob id -> why it was not searched
+    elapsed_s: float = 0.0
+    trials_measured: int = 0
+    trials_resumed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class SearchError(Exception):
+    """The search cannot produce a profile: the baseline itself failed."""
+
+
+def config_key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def noise_bar(first: Trial, second: Trial) -> float:
+    """The relative speed-up a candidate must exceed: max(NOISE_FLOOR, either side's IQR / median)."""
+    return max(NOISE_FLOOR, first.relative_iqr, second.relative_iqr)
+
+
+def compare(candidate: Trial, best: Trial) -> tuple:
+    """(speed-up of candidate over best as best_median / candidate_median, the noise bar)."""
+    return best.median_s / candidate.median_s, noise_bar(candidate, best)
+
+
+def search(
+    knobs: list,
+    measure: Callable[[dict], Trial],
+    *,
+    reference: Optional[dict] = None,
+    budget_s: float,
+    exhaustive: bool = False,
+    journal=None,
+    left_out: Optional[dict] = None,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Optional[Callable[[str], None]] = None,
+) -> SearchResult:
+    """Search `knobs` (already filtered and ordered: knobs.searched_knobs) as the module docstring says.
+
+    `measure(config)` returns a Trial and must not raise for a candidate's own failure (it returns status
+    "failed"). `reference` is fp32's {"losses", "rounded_losses"} for training candidates. `journal` has
+    `load() -> {config_key: Trial dict}` and `append(Trial dict)` (cache.Journal). SearchError if the
+    baseline fails; KeyboardInterrupt passes through after the journal holds every finished trial.
+    """
+    if budget_s <= 0:
+        raise ValueError("budget_s must be > 0")
+    started = clock()
+    search_budget_s = budget_s * (1 - FINAL_SHARE)
+    recorded = journal.load() if journal is not None else {}
+    counts = {"measured": 0, "resumed": 0}
+    say = progress or (lambda message: None)
+
+    def run(config: dict) -> Trial:
+        key = config_key(config)
+        if key in recorded:
+            counts["resumed"] += 1
+            return Trial.from_dict(recorded[key])
+        trial = measure(dict(config))
+        counts["measured"] += 1
+        if journal is not None:
+            journal.append(trial.to_dict())
+        recorded[key] = trial.to_dict()
+        return trial
+
+    def reason_rejected(trial: Trial) -> Optional[str]:
+        if trial.status != "ok":
+            return trial.reason or trial.status
+        if not trial.samples_s:
+            return "no timing samples"
+        return numerics.check(trial.numerics, reference)
+
+    baseline = baseline_config(knobs)
+    baseline_trial = run(baseline)
+    failure = reason_rejected(baseline_trial)
+    if failure:
+        raise SearchError(f"the baseline configuration itself fails: {failure}")
+    candidates = [_row(None, None, baseline_trial, "baseline", "PyTorch's defaults")]
+    say(f"baseline: {_rate(baseline_trial):.4g} samples/s")
+
+    if exhaustive:
+        best = _exhaustive(knobs, baseline_trial, run, reason_rejected, candidates)
+    else:
+        best = baseline_trial
+        for knob in knobs:
+            for value in knob.values[1:]:
+                config = {**best.config, knob.id: value}
+                if clock() - started >= search_budget_s:
+                    candidates.append(Candidate(knob.id, value, config, "not-tried", "the search budget ran out"))
+                    continue
+                unmet = unmet_needs(knobs, config)
+                if unmet:
+                    candidates.append(Candidate(knob.id, value, config, "skipped", unmet))
+                    continue
+                trial = run(config)
+                failure = reason_rejected(trial)
+                if failure:
+                    candidates.append(_row(knob.id, value, trial, "rejected", failure))
+                    say(f"{knob.id}={value}: rejected: {failure}")
+                    continue
+                speedup, bar = compare(trial, best)
+                if speedup > 1 + bar:
+                    status, reason = "accepted", f"{100 * (speedup - 1):.1f}% faster than the best so far, beyond the {100 * bar:.1f}% noise bar"
+                elif speedup >= 1:
+                    status, reason = "within-noise", f"{100 * (speedup - 1):.1f}% faster, inside the {100 * bar:.1f}% noise bar"
+                else:
+                    status, reason = "slower", f"{100 * (1 - speedup):.1f}% slower than the best so far"
+                candidates.append(_row(knob.id, value, trial, status, reason, speedup, bar))
+                say(f"{knob.id}={value}: {status} ({reason})")
+                if status == "accepted":
+                    best = trial
+
+    chosen = best.config
+    verdict, before, after = "baseline-kept", None, None
+    if chosen != baseline:
+        before_trial, after_trial = _final_check(measure, baseline, chosen)
+        before, after = _figures(before_trial), _figures(after_trial)
+        speedup, bar = compare(after_trial, before_trial)
+        if reason_rejected(after_trial) or speedup < 1 - bar:
+            verdict = "reverted"
+            candidates.append(
+                _row(None, None, after_trial, "rejected",
+                     f"the final interleaved check found the chosen configuration {100 * (1 - speedup):.1f}% slower "
+                     "than the baseline (or failing); the baseline is kept", speedup, bar)
+            )  # fmt: skip
+            chosen = baseline
+        else:
+            verdict = "faster" if speedup > 1 + bar else "within-noise"
+    return SearchResult(
+        chosen=chosen,
+        baseline=baseline,
+        candidates=candidates,
+        before=before,
+        after=after,
+        verdict=verdict,
+        left_out=dict(left_out or {}),
+        elapsed_s=clock() - started,
+        trials_measured=counts["measured"],
+        trials_resumed=counts["resumed"],
+    )
+
+
+def _exhaustive(knobs, baseline_trial: Trial, run, reason_rejected, candidates: list) -> Trial:
+    """Every combination; the fastest sound one if it beats the baseline beyond the bar."""
+    names = [knob.id for knob in knobs]
+    fastest = baseline_trial
+    for values in itertools.product(*(knob.values for knob in knobs)):
+        config = dict(zip(names, values))
+        if config == baseline_trial.config:
+            continue
+        unmet = unmet_needs(knobs, config)
+        if unmet:
+            candidates.append(Candidate(None, None, config, "skipped", unmet))
+            continue
+        trial = run(config)
+        failure = reason_rejected(trial)
+        if failure:
+            candidates.append(_row(None, None, trial, "rejected", failure))
+            continue
+        speedup, bar = compare(trial, baseline_trial)
+        status = "accepted" if speedup > 1 + bar else ("within-noise" if speedup >= 1 else "slower")
+        candidates.append(_row(None, None, trial, status, "against the baseline", speedup, bar))
+        if status == "accepted" and trial.median_s < fastest.median_s:
+            fastest = trial
+    return fastest
+
+
+def _final_check(measure, baseline: dict, chosen: dict) -> tuple:
+    """Both sides measured FINAL_ORDER x FINAL_ROUNDS, samples pooled per side: (baseline Trial, chosen Trial)."""
+    pooled: dict = {"baseline": [], "chosen": []}
+    last: dict = {}
+    for side in FINAL_ORDER * FINAL_ROUNDS:
+        trial = measure(dict(baseline if side == "baseline" else chosen))
+        last[side] = trial
+        if trial.status == "ok":
+            pooled[side].extend(trial.samples_s)
+    merged = []
+    for side in ("baseline", "chosen"):
+        trial = last[side]
+        if not pooled[side]:
+            merged.append(trial)  # every run failed: its reason travels
+        else:
+            merged.append(Trial(trial.config, tuple(pooled[side]), "ok", None, trial.numerics, trial.samples_per_step))
+    return tuple(merged)
+
+
+def _figures(trial: Trial) -> Optional[dict]:
+    """samples/s median and quartiles of `trial` (quartiles of the rate, from the step-time quartiles)."""
+    if trial.status != "ok" or not trial.samples_s:
+        return None
+    per_step = trial.samples_per_step
+    return {
+        "samples_per_s": per_step / trial.median_s,
+        "samples_per_s_q1": per_step / quantile(trial.samples_s, 0.75),
+        "samples_per_s_q3": per_step / quantile(trial.samples_s, 0.25),
+        "relative_iqr": trial.relative_iqr,
+        "median_step_ms": 1e3 * trial.median_s,
+        "n": len(trial.samples_s),
+    }
+
+
+def _rate(trial: Trial) -> float:
+    return trial.samples_per_step / trial.median_s
+
+
+def _row(knob, value, trial: Trial, status: str, reason: str, speedup=None, bar=None) -> Candidate:
+    timed = trial.status == "ok" and bool(trial.samples_s)
+    return Candidate(
+        knob=knob,
+        value=value,
+        config=dict(trial.config),
+        status=status,
+        reason=reason,
+        samples_per_s=_rate(trial) if timed else None,
+        relative_iqr=trial.relative_iqr if timed else None,
+        speedup_vs_best=speedup,
+        noise_bar=bar,
+    )
+

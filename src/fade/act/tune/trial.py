@@ -1,0 +1,241 @@
+"""One tuning trial in the benchmark worker: a network under one knob configuration, checked and timed.
+
+Runs as a model-bench-style case (fade.measure.runner, one isolated worker per env set), so a compile
+crash, an OOM or a hang becomes a failed trial, not the end of the tuner. Method:
+
+Build
+    torch.manual_seed(models_case.WEIGHT_SEED), the zoo network (or module:function) and its resident batch,
+    as the model bench builds them. Model-level knobs applied: channels_last, the optimizer's foreach/fused
+    flag, torch.compile(mode), the SDPA backend (sdpa_kernel around every step), autocast and GradScaler.
+    Torch-flag knobs (TF32 math, cudnn.benchmark, MIOpen immediate) are pinned for the trial; env knobs
+    were set by the parent before the worker started.
+Numerics (numerics.py decides in the parent)
+    Training: CHECK_STEPS steps from models_case.STEP_SEED at the workload's learning rate; the losses and
+    whether every gradient of the last step was finite are reported. fp32's losses come from
+    `tune_reference`, run once per search. Inference: one forward pass, compared here with an fp32
+    (TF32 off) forward of the same eager weights: relative RMS error and finiteness.
+Timing
+    models_case's method: learning rate 0 for the timed steps, gc frozen, fade.measure.timing.measure on
+    one step per call with the run's timing settings (median + IQR of step time). Compile time and the
+    checked steps are outside every sample; `duration_s` of the record holds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Optional
+
+from fade.measure.case import CaseResult
+
+CHECK_STEPS = 5  # as models_case.LOSS_CHECK_STEPS: enough for momentum to move the weights
+CHECK_STEPS_QUICK = 2
+
+
+def tune_reference(ctx, *, model: str, mode: str, batch: int, size: Optional[int] = None) -> CaseResult:
+    """fp32 (TF32 off) losses of the checked steps, and the same from weights perturbed by bf16's roundoff."""
+    from fade.measure.zoo.workload import build_workload
+
+    reference = measure_reference(lambda: build_workload(model, batch, size, ctx.device), mode, ctx.device, quick=ctx.quick)
+    return CaseResult(value=reference["losses"][-1], unit="loss", formula="fp32 loss after the checked steps",
+                      extra={"reference": reference})
+
+
+def measure_reference(make_workload, mode: str, device: str, *, quick: bool = False) -> dict:
+    """{"losses", "rounded_losses"} of fp32 from the workload `make_workload()` builds (after the weight seed)."""
+    import torch
+
+    from fade.measure.models_case import ROUNDING_PERTURBATION, WEIGHT_SEED, _perturb
+    from fade.measure.models_variants import fp32_math_flags
+
+    steps = (CHECK_STEPS_QUICK if quick else CHECK_STEPS) if mode == "train" else 1
+    torch.manual_seed(WEIGHT_SEED)
+    workload = make_workload()
+    initial = {name: value.clone() for name, value in workload.model.state_dict().items()}
+    with fp32_math_flags("ieee", "ieee"):
+        losses, _ = _checked_steps(workload, workload.model, {}, mode, device, steps)
+        workload.model.load_state_dict(initial)
+        _perturb(workload.model, ROUNDING_PERTURBATION)
+        rounded, _ = _checked_steps(workload, workload.model, {}, mode, device, steps)
+    return {"losses": losses, "rounded_losses": rounded}
+
+
+def tune_trial(ctx, *, model: str, mode: str, batch: int, knobs: dict, size: Optional[int] = None) -> CaseResult:
+    """`model` in `mode` under `knobs` (knob id -> value): numerics and timing, as the module docstring says."""
+    from fade.measure.zoo.workload import build_workload
+
+    return measure_trial(lambda: build_workload(model, batch, size, ctx.device), mode, knobs, ctx.device, ctx.timing, quick=ctx.quick)
+
+
+def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_settings: dict, *, quick: bool = False) -> CaseResult:
+    """The trial itself, on the workload `make_workload()` builds after the weight seed (in-process callers
+    such as fade.tune pass their own)."""
+    import torch
+
+    from fade.measure.models_case import TIMED_LEARNING_RATE, WEIGHT_SEED, _gc_frozen
+    from fade.measure.timing import measure
+
+    training = mode == "train"
+    torch.manual_seed(WEIGHT_SEED)
+    workload = make_workload()
+    reference_module = None
+    if not training:  # eager fp32 weights for the output comparison, before any knob touches the module
+        import copy
+
+        reference_module = copy.deepcopy(workload.model)
+    runnable = workload.model
+    if knobs.get("channels_last") == "on":
+        runnable = runnable.to(memory_format=torch.channels_last)
+        workload.inputs = tuple(
+            value.contiguous(memory_format=torch.channels_last) if torch.is_tensor(value) and value.dim() == 4 and value.is_floating_point() else value
+            for value in workload.inputs
+        )
+    compile_mode = knobs.get("compile", "off")
+    if compile_mode != "off":
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        runnable = torch.compile(runnable) if compile_mode == "default" else torch.compile(runnable, mode=compile_mode)
+    steps = (CHECK_STEPS_QUICK if quick else CHECK_STEPS) if training else 1
+    with _pinned_flags(knobs):
+        losses, state = _checked_steps(workload, runnable, knobs, mode, device, steps)
+        numerics = {"mode": mode, "losses": losses, "grads_finite": state["grads_finite"]}
+        if not training:
+            numerics = _output_error(reference_module, runnable, workload, knobs, device)
+        if state["optimizer"] is not None:
+            for group in state["optimizer"].param_groups:
+                group["lr"] = TIMED_LEARNING_RATE
+        with _gc_frozen():
+            timing = measure(state["step"], device=device, **timing_settings)
+    if compile_mode != "off":
+        torch._dynamo.reset()
+    return CaseResult(
+        value=workload.samples / timing.median_s,
+        unit="samples/s",
+        formula="samples / median_s (samples per step = batch)",
+        timing=timing,
+        work={"samples": workload.samples},
+        extra={"numerics": numerics, "knobs": dict(knobs), "samples_per_step": workload.samples},
+    )
+
+
+@contextlib.contextmanager
+def _pinned_flags(knobs: dict):
+    """The torch-flag knobs for this trial: fp32 math by precision, cudnn.benchmark, MIOpen immediate."""
+    import torch
+
+    from fade.measure.models_variants import FP32_MATH, cudnn_benchmark, fp32_math_flags
+
+    precision = knobs.get("precision", "default")
+    matmul, conv = FP32_MATH[precision]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(fp32_math_flags(matmul, conv))
+        stack.enter_context(cudnn_benchmark(knobs.get("cudnn_benchmark") == "on"))
+        miopen = getattr(torch.backends, "miopen", None)
+        if knobs.get("miopen_immediate") == "on" and miopen is not None and hasattr(miopen, "immediate"):
+            saved = miopen.immediate
+            miopen.immediate = True
+            stack.callback(setattr, miopen, "immediate", saved)
+        yield
+
+
+def _sdpa_context(knobs: dict):
+    backend = knobs.get("sdpa_backend", "default")
+    if backend == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    names = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+    return sdpa_kernel(getattr(SDPBackend, names[backend]))
+
+
+def _make_optimizer(workload, knobs: dict):
+    """The workload's optimizer, rebuilt with foreach=True or fused=True when the knob asks."""
+    optimizer = workload.optimizer()
+    implementation = knobs.get("optimizer_impl", "default")
+    if implementation == "default":
+        return optimizer
+    groups = [{key: value for key, value in group.items() if key not in ("foreach", "fused")} for group in optimizer.param_groups]
+    defaults = {key: value for key, value in optimizer.defaults.items() if key not in ("foreach", "fused", "params")}
+    return type(optimizer)(groups, **{**defaults, implementation: True})
+
+
+def _checked_steps(workload, module, knobs: dict, mode: str, device: str, steps: int) -> tuple:
+    """Losses of `steps` steps from STEP_SEED; returns (losses, {"step", "optimizer", "grads_finite"})."""
+    import torch
+
+    from fade.measure.models_case import STEP_SEED
+
+    training = mode == "train"
+    device_type = device.split(":", 1)[0]
+    precision = knobs.get("precision", "default")
+    dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(precision)
+    module.train(training)
+    optimizer = _make_optimizer(workload, knobs) if training else None
+    scaler = torch.amp.GradScaler(device_type) if training and precision == "amp-fp16" else None
+
+    def autocast():
+        return torch.autocast(device_type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+    def step():
+        with _sdpa_context(knobs):
+            if not training:
+                with torch.inference_mode(), autocast():
+                    return module(*workload.inputs)
+            optimizer.zero_grad(set_to_none=True)
+            with autocast():
+                loss = workload.loss(module(*workload.inputs))
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                loss.backward()
+                optimizer.step()
+            return loss
+
+    torch.manual_seed(STEP_SEED)
+    losses = []
+    for _ in range(steps):
+        result = step()
+        if not training:
+            with torch.inference_mode():
+                result = workload.loss(result.float())
+        losses.append(result.detach())
+    grads_finite = True
+    if training:
+        norms = [parameter.grad.detach().float().abs().sum() for parameter in workload.model.parameters() if parameter.grad is not None]
+        if scaler is None and norms:  # with a scaler, a skipped step's inf gradients are the recipe working
+            grads_finite = bool(torch.isfinite(torch.stack(norms).sum()))
+    values = [float(loss) for loss in losses]  # sync point, outside every timed region
+    return values, {"step": step, "optimizer": optimizer, "grads_finite": grads_finite}
+
+
+def _output_error(reference_module, runnable, workload, knobs: dict, device: str) -> dict:
+    """Relative RMS error of the candidate's outputs against an fp32 (TF32 off) forward of the same weights."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    from fade.act.tune.numerics import PRECISION_MATH_DTYPE
+    from fade.measure.models_variants import fp32_math_flags
+
+    reference_module.eval()
+    with torch.inference_mode(), fp32_math_flags("ieee", "ieee"):
+        expected = [leaf.float() for leaf in tree_leaves(reference_module(*workload.inputs)) if torch.is_tensor(leaf) and leaf.is_floating_point()]
+    precision = knobs.get("precision", "default")
+    dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(precision)
+    context = torch.autocast(device.split(":", 1)[0], dtype=dtype) if dtype else contextlib.nullcontext()
+    with torch.inference_mode(), _sdpa_context(knobs), context:
+        got = [leaf.float() for leaf in tree_leaves(runnable(*workload.inputs)) if torch.is_tensor(leaf) and leaf.is_floating_point()]
+    difference = math.sqrt(sum(float(((g - e) ** 2).sum()) for g, e in zip(got, expected)))
+    scale = math.sqrt(sum(float((e**2).sum()) for e in expected)) or 1.0
+    finite = all(bool(torch.isfinite(g).all()) for g in got)
+    math_dtype = PRECISION_MATH_DTYPE[precision]
+    if math_dtype == "tf32" and device.startswith("cpu"):
+        math_dtype = "fp32"  # TF32 exists only on GPUs
+    if math_dtype == "fp32" and knobs.get("compile", "off") != "off":
+        math_dtype = "tf32"  # fused reductions reorder sums; allow TF32-sized error (admitted: generous)
+    return {"mode": "infer", "relative_rms_error": difference / scale, "math_dtype": math_dtype, "finite": finite}
+
+
+__all__ = ["tune_trial", "tune_reference", "measure_trial", "measure_reference"]

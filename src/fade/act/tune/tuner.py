@@ -1,0 +1,265 @@
+"""`run_tune` (a zoo model or module:function, trials in isolated workers) and `tune` (a model object in
+this process): both filter the knob table, run search.search with a real measurement, and build a profile.
+
+Workers: one IsolatedExecutor per environment. Env knobs (MIOpen find mode, TunableOp, NHWC suggestion)
+are read at runtime start-up, so a configuration with other env values gets a fresh worker started with
+that env (and the cache's paths: TunableOp CSV, MIOpen user DB, Inductor and Triton caches). In-process
+`tune` cannot restart the runtime: it leaves env knobs out and says so in the profile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Callable, Optional
+
+from fade.act.tune import knobs as knob_table
+from fade.act.tune.cache import journal_key, open_cache
+from fade.act.tune.profile import build_profile
+from fade.act.tune.search import Trial, search
+from fade.errors import FadeUsageError
+
+# Trial timing: models.FULL_TIMING's shape, shorter: a search measures ~10-20 configurations within minutes
+TUNE_TIMING = {
+    "warmup_s": 0.2,
+    "min_warmup_calls": 2,
+    "min_run_s": 0.3,
+    "budget_s": 1.0,
+    "min_samples": 8,
+    "max_samples": 60,
+    "target_cov": 0.01,
+    "min_block_s": 0.025,
+    "max_settle_s": 0.3,
+}
+QUICK_TIMING = {"warmup_s": 0.0, "min_warmup_calls": 1, "min_run_s": 0.1, "budget_s": 0.4, "min_samples": 3,
+                "max_samples": 10, "target_cov": 0.03, "min_block_s": 0.0, "max_settle_s": 0.0}  # fmt: skip
+TRIAL_TIMEOUT_S = 300.0  # torch.compile max-autotune of a ResNet training step takes minutes
+DEFAULT_BUDGET_MIN = 5.0  # the issue's "<= 5 min per model"
+MODES = ("train", "infer")
+
+
+def check_request(model: str, *, mode: str, batch: int, budget_min: float) -> None:
+    """FadeUsageError (one line) for anything that cannot run anywhere."""
+    from fade.measure.models import check_request as check_models
+
+    if isinstance(budget_min, bool) or not isinstance(budget_min, (int, float)) or not budget_min > 0:
+        raise FadeUsageError(f"--budget {budget_min}: the budget in minutes must be > 0")
+    if mode not in MODES:
+        raise FadeUsageError(f"--mode {mode!r}: use train or infer")
+    check_models([model], batch=batch, mode=mode, image_size=None, sequence_length=None)
+
+
+def target_for(model: str, mode: str, fingerprint: dict) -> knob_table.Target:
+    from fade.measure.zoo import ZOO
+
+    entry = ZOO.get(model)
+    return knob_table.Target(
+        backend=fingerprint["backend"],
+        torch_version=fingerprint["torch"],
+        mode=mode,
+        image=entry is None or entry.kind == "image",  # a user's workload: searched, skipped if it has no 4-D input
+        attention=entry is None or entry.kind == "tokens",
+    )
+
+
+@contextlib.contextmanager
+def patched_environ(values: dict):
+    """Set `values` in os.environ for the block (None removes); restore after."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class WorkerMeasure:
+    """measure(config) -> Trial through isolated workers, one per distinct env; close() stops them."""
+
+    def __init__(self, knobs: list, *, model: str, mode: str, batch: int, size, device, cache_env: dict,
+                 quick: bool = False, timeout_s: float = TRIAL_TIMEOUT_S, run_id: Optional[str] = None):  # fmt: skip
+        from fade.measure.runner import new_run_id
+
+        self.knobs, self.model, self.mode, self.batch, self.size = knobs, model, mode, batch, size
+        self.device, self.cache_env, self.quick, self.timeout_s = device, cache_env, quick, timeout_s
+        self.run_id = run_id or new_run_id()
+        self.timing = QUICK_TIMING if quick else TUNE_TIMING
+        self._executor = None
+        self._env_key = None
+
+    def _executor_for(self, config: dict):
+        from fade.measure.runner import IsolatedExecutor
+
+        env = {**self.cache_env, **knob_table.config_env(self.knobs, config)}
+        all_env_names = {name for knob in self.knobs for variables in knob.env.values() for name in variables}
+        wanted = {name: env.get(name) for name in all_env_names | set(self.cache_env)}
+        key = tuple(sorted((name, value or "") for name, value in wanted.items()))
+        if key != self._env_key:
+            self.close()
+            with patched_environ(wanted):
+                self._executor = IsolatedExecutor(self.device, timeout_s=self.timeout_s)
+                self._executor.start()
+            self._env_key = key
+        return self._executor
+
+    def _run(self, function: str, params: dict, config: dict) -> dict:
+        from fade.measure.case import Case, CaseContext
+
+        executor = self._executor_for(config)
+        case = Case(f"tune/{self.model}/{self.mode}/b{self.batch}/{function}", "tune", "fade.act.tune.trial", function, params)
+        ctx = CaseContext(device=executor.session["device"], run_id=self.run_id, quick=self.quick, timing=dict(self.timing))
+        return executor.run(case, ctx)
+
+    def reference(self) -> dict:
+        record = self._run("tune_reference", {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size},
+                           knob_table.baseline_config(self.knobs))  # fmt: skip
+        if record["status"] != "ok":
+            raise RuntimeError(f"the fp32 reference failed: {record.get('error')}")
+        return record["extra"]["reference"]
+
+    def __call__(self, config: dict) -> Trial:
+        started = time.monotonic()
+        params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size, "knobs": dict(config)}
+        record = self._run("tune_trial", params, config)
+        cost_s = time.monotonic() - started
+        if record["status"] != "ok":
+            reason = f"{record['status']}: {record.get('error') or 'no reason given'}".splitlines()[0][:300]
+            return Trial(dict(config), (), "failed", reason, None, self.batch, cost_s)
+        extra = record.get("extra") or {}
+        samples = tuple((record.get("timing") or {}).get("samples_s") or ())
+        return Trial(dict(config), samples, "ok", None, extra.get("numerics"), extra.get("samples_per_step", self.batch), cost_s)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.close()
+            self._executor = None
+            self._env_key = None
+
+
+def worker_fingerprint(device: Optional[str]) -> dict:
+    """device.device_fingerprint read in a short-lived child, so this process never starts a GPU runtime."""
+    import json
+    import subprocess
+    import sys
+
+    code = "import json,sys; from fade.act.tune.device import device_fingerprint; print(json.dumps(device_fingerprint(sys.argv[1])))"
+    completed = subprocess.run([sys.executable, "-c", code, device or "cuda"], capture_output=True, text=True, timeout=120)
+    if completed.returncode != 0:
+        raise RuntimeError(f"could not read the device fingerprint: {completed.stderr.strip().splitlines()[-1:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def run_tune(
+    model: str,
+    *,
+    mode: str = "train",
+    batch: int = 64,
+    budget_min: float = DEFAULT_BUDGET_MIN,
+    device: Optional[str] = None,
+    size: Optional[int] = None,
+    exhaustive: bool = False,
+    quick: bool = False,
+    resume: bool = True,
+    cache_base=None,
+    fingerprint: Optional[dict] = None,
+    measure: Optional[Callable[[dict], Trial]] = None,
+    reference: Optional[dict] = None,
+    clock: Callable[[], float] = time.monotonic,
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
+    """Tune `model` (a zoo name or module:function) and return the profile (profile.build_profile).
+
+    `measure`, `reference`, `fingerprint` and `clock` are injectable (tests use a fake timer); by default
+    trials run in isolated workers on `device`. The search journal lives in the device's cache, so an
+    interrupted run resumes where it stopped (`resume=False` starts over).
+    """
+    check_request(model, mode=mode, batch=batch, budget_min=budget_min)
+    fingerprint = fingerprint or worker_fingerprint(device)
+    cache = open_cache(fingerprint, base=cache_base)
+    for message in cache.messages:
+        (progress or (lambda text: None))(message)
+    all_knobs = knob_table.load_knobs()
+    searched, left_out = knob_table.searched_knobs(all_knobs, target_for(model, mode, fingerprint))
+    journal = cache.journal(journal_key(model, mode, batch, size, exhaustive))
+    if not resume:
+        journal.clear()
+    worker = None
+    if measure is None:
+        worker = WorkerMeasure(searched, model=model, mode=mode, batch=batch, size=size, device=device,
+                               cache_env=cache.env(), quick=quick)  # fmt: skip
+        measure = worker
+    try:
+        if reference is None and mode == "train":
+            reference = worker.reference() if worker is not None else None
+        result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, exhaustive=exhaustive,
+                        journal=journal, left_out=left_out, clock=clock, progress=progress)  # fmt: skip
+    finally:
+        if worker is not None:
+            worker.close()
+    profile = build_profile(result, searched, fingerprint=fingerprint, model=model, mode=mode, batch=batch, size=size,
+                            budget_s=60.0 * budget_min, exhaustive=exhaustive, cache_dir=str(cache.root),
+                            cache_messages=cache.messages)  # fmt: skip
+    journal.clear()  # finished: the next run of the same request measures afresh
+    return profile
+
+
+def tune(model, example_inputs, loss_fn=None, *, mode: Optional[str] = None, budget_min: float = DEFAULT_BUDGET_MIN,
+         device: Optional[str] = None, progress: Optional[Callable[[str], None]] = None) -> dict:  # fmt: skip
+    """Tune `model` on `example_inputs` in this process and return the profile.
+
+    `loss_fn(output) -> loss` (or None: inference). Trials run here, not in workers: env knobs (MIOpen find
+    mode, TunableOp, NHWC suggestion) are left out because the runtime already read its env; `fade tune
+    module:function` searches them. Each trial starts from a deep copy of `model` with SGD (lr 0.01,
+    momentum 0.9) when training.
+    """
+    import copy
+
+    import torch
+
+    from fade.act.tune.device import device_fingerprint
+    from fade.act.tune.trial import measure_reference, measure_trial
+    from fade.measure.zoo.workload import Workload
+
+    mode = mode or ("train" if loss_fn is not None else "infer")
+    if mode == "train" and loss_fn is None:
+        raise FadeUsageError("tune(mode='train') needs loss_fn(output) -> loss")
+    if not budget_min > 0:
+        raise FadeUsageError(f"budget_min {budget_min}: must be > 0")
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    parameter = next(model.parameters(), None)
+    device = device or (str(parameter.device) if parameter is not None else "cpu")
+    samples = next((value.shape[0] for value in inputs if torch.is_tensor(value) and value.dim() > 0), 1)
+    image = any(torch.is_tensor(value) and value.dim() == 4 for value in inputs)
+
+    def make_workload():
+        return Workload(copy.deepcopy(model), tuple(value for value in inputs), None, loss_fn or (lambda output: output.float().mean()), samples)
+
+    fingerprint = device_fingerprint(device)
+    target = knob_table.Target(fingerprint["backend"], fingerprint["torch"], mode, image=image, attention=True)
+    searched, left_out = knob_table.searched_knobs(knob_table.load_knobs(), target)
+    for knob in [knob for knob in searched if knob.kind == "env"]:
+        left_out[knob.id] = "an env knob: needs a fresh process (fade tune module:function searches it)"
+    searched = [knob for knob in searched if knob.kind != "env"]
+
+    def measure(config: dict) -> Trial:
+        started = time.monotonic()
+        try:
+            result = measure_trial(make_workload, mode, config, device, TUNE_TIMING)
+        except Exception as error:  # noqa: BLE001 - in-process: a failing candidate is rejected, not fatal
+            reason = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            return Trial(dict(config), (), "failed", reason, None, samples, time.monotonic() - started)
+        return Trial(dict(config), tuple(result.timing.samples_s), "ok", None, result.extra["numerics"], samples, time.monotonic() - started)
+
+    reference = measure_reference(make_workload, mode, device) if mode == "train" else None
+    result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, left_out=left_out, progress=progress)
+    return build_profile(result, searched, fingerprint=fingerprint, model=type(model).__name__, mode=mode, batch=samples,
+                         budget_s=60.0 * budget_min)  # fmt: skip

@@ -1,0 +1,123 @@
+"""`fade tune`: a thin shell over fade.act.tune.run_tune (search and write a profile) and load_profile
+(`--show`: print a profile's env lines, snippet and results). Exit codes are fade.errors.ExitCode: 2 for
+an unknown model, a budget <= 0, a corrupt profile or one from another device, one stderr line each.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from fade.errors import ExitCode, FadeUsageError
+
+DEFAULT_PROFILE = "fade-tuning.json"
+
+
+def _budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise FadeUsageError(f"--budget {text!r}: not a number of minutes") from None
+    if not value > 0:
+        raise FadeUsageError(f"--budget {text}: the budget in minutes must be > 0")
+    return value
+
+
+def _batch(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise FadeUsageError(f"--batch {text!r}: not an integer") from None
+    if value <= 0:
+        raise FadeUsageError(f"--batch {text}: must be a positive integer")
+    return value
+
+
+def cmd_tune(args) -> int:
+    if args.show:
+        return _show(args)
+    if args.pretune:
+        return _pretune(args)
+    if not args.model:
+        raise FadeUsageError("fade tune: give MODEL (a zoo name or module:function), or --show PROFILE")
+    from fade.act.tune import run_tune
+    from fade.act.tune.profile import save_profile
+
+    def progress(message: str) -> None:
+        print(f"fade tune: {message}", file=sys.stderr)
+
+    try:
+        profile = run_tune(args.model, mode=args.mode, batch=args.batch, budget_min=args.budget, device=args.device,
+                           size=args.size, exhaustive=args.exhaustive, quick=args.quick, resume=not args.fresh,
+                           progress=progress)  # fmt: skip
+    except RuntimeError as error:  # the worker could not start here: a valid request this machine cannot run
+        print(f"fade: cannot run here: {error}", file=sys.stderr)
+        return ExitCode.CANNOT_RUN
+    save_profile(profile, args.output)
+    _render(profile)
+    print(f"wrote {args.output}; apply it with fade.load_tuning({args.output!r})", file=sys.stderr)
+    return ExitCode.OK
+
+
+def _show(args) -> int:
+    from fade.act.tune.device import static_fingerprint
+    from fade.act.tune.profile import check_device, env_lines, load_profile
+
+    profile = load_profile(args.show)
+    check_device(profile, static_fingerprint(), path=args.show)  # ProfileError: another device's profile, exit 2
+    if args.json:
+        print(json.dumps(profile, indent=2))
+    elif args.env:
+        print("\n".join(env_lines(profile)))
+    else:
+        _render(profile)
+    return ExitCode.OK
+
+
+def _pretune(args) -> int:
+    from fade.act.tune.pretune import run_pretune
+
+    if not args.model:
+        raise FadeUsageError("fade tune --pretune: give MODEL")
+    result = run_pretune(args.model, mode=args.mode, batch=args.batch, device=args.device, size=args.size)
+    print(json.dumps(result, indent=2))
+    return ExitCode.OK
+
+
+def _render(profile: dict) -> None:
+    """Terminal text (not a contract: the JSON is)."""
+    before, after = profile.get("before"), profile.get("after")
+    print(f"{profile['model']} {profile['mode']} b{profile['batch']} on {profile['device'].get('name')}: {profile['verdict']}")
+    if before and after:
+        print(f"  before {before['samples_per_s']:.4g} samples/s (IQR {100 * before['relative_iqr']:.1f}%)"
+              f"  after {after['samples_per_s']:.4g} (IQR {100 * after['relative_iqr']:.1f}%)  x{profile['speedup']:.2f}")  # fmt: skip
+    print(f"  chosen: {', '.join(f'{k}={v}' for k, v in profile['changed'].items()) or 'PyTorch defaults'}")
+    for row in profile["candidates"]:
+        if row["status"] in ("baseline",):
+            continue
+        name = f"{row['knob']}={row['value']}" if row["knob"] else json.dumps(row["config"], sort_keys=True)
+        rate = f"{row['samples_per_s']:.4g}/s" if row.get("samples_per_s") else "-"
+        print(f"  {row['status']:<13} {name:<32} {rate:>10}  {row['reason']}")
+    for knob, reason in profile.get("left_out", {}).items():
+        print(f"  not searched  {knob}: {reason}")
+    for line in profile.get("env_lines", []):
+        print(f"  {line}")
+
+
+def add_verbs(verbs) -> None:
+    tune = verbs.add_parser("tune", help="search the fastest sound knobs for a model on this device; write a profile")
+    tune.add_argument("model", nargs="?", help="a zoo model (resnet50, ...) or module:function")
+    tune.add_argument("--mode", default="train", choices=("train", "infer"))
+    tune.add_argument("--batch", type=_batch, default=64)
+    tune.add_argument("--budget", type=_budget, default=5.0, metavar="MIN", help="search time in minutes (default 5)")
+    tune.add_argument("--size", type=_batch, default=None, help="image side in px or sequence length (default: the model's)")
+    tune.add_argument("--device", default=None)
+    tune.add_argument("--exhaustive", action="store_true", help="measure every combination (verification; slow)")
+    tune.add_argument("--quick", action="store_true", help="short timing (CPU smoke runs)")
+    tune.add_argument("--fresh", action="store_true", help="ignore an interrupted search's journal and start over")
+    tune.add_argument("-o", "--output", default=DEFAULT_PROFILE, help=f"profile to write (default {DEFAULT_PROFILE})")
+    tune.add_argument("--show", metavar="PROFILE", help="print a profile (checked against this device) instead of tuning")
+    tune.add_argument("--env", action="store_true", help="with --show: only the export lines, for eval")
+    tune.add_argument("--json", action="store_true", help="with --show: the profile as JSON")
+    tune.add_argument("--pretune", action="store_true", help="exhaustive find/tuning of one step's shapes into the cache (ROCm)")
+    tune.set_defaults(func=cmd_tune)

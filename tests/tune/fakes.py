@@ -1,0 +1,60 @@
+"""A deterministic fake timer for the knob search: step times and numerics per configuration, no torch."""
+
+from __future__ import annotations
+
+from fade.act.tune.knobs import Knob
+from fade.act.tune.search import Trial
+
+SOURCE = "test fixture"
+
+
+def knob(id, group, values, **fields):
+    return Knob(id=id, group=group, values=tuple(values), where="any", modes=("train", "infer"), kind="model", source=SOURCE, **fields)
+
+
+KNOBS = [
+    knob("precision", "precision", ["default", "tf32", "amp-bf16", "amp-fp16"]),
+    knob("channels_last", "layout", ["off", "on"]),
+    knob("compile", "compile", ["off", "default"]),
+    knob("optimizer_impl", "optimizer", ["default", "fused"]),
+]
+REFERENCE = {"losses": [7.0, 6.5, 6.0], "rounded_losses": [7.0, 6.5, 6.01]}
+
+
+class FakeTimer:
+    """step_ms(config) -> milliseconds; spread is the relative half-width of the samples; a clock that
+    advances by cost_s per measurement; `losses` maps a (knob, value) to a final loss (default: fp32's)."""
+
+    def __init__(self, speedups, *, spread=0.005, cost_s=10.0, losses=None, failures=None, interrupt_after=None):
+        self.speedups = speedups  # (knob, value) -> factor on step time (0.5: twice as fast)
+        self.spread = spread
+        self.cost_s = cost_s
+        self.losses = losses or {}
+        self.failures = failures or {}
+        self.interrupt_after = interrupt_after
+        self.now = 0.0
+        self.calls = []
+
+    def clock(self):
+        return self.now
+
+    def __call__(self, config):
+        if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
+            raise KeyboardInterrupt
+        self.calls.append(dict(config))
+        self.now += self.cost_s
+        for key, reason in self.failures.items():
+            if config.get(key[0]) == key[1]:
+                return Trial(config, (), "failed", reason)
+        step_ms = 100.0
+        for (name, value), factor in self.speedups.items():
+            if config.get(name) == value:
+                step_ms *= factor
+        offsets = (-1.0, -0.5, 0.0, 0.5, 1.0)
+        samples = tuple(step_ms * (1 + self.spread * offset) / 1e3 for offset in offsets)
+        last = REFERENCE["losses"][-1]
+        for (name, value), loss in self.losses.items():
+            if config.get(name) == value:
+                last = loss
+        numerics = {"mode": "train", "losses": [7.0, 6.5, last], "grads_finite": True}
+        return Trial(config, samples, "ok", None, numerics, samples_per_step=64, cost_s=self.cost_s)

@@ -1,0 +1,23 @@
+"""Pre-tuning: three fresh processes (cold, exhaustive tuning into the cache, warm lookup), with a fake runner."""
+
+from fade.act.tune.pretune import LOOKUP_ENV, PRETUNE_ENV, run_pretune
+
+MI300 = {"backend": "rocm", "name": "AMD Instinct MI300X", "arch": "gfx942", "torch": "2.11.0", "hip": "6.4", "miopen": 30400, "driver": "6.10"}
+
+
+def test_pretune_writes_into_the_cache_and_reports_first_step_before_and_after(tmp_path):
+    runs = []
+
+    def fake_child(env, arguments):
+        runs.append((env, arguments))
+        first = {0: 40.0, 1: 90.0, 2: 2.0}[len(runs) - 1]  # cold find, exhaustive search, DB hit
+        return {"first_step_s": first, "second_step_s": 0.1, "steps": 2}
+
+    result = run_pretune("resnet50", fingerprint=MI300, cache_base=tmp_path, run_child=fake_child)
+    cold, tuning, warm = (env for env, _ in runs)
+    assert cold["MIOPEN_USER_DB_PATH"] != tuning["MIOPEN_USER_DB_PATH"]  # before: an empty DB
+    assert tuning["MIOPEN_USER_DB_PATH"] == warm["MIOPEN_USER_DB_PATH"] == result["cache_dir"] + "/miopen/db"
+    assert {name: tuning[name] for name in PRETUNE_ENV} == PRETUNE_ENV
+    assert {name: warm[name] for name in LOOKUP_ENV} == LOOKUP_ENV
+    assert "--benchmark" in runs[1][1]
+    assert result["first_step_speedup"] == 20.0

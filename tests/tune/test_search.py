@@ -1,0 +1,142 @@
+"""The knob search against a deterministic fake timer: noise handling, numerics rejection, budget, resume."""
+
+import pytest
+
+from fade.act.tune.cache import open_cache
+from fade.act.tune.search import NOISE_FLOOR, SearchError, search
+from tests.tune.fakes import KNOBS, REFERENCE, FakeTimer
+
+FINGERPRINT = {"backend": "cpu", "name": "test", "arch": "x86_64", "torch": "2.13.0"}
+
+
+def statuses(result):
+    return {(row.knob, row.value): row.status for row in result.candidates}
+
+
+def test_clear_gains_are_accepted_in_group_order():
+    timer = FakeTimer({("precision", "amp-bf16"): 0.5, ("channels_last", "on"): 0.8})
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    assert result.chosen == {"precision": "amp-bf16", "channels_last": "on", "compile": "off", "optimizer_impl": "default"}
+    assert statuses(result)[("precision", "amp-bf16")] == "accepted"
+    assert statuses(result)[("channels_last", "on")] == "accepted"
+    assert result.verdict == "faster"
+    assert result.after["samples_per_s"] / result.before["samples_per_s"] == pytest.approx(1 / 0.4)
+
+
+def test_a_gain_inside_the_noise_floor_is_not_accepted():
+    """1% faster with tight samples: below NOISE_FLOOR (2%), so the baseline stays."""
+    timer = FakeTimer({("compile", "default"): 0.99})
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    assert statuses(result)[("compile", "default")] == "within-noise"
+    assert result.chosen["compile"] == "off"
+    assert result.verdict == "baseline-kept"
+
+
+def test_a_gain_inside_a_wide_spread_is_not_accepted():
+    """10% faster, but samples spread +-15% (IQR/median 15%): within noise, beyond the floor."""
+    timer = FakeTimer({("channels_last", "on"): 0.9}, spread=0.3)
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    row = next(row for row in result.candidates if row.knob == "channels_last")
+    assert row.status == "within-noise"
+    assert row.noise_bar > NOISE_FLOOR
+    assert result.chosen["channels_last"] == "off"
+
+
+def test_a_faster_candidate_with_a_drifting_loss_is_rejected_with_the_reason():
+    timer = FakeTimer({("precision", "amp-fp16"): 0.3, ("precision", "amp-bf16"): 0.5}, losses={("precision", "amp-fp16"): 6.5})
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    row = next(row for row in result.candidates if row.value == "amp-fp16")
+    assert row.status == "rejected"
+    assert "fp32 from the same seed" in row.reason
+    assert result.chosen["precision"] == "amp-bf16"
+
+
+def test_a_non_finite_loss_and_a_crash_are_rejected():
+    timer = FakeTimer(
+        {("precision", "tf32"): 0.5, ("compile", "default"): 0.5},
+        losses={("precision", "tf32"): float("nan")},
+        failures={("compile", "default"): "worker died: SIGKILL (out of memory?)"},
+    )
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    rows = {(row.knob, row.value): row for row in result.candidates}
+    assert "not finite" in rows[("precision", "tf32")].reason
+    assert rows[("compile", "default")].status == "rejected"
+    assert "SIGKILL" in rows[("compile", "default")].reason
+    assert result.chosen == result.baseline
+
+
+def test_a_failing_baseline_stops_the_search():
+    timer = FakeTimer({}, failures={("precision", "default"): "out of memory"})
+    with pytest.raises(SearchError, match="baseline"):
+        search(KNOBS, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+
+
+def test_the_budget_stops_the_search_and_marks_what_was_not_tried():
+    """Each trial costs 10 s; 50 s budget, 80% for the search: baseline + 3 candidates start."""
+    timer = FakeTimer({("precision", "amp-bf16"): 0.5})
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=50, clock=timer.clock)
+    rows = statuses(result)
+    assert rows[("precision", "amp-bf16")] == "accepted"
+    assert rows[("compile", "default")] == "not-tried"
+    assert rows[("optimizer_impl", "fused")] == "not-tried"
+
+
+def test_the_final_check_reverts_a_choice_that_is_slower_when_interleaved():
+    """A fluke: amp-bf16 looked 2x faster once, but is 10% slower in every later measurement."""
+    timer = FakeTimer({("precision", "amp-bf16"): 1.1})
+    real_call = FakeTimer.__call__
+    seen = []
+
+    def fluky(config):
+        trial = real_call(timer, config)
+        if config["precision"] == "amp-bf16" and not seen:
+            seen.append(1)
+            return type(trial)(trial.config, tuple(s / 2.2 for s in trial.samples_s), "ok", None, trial.numerics, 64)
+        return trial
+
+    result = search(KNOBS, fluky, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    assert result.verdict == "reverted"
+    assert result.chosen == result.baseline
+
+
+def test_exhaustive_measures_every_combination():
+    timer = FakeTimer({("precision", "amp-bf16"): 0.5, ("compile", "default"): 0.9})
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=1e9, exhaustive=True, clock=timer.clock)
+    search_calls = 4 * 2 * 2 * 2  # the final check adds 8 more
+    assert len(timer.calls) == search_calls + 8
+    assert result.chosen == {"precision": "amp-bf16", "channels_last": "off", "compile": "default", "optimizer_impl": "default"}
+
+
+def test_greedy_finds_what_exhaustive_finds_when_knobs_are_independent():
+    speedups = {("precision", "amp-bf16"): 0.5, ("channels_last", "on"): 0.8, ("optimizer_impl", "fused"): 0.9}
+    greedy = search(KNOBS, FakeTimer(speedups), reference=REFERENCE, budget_s=1e9, clock=FakeTimer({}).clock)
+    full = search(KNOBS, FakeTimer(speedups), reference=REFERENCE, budget_s=1e9, exhaustive=True, clock=FakeTimer({}).clock)
+    assert greedy.chosen == full.chosen
+
+
+def test_an_interrupted_search_resumes_from_its_journal(tmp_path):
+    speedups = {("precision", "amp-bf16"): 0.5, ("channels_last", "on"): 0.8}
+    cache = open_cache(FINGERPRINT, base=tmp_path)
+    journal = cache.journal("resnet50-train-b64")
+    first = FakeTimer(speedups, interrupt_after=3)
+    with pytest.raises(KeyboardInterrupt):
+        search(KNOBS, first, reference=REFERENCE, budget_s=1000, journal=journal, clock=first.clock)
+    assert len(journal.load()) == 3
+    second = FakeTimer(speedups)
+    resumed = search(KNOBS, second, reference=REFERENCE, budget_s=1000, journal=journal, clock=second.clock)
+    uninterrupted = search(KNOBS, FakeTimer(speedups), reference=REFERENCE, budget_s=1000, clock=FakeTimer({}).clock)
+    assert resumed.trials_resumed == 3
+    assert resumed.chosen == uninterrupted.chosen
+    measured_again = [call for call in second.calls[: resumed.trials_measured] if call in first.calls]
+    assert measured_again == []  # no finished trial was measured twice
+
+
+def test_a_torn_journal_line_is_skipped(tmp_path):
+    cache = open_cache(FINGERPRINT, base=tmp_path)
+    journal = cache.journal("x")
+    timer = FakeTimer({})
+    journal.append(timer(dict.fromkeys(["precision"], "default")).to_dict())
+    with open(journal.path, "a") as handle:
+        handle.write('{"config": {"precis')  # killed mid-write
+    assert len(journal.load()) == 1
+    assert journal.torn_lines == 1

@@ -1,0 +1,35 @@
+"""A real trial on the CPU: a small conv net trains and infers under knobs; numerics pass for sound ones."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fade.act.tune.numerics import check  # noqa: E402
+from fade.act.tune.trial import measure_reference, measure_trial  # noqa: E402
+from fade.measure.zoo.workload import Workload  # noqa: E402
+
+TIMING = {"warmup_s": 0.0, "min_warmup_calls": 1, "min_run_s": 0.01, "budget_s": 0.05, "min_samples": 3, "max_samples": 5,
+          "min_block_s": 0.0, "max_settle_s": 0.0}  # fmt: skip
+
+
+def make_workload():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 10))  # fmt: skip
+    generator = torch.Generator().manual_seed(1)
+    inputs = (torch.randn(8, 3, 16, 16, generator=generator),)
+    target = torch.randint(0, 10, (8,), generator=generator)
+    return Workload(model, inputs, target, torch.nn.functional.cross_entropy, 8)
+
+
+@pytest.mark.parametrize("knobs", [{"precision": "default"}, {"precision": "amp-bf16", "channels_last": "on"}])
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_sound_knobs_pass_the_numerics_check(mode, knobs):
+    reference = measure_reference(make_workload, mode, "cpu", quick=True) if mode == "train" else None
+    result = measure_trial(make_workload, mode, knobs, "cpu", TIMING, quick=True)
+    assert result.timing.n >= 3 and result.value > 0
+    assert check(result.extra["numerics"], reference) is None
+
+
+def test_a_wrong_result_fails_the_inference_check():
+    numerics = {"mode": "infer", "relative_rms_error": 0.3, "math_dtype": "bf16", "finite": True}
+    assert "more than the 0.05 allowed for bf16" in check(numerics, None)
