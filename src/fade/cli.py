@@ -37,7 +37,7 @@ def cmd_snapshot(args) -> int:
     from fade.collect.snapshot import collect_snapshot, save_snapshot
 
     if args.output and args.output != "-":
-        _check_writable(args.output)
+        check_writable(args.output)
     snap = collect_snapshot(torch="subprocess")
     if args.output in (None, "-"):
         print(json.dumps(snap, indent=2))
@@ -47,7 +47,7 @@ def cmd_snapshot(args) -> int:
     return ExitCode.OK
 
 
-def _check_writable(path: str) -> None:
+def check_writable(path: str) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise FadeUsageError(f"cannot write {path}: directory {directory} does not exist")
@@ -62,7 +62,7 @@ def cmd_doctor(args) -> int:
 
     started = time.perf_counter()
     if args.json not in (None, "-"):
-        _check_writable(args.json)  # before minutes of work, not after
+        check_writable(args.json)  # before minutes of work, not after
     measurements = None
     if args.snapshot:
         snapshot = load_snapshot(args.snapshot)

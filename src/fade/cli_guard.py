@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 from fade.errors import FadeUsageError
 
@@ -36,14 +35,6 @@ def add_verbs(verbs) -> None:
     watch.set_defaults(func=cmd_watch)
 
 
-def _check_writable(path: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise FadeUsageError(f"cannot write {path}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise FadeUsageError(f"cannot write {path}: permission denied")
-
-
 def cmd_watch(args) -> int:
     from fade.guard.process import parse_command, run_watched
     from fade.guard.render import print_summary
@@ -55,7 +46,9 @@ def cmd_watch(args) -> int:
     if args.sampled is not None and args.sampled < 1:
         raise FadeUsageError(f"fade watch: --sampled needs a positive step count, got {args.sampled}")
     if args.json:
-        _check_writable(args.json)
+        from fade.cli import check_writable  # lazy: fade.cli imports this module while building its parser
+
+        check_writable(args.json)
     parse_command(command[1:])  # a missing script is a usage error before anything runs
     if args.device == "standin":
         from fade.guard import standin
