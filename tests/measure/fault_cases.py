@@ -30,3 +30,8 @@ def out_of_memory(ctx) -> CaseResult:
     import torch
 
     raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+
+def report_timing(ctx) -> CaseResult:
+    """Echoes the timing settings the case was handed, so a test can see per-case overrides arrive."""
+    return CaseResult(value=1.0, unit="x", formula="constant", extra={"timing": dict(ctx.timing)})

@@ -140,3 +140,27 @@ def test_quick_cpu_suite_finishes_within_a_minute_including_start_up(tmp_path):
 def test_importing_fade_measure_does_not_import_torch():
     script = "import sys, fade.measure; sys.exit('torch' in sys.modules)"
     subprocess.run([sys.executable, "-c", script], check=True, env=dict(os.environ, PYTHONPATH=SRC_ROOT))
+
+
+def test_power_heavy_gpu_cases_time_a_sustained_second_and_the_rest_keep_the_run_settings():
+    cases = {case.case_id: case for case in micro.build_catalog("cuda:0", quick=False)}
+    assert cases["gemm/bf16/8192x8192x8192"].timing == micro.SUSTAINED_TIMING
+    assert cases["sdpa/bf16/flash/b4h32s4096d128"].timing == micro.SUSTAINED_TIMING
+    assert cases["gemm/bf16/1024x1024x1024"].timing is None  # launch- and cache-bound: the settle phase suits it
+    assert cases["memory/copy/1GiB"].timing is None
+    assert all(case.timing is None for case in micro.build_catalog("cuda:0", quick=True))
+    assert all(case.timing is None for case in micro.build_catalog("cpu", quick=False))
+
+
+def test_a_case_timing_override_reaches_the_case_through_a_real_worker(tmp_path):
+    from fade.measure.case import Case
+    from fade.measure.runner import IsolatedExecutor, run_cases
+
+    module = "tests.measure.fault_cases"
+    cases = [Case("t/override", "t", module, "report_timing", {}, timing={"budget_s": 7.0}),
+             Case("t/plain", "t", module, "report_timing", {})]  # fmt: skip
+    out = tmp_path / "r.jsonl"
+    run_cases(cases, executor=IsolatedExecutor("cpu"), out=out, timing={"budget_s": 0.4, "min_samples": 5})
+    seen = {record["case_id"]: record["extra"]["timing"] for record in read_records(out).records}
+    assert seen["t/override"] == {"budget_s": 7.0, "min_samples": 5}
+    assert seen["t/plain"] == {"budget_s": 0.4, "min_samples": 5}

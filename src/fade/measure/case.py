@@ -35,6 +35,7 @@ class Case:
     params: dict = field(default_factory=dict)  # JSON values only; passed as keyword arguments
     dtype: Optional[str] = None  # the dtype the case needs, checked against the device before running
     needs_gpu: bool = False  # True for cases that compare with or move data to a GPU
+    timing: Optional[dict] = None  # overrides of the run's timing.measure settings for this case only
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -8,6 +8,7 @@ telemetry once; `execute_case` then turns one Case into one record.
 from __future__ import annotations
 
 import gc
+import dataclasses
 import importlib
 import os
 import platform
@@ -256,7 +257,8 @@ def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
         function = getattr(importlib.import_module(case.module), case.function)
         with warnings.catch_warnings(record=True) as caught_warnings, sampler:
             warnings.simplefilter("always")
-            result = function(ctx, **case.params)
+            case_ctx = dataclasses.replace(ctx, timing={**ctx.timing, **case.timing}) if case.timing else ctx
+            result = function(case_ctx, **case.params)
     except CaseSkipped as skipped:
         status, error = "skipped", str(skipped).splitlines()[0] if str(skipped) else "skipped"
         error_detail = str(skipped) if "\n" in str(skipped) else None
