@@ -140,3 +140,53 @@ def test_a_torn_journal_line_is_skipped(tmp_path):
         handle.write('{"config": {"precis')  # killed mid-write
     assert len(journal.load()) == 1
     assert journal.torn_lines == 1
+
+
+def test_a_candidate_expected_to_outrun_the_budget_left_is_not_started():
+    """compile=default costs 10 s; max-autotune is expected at 3x that (knob table `cost`): 30 s > 22 s left."""
+    from dataclasses import replace
+
+    knobs = [KNOBS[0], replace(KNOBS[2], values=("off", "default", "max-autotune"), cost={"max-autotune": 3.0})]
+    timer = FakeTimer({})
+    result = search(knobs, timer, reference=REFERENCE, budget_s=90, clock=timer.clock)  # 72 s to search, 10 s a trial
+    row = next(row for row in result.candidates if row.value == "max-autotune")
+    assert row.status == "not-tried" and "expected to take ~30 s, 22 s of the search budget left" in row.reason
+    assert {"precision": "default", "compile": "max-autotune"} not in timer.calls
+
+
+def test_a_trial_that_outruns_the_budget_left_is_stopped_and_marked_not_tried():
+    from fade.act.tune.search import MIN_TRIAL_TIMEOUT_S, Trial
+
+    timer = FakeTimer({})
+    timeouts = []
+
+    def measure(config, timeout_s=None):
+        timeouts.append(timeout_s)
+        if config["compile"] == "default":  # a compile that would take 500 s
+            timer.now += timeout_s
+            return Trial(config, (), "failed", f"timeout: no result after {timeout_s:g} s")
+        return timer(config)
+
+    result = search(KNOBS, measure, reference=REFERENCE, budget_s=200, clock=timer.clock)
+    row = next(row for row in result.candidates if row.knob == "compile")
+    assert row.status == "not-tried" and "outran" in row.reason
+    assert all(timeout is None or timeout >= MIN_TRIAL_TIMEOUT_S for timeout in timeouts)
+    assert timeouts[1] == pytest.approx(160 - 10)  # after the baseline: the search share (80%) minus its 10 s
+
+
+def test_the_final_check_times_both_sides_in_one_worker_when_the_measure_can():
+    timer = FakeTimer({("precision", "amp-bf16"): 0.5})
+    asked = []
+
+    class PairedTimer:
+        def __call__(self, config):
+            return timer(config)
+
+        def side_by_side(self, configs, *, rounds):
+            asked.append((dict(configs), rounds))
+            return {name: timer(config) for name, config in configs.items()}
+
+    result = search(KNOBS, PairedTimer(), reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    assert len(asked) == 1 and set(asked[0][0]) == {"baseline", "chosen"}
+    assert asked[0][0]["chosen"]["precision"] == "amp-bf16"
+    assert result.verdict == "faster"

@@ -33,3 +33,23 @@ def test_sound_knobs_pass_the_numerics_check(mode, knobs):
 def test_a_wrong_result_fails_the_inference_check():
     numerics = {"mode": "infer", "relative_rms_error": 0.3, "math_dtype": "bf16", "finite": True}
     assert "more than the 0.05 allowed for bf16" in check(numerics, None)
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_side_by_side_builds_each_configuration_once_and_times_them_in_rotating_rounds(mode):
+    from fade.act.tune.trial import side_by_side
+
+    built = []
+
+    def counting_workload():
+        built.append(1)
+        return make_workload()
+
+    configs = {"default": {"precision": "default"}, "hand": {"precision": "amp-bf16", "channels_last": "on"}}
+    result = side_by_side(counting_workload, mode, configs, "cpu", TIMING, rounds=3, quick=True)
+    sides = result.extra["sides"]
+    assert len(built) == 2  # once per configuration, however many rounds
+    for name in configs:
+        assert len(sides[name]["round_medians_s"]) == 3
+        assert len(sides[name]["samples_s"]) >= 3 * 3  # min_samples per round, pooled
+        assert check(sides[name]["numerics"], measure_reference(make_workload, mode, "cpu", quick=True) if mode == "train" else None) is None

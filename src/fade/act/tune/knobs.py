@@ -19,7 +19,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 KNOBS_FILE = Path(__file__).resolve().parents[2] / "data" / "knobs.toml"
-GROUP_ORDER = ("precision", "layout", "compile", "backend", "optimizer")  # expected gain, largest first
+GROUP_ORDER = ("precision", "layout", "backend", "optimizer", "compile")  # eager knobs (seconds a trial) before compile (minutes)
 WHERE = ("any", "gpu", "cuda", "rocm")
 KINDS = ("torch", "env", "model")
 MODES = ("train", "infer")
@@ -44,6 +44,7 @@ class Knob:
     image_only: bool = False
     attention_only: bool = False
     cuda_torch: Optional[str] = None
+    cost: dict = field(default_factory=dict)  # value -> expected trial cost as a multiple of this knob's dearest trial so far
     note: str = ""
 
     @property
@@ -115,6 +116,10 @@ def _knob_from_row(row: dict, where: str) -> Knob:
             raise KnobTableError(f"{where}: env names value {value!r}, which is not in values {list(values)}")
     if values[0] in env:
         raise KnobTableError(f"{where}: the baseline value {values[0]!r} must set no env")
+    cost = {str(value): factor for value, factor in row.get("cost", {}).items()}
+    for value, factor in cost.items():
+        if value not in values or isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+            raise KnobTableError(f"{where}: cost names {value!r} with {factor!r}; it needs a value of the row and a factor > 0")
     if row.get("cuda_torch"):
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -135,6 +140,7 @@ def _knob_from_row(row: dict, where: str) -> Knob:
         image_only=bool(row.get("image_only", False)),
         attention_only=bool(row.get("attention_only", False)),
         cuda_torch=row.get("cuda_torch"),
+        cost=cost,
         note=row.get("note", ""),
     )
 

@@ -2,8 +2,9 @@
 
 Method
     The baseline (every knob at its first value: PyTorch's defaults) is measured first. Knobs are then
-    visited in knobs.GROUP_ORDER (precision, layout, compile, backend, optimizer: the largest expected gain
-    first, so a short budget spends itself on what matters). For each knob every other value is measured
+    visited in knobs.GROUP_ORDER (precision, layout, backend, optimizer, compile): precision and layout
+    bring the largest gains and cost seconds a trial; compile comes last because its trials cost minutes
+    (so a short budget still covers every eager knob) and it then compiles the best eager configuration. For each knob every other value is measured
     with the rest of the current best configuration. A candidate is
         rejected      when it crashed, ran out of memory, timed out, or failed the numerics check
                       (numerics.check: loss vs fp32 from the same seed, finite gradients, outputs);
@@ -13,15 +14,19 @@ Method
         within-noise  when it is faster by less than the bar;
         slower        otherwise;
         skipped       when it needs another knob value the current best lacks (knob table `needs`);
-        not-tried     when the search budget ran out before it.
+        not-tried     when the search budget ran out before it, when its expected cost (the knob table's
+                      `cost` factor times the dearest trial of that knob so far) exceeds the budget left,
+                      or when it outran the budget left and was stopped.
     `exhaustive=True` measures every combination instead (for verification) and picks the fastest sound
     one, subject to the same bar against the baseline.
 Budget
     FINAL_SHARE of `budget_s` is kept for the final check; a candidate is started only while the search
-    share is left. A trial already started runs to its end (its own timeout bounds it).
+    share is left, and (when `measure` takes `timeout_s`) it is stopped when it outruns that share (at
+    least MIN_TRIAL_TIMEOUT_S), so one max-autotune compile cannot eat the whole budget.
 Final check
-    The chosen configuration and the baseline are re-measured interleaved, FINAL_ORDER repeated
-    FINAL_ROUNDS times, so clock drift hits both alike; the before/after figures come from these pooled
+    The chosen configuration and the baseline are re-measured interleaved, so clock drift hits both alike:
+    in one worker taking turns (`measure.side_by_side`, nothing compiled twice), else FINAL_ORDER
+    repeated FINAL_ROUNDS times; the before/after figures come from these pooled
     samples, not from the search. If the chosen one is then slower than the baseline by more than the
     bar, the baseline is chosen and the profile says why.
 Resume
@@ -34,6 +39,7 @@ search with a deterministic fake timer.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import time
@@ -46,6 +52,7 @@ from fade.measure.timing import quantile
 
 NOISE_FLOOR = 0.02  # 2%: below this, run-to-run drift of one H100 under its power cap (docs/performance.md) decides
 FINAL_SHARE = 0.2  # of the budget, kept for the interleaved final check
+MIN_TRIAL_TIMEOUT_S = 30.0  # a trial started near the end of the budget still gets this long
 FINAL_ROUNDS = 2  # x FINAL_ORDER: four measurements of each side
 FINAL_ORDER = ("baseline", "chosen", "chosen", "baseline")  # ABBA: a linear drift cancels within each round
 STATUSES = ("baseline", "accepted", "within-noise", "slower", "rejected", "skipped", "not-tried")
@@ -97,6 +104,7 @@ class Candidate:
     relative_iqr: Optional[float] = None
     speedup_vs_best: Optional[float] = None  # best median / this median, against the best at the time
     noise_bar: Optional[float] = None
+    cost_s: Optional[float] = None  # wall time of the trial: build, compile, checks and timing
 
 
 @dataclass
@@ -161,12 +169,15 @@ def search(
     counts = {"measured": 0, "resumed": 0}
     say = progress or (lambda message: None)
 
-    def run(config: dict) -> Trial:
+    takes_timeout = "timeout_s" in inspect.signature(measure).parameters
+    costs: dict = {}  # (knob id, value) -> wall seconds its trial took, for _expected_cost_s
+
+    def run(config: dict, timeout_s: Optional[float] = None) -> Trial:
         key = config_key(config)
         if key in recorded:
             counts["resumed"] += 1
             return Trial.from_dict(recorded[key])
-        trial = measure(dict(config))
+        trial = measure(dict(config), timeout_s=timeout_s) if takes_timeout else measure(dict(config))
         counts["measured"] += 1
         if journal is not None:
             journal.append(trial.to_dict())
@@ -202,7 +213,20 @@ def search(
                 if unmet:
                     candidates.append(Candidate(knob.id, value, config, "skipped", unmet))
                     continue
-                trial = run(config)
+                left_s = search_budget_s - (clock() - started)
+                expected_s = _expected_cost_s(knob, value, costs)
+                if expected_s is not None and expected_s > left_s:
+                    reason = f"expected to take ~{expected_s:.0f} s, {left_s:.0f} s of the search budget left"
+                    candidates.append(Candidate(knob.id, value, config, "not-tried", reason))
+                    say(f"{knob.id}={value}: not tried ({reason})")
+                    continue
+                trial = run(config, timeout_s=max(left_s, MIN_TRIAL_TIMEOUT_S))
+                costs[(knob.id, value)] = trial.cost_s
+                if trial.status != "ok" and (trial.reason or "").startswith("timeout"):
+                    reason = f"outran the {left_s:.0f} s left of the search budget and was stopped"
+                    candidates.append(_row(knob.id, value, trial, "not-tried", reason))
+                    say(f"{knob.id}={value}: not tried ({reason})")
+                    continue
                 failure = reason_rejected(trial)
                 if failure:
                     candidates.append(_row(knob.id, value, trial, "rejected", failure))
@@ -275,8 +299,27 @@ def _exhaustive(knobs, baseline_trial: Trial, run, reason_rejected, candidates: 
     return fastest
 
 
+def _expected_cost_s(knob, value: str, costs: dict) -> Optional[float]:
+    """Seconds a trial of knob=value is expected to take: the knob table's cost factor for the value times
+    the dearest trial of the same knob so far; None when the table gives no factor or nothing was measured."""
+    factor = knob.cost.get(value)
+    measured = [cost for (knob_id, _), cost in costs.items() if knob_id == knob.id]
+    if factor is None or not measured:
+        return None
+    return factor * max(measured)
+
+
 def _final_check(measure, baseline: dict, chosen: dict) -> tuple:
-    """Both sides measured FINAL_ORDER x FINAL_ROUNDS, samples pooled per side: (baseline Trial, chosen Trial)."""
+    """(baseline Trial, chosen Trial), each pooled over the final rounds.
+
+    A measure with `side_by_side` (tuner.WorkerMeasure) builds and compiles both once in one worker and
+    times them in turns, 2 x FINAL_ROUNDS rounds; otherwise, or when that fails, each side is measured
+    separately in FINAL_ORDER x FINAL_ROUNDS (ABBA)."""
+    paired = getattr(measure, "side_by_side", None)
+    if paired is not None:
+        trials = paired({"baseline": baseline, "chosen": chosen}, rounds=2 * FINAL_ROUNDS)
+        if trials:
+            return trials["baseline"], trials["chosen"]
     pooled: dict = {"baseline": [], "chosen": []}
     last: dict = {}
     for side in FINAL_ORDER * FINAL_ROUNDS:
@@ -325,5 +368,6 @@ def _row(knob, value, trial: Trial, status: str, reason: str, speedup=None, bar=
         relative_iqr=trial.relative_iqr if timed else None,
         speedup_vs_best=speedup,
         noise_bar=bar,
+        cost_s=round(trial.cost_s, 2) if trial.cost_s else None,
     )
 

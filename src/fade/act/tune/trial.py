@@ -70,10 +70,88 @@ def tune_trial(ctx, *, model: str, mode: str, batch: int, knobs: dict, size: Opt
 def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_settings: dict, *, quick: bool = False) -> CaseResult:
     """The trial itself, on the workload `make_workload()` builds after the weight seed (in-process callers
     such as fade.tune pass their own)."""
+    from fade.measure.models_case import _gc_frozen
+    from fade.measure.timing import measure
+
+    prepared = prepare(make_workload, mode, knobs, device, quick=quick, reset_compiler=True)
+    try:
+        with _pinned_flags(knobs), _gc_frozen():
+            timing = measure(prepared.step, device=device, **timing_settings)
+    finally:
+        prepared.release()
+    return CaseResult(
+        value=prepared.samples / timing.median_s,
+        unit="samples/s",
+        formula="samples / median_s (samples per step = batch)",
+        timing=timing,
+        work={"samples": prepared.samples},
+        extra={"numerics": prepared.numerics, "knobs": dict(knobs), "samples_per_step": prepared.samples},
+    )
+
+
+def tune_side_by_side(ctx, *, model: str, mode: str, batch: int, configs: dict, rounds: int, size: Optional[int] = None) -> CaseResult:
+    """Several configurations (name -> knobs) in this one worker, timed in turns: see side_by_side."""
+    from fade.measure.zoo.workload import build_workload
+
+    return side_by_side(lambda: build_workload(model, batch, size, ctx.device), mode, configs, ctx.device, ctx.timing,
+                        rounds=rounds, quick=ctx.quick)  # fmt: skip
+
+
+def side_by_side(make_workload, mode: str, configs: dict, device: str, timing_settings: dict, *, rounds: int,
+                 quick: bool = False) -> CaseResult:  # fmt: skip
+    """Build, compile and check every configuration once, then time them in `rounds` rounds, each round
+    every configuration once and the first one rotating (ABC, BCA, CAB, ...), so a clock that drifts under
+    a power cap slows all of them alike and nothing is compiled twice. The configurations must share their
+    env knobs (one process, one runtime start). extra["sides"][name]: samples_s (pooled over the rounds),
+    round_medians_s and numerics."""
     import torch
 
-    from fade.measure.models_case import TIMED_LEARNING_RATE, WEIGHT_SEED, _gc_frozen
+    from fade.measure.models_case import _gc_frozen
     from fade.measure.timing import measure
+
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    names = list(configs)
+    prepared = {}
+    try:
+        for name in names:
+            prepared[name] = prepare(make_workload, mode, configs[name], device, quick=quick, reset_compiler=False)
+        pooled = {name: [] for name in names}
+        round_medians = {name: [] for name in names}
+        for index in range(rounds):
+            for name in names[index % len(names):] + names[: index % len(names)]:
+                with _pinned_flags(configs[name]), _gc_frozen():
+                    timing = measure(prepared[name].step, device=device, **timing_settings)
+                pooled[name].extend(timing.samples_s)
+                round_medians[name].append(timing.median_s)
+    finally:
+        for item in prepared.values():
+            item.release()
+        torch._dynamo.reset()
+    sides = {name: {"samples_s": pooled[name], "round_medians_s": round_medians[name], "numerics": prepared[name].numerics,
+                    "knobs": dict(configs[name])} for name in names}  # fmt: skip
+    first = prepared[names[0]]
+    return CaseResult(value=float(len(names)), unit="configurations", formula="configurations timed side by side",
+                      work={"samples": first.samples}, extra={"sides": sides, "samples_per_step": first.samples, "rounds": rounds})
+
+
+class Prepared:
+    """One configuration built, compiled and checked: `step()` runs one timed step; `release()` frees it."""
+
+    def __init__(self, step, numerics: dict, samples: int, keep: list):
+        self.step, self.numerics, self.samples, self._keep = step, numerics, samples, keep
+
+    def release(self) -> None:
+        self.step, self._keep = None, []
+
+
+def prepare(make_workload, mode: str, knobs: dict, device: str, *, quick: bool = False, reset_compiler: bool = True) -> Prepared:
+    """Seeded workload under `knobs`: layout, compile, the checked steps (numerics), then the learning rate
+    set to models_case.TIMED_LEARNING_RATE for the timed steps."""
+    import torch
+
+    from fade.measure.models_case import TIMED_LEARNING_RATE, WEIGHT_SEED
 
     training = mode == "train"
     torch.manual_seed(WEIGHT_SEED)
@@ -94,7 +172,8 @@ def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_set
     if compile_mode != "off":
         import torch._dynamo
 
-        torch._dynamo.reset()
+        if reset_compiler:
+            torch._dynamo.reset()
         runnable = torch.compile(runnable) if compile_mode == "default" else torch.compile(runnable, mode=compile_mode)
     steps = (CHECK_STEPS_QUICK if quick else CHECK_STEPS) if training else 1
     with _pinned_flags(knobs):
@@ -102,21 +181,10 @@ def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_set
         numerics = {"mode": mode, "losses": losses, "grads_finite": state["grads_finite"]}
         if not training:
             numerics = _output_error(reference_module, runnable, workload, knobs, device)
-        if state["optimizer"] is not None:
-            for group in state["optimizer"].param_groups:
-                group["lr"] = TIMED_LEARNING_RATE
-        with _gc_frozen():
-            timing = measure(state["step"], device=device, **timing_settings)
-    if compile_mode != "off":
-        torch._dynamo.reset()
-    return CaseResult(
-        value=workload.samples / timing.median_s,
-        unit="samples/s",
-        formula="samples / median_s (samples per step = batch)",
-        timing=timing,
-        work={"samples": workload.samples},
-        extra={"numerics": numerics, "knobs": dict(knobs), "samples_per_step": workload.samples},
-    )
+    if state["optimizer"] is not None:
+        for group in state["optimizer"].param_groups:
+            group["lr"] = TIMED_LEARNING_RATE
+    return Prepared(state["step"], numerics, workload.samples, [workload, runnable, state])
 
 
 @contextlib.contextmanager
@@ -238,4 +306,4 @@ def _output_error(reference_module, runnable, workload, knobs: dict, device: str
     return {"mode": "infer", "relative_rms_error": difference / scale, "math_dtype": math_dtype, "finite": finite}
 
 
-__all__ = ["tune_trial", "tune_reference", "measure_trial", "measure_reference"]
+__all__ = ["tune_trial", "tune_reference", "tune_side_by_side", "measure_trial", "measure_reference", "side_by_side", "prepare"]

@@ -95,6 +95,7 @@ class WorkerMeasure:
         self.timing = QUICK_TIMING if quick else TUNE_TIMING
         self._executor = None
         self._env_key = None
+        self.side_by_side_failure: Optional[str] = None
 
     def _executor_for(self, config: dict):
         from fade.measure.runner import IsolatedExecutor
@@ -111,13 +112,37 @@ class WorkerMeasure:
             self._env_key = key
         return self._executor
 
-    def _run(self, function: str, params: dict, config: dict) -> dict:
+    def _run(self, function: str, params: dict, config: dict, *, timeout_s: Optional[float] = None) -> dict:
         from fade.measure.case import Case, CaseContext
 
         executor = self._executor_for(config)
         case = Case(f"tune/{self.model}/{self.mode}/b{self.batch}/{function}", "tune", "fade.act.tune.trial", function, params)
         ctx = CaseContext(device=executor.session["device"], run_id=self.run_id, quick=self.quick, timing=dict(self.timing))
+        executor.timeout_s = min(self.timeout_s, timeout_s) if timeout_s else self.timeout_s
         return executor.run(case, ctx)
+
+    def side_by_side(self, configs: dict, *, rounds: int, timeout_s: Optional[float] = None) -> Optional[dict]:
+        """{name: Trial} for configurations (name -> config) timed in turns in one worker (trial.side_by_side),
+        or None when they need different env (separate processes) or the shared run failed: the caller then
+        measures them one by one."""
+        envs = {tuple(sorted(knob_table.config_env(self.knobs, config).items())) for config in configs.values()}
+        if len(envs) != 1:
+            return None
+        first = next(iter(configs.values()))
+        params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size,
+                  "configs": {name: dict(config) for name, config in configs.items()}, "rounds": rounds}  # fmt: skip
+        record = self._run("tune_side_by_side", params, first, timeout_s=timeout_s or self.timeout_s * len(configs))
+        if record["status"] != "ok":
+            self.side_by_side_failure = f"{record['status']}: {record.get('error') or 'no reason given'}".splitlines()[0][:300]
+            return None
+        extra = record["extra"]
+        per_step = extra.get("samples_per_step", self.batch)
+        trials = {}
+        for name, side in extra["sides"].items():
+            trial = Trial(dict(configs[name]), tuple(side["samples_s"]), "ok", None, side["numerics"], per_step)
+            trials[name] = trial
+            trial.extra["round_medians_s"] = list(side["round_medians_s"])
+        return trials
 
     def reference(self) -> dict:
         record = self._run("tune_reference", {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size},
@@ -126,10 +151,10 @@ class WorkerMeasure:
             raise RuntimeError(f"the fp32 reference failed: {record.get('error')}")
         return record["extra"]["reference"]
 
-    def __call__(self, config: dict) -> Trial:
+    def __call__(self, config: dict, *, timeout_s: Optional[float] = None) -> Trial:
         started = time.monotonic()
         params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size, "knobs": dict(config)}
-        record = self._run("tune_trial", params, config)
+        record = self._run("tune_trial", params, config, timeout_s=timeout_s)
         cost_s = time.monotonic() - started
         if record["status"] != "ok":
             reason = f"{record['status']}: {record.get('error') or 'no reason given'}".splitlines()[0][:300]
