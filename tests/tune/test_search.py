@@ -72,9 +72,10 @@ def test_a_failing_baseline_stops_the_search():
 
 
 def test_the_budget_stops_the_search_and_marks_what_was_not_tried():
-    """Each trial costs 10 s; 50 s budget, 80% for the search: baseline + 3 candidates start."""
+    """Each trial costs 10 s; of an 80 s budget 40 s stay for the final check (twice the baseline's and
+    the best trial's cost): baseline + 3 candidates start."""
     timer = FakeTimer({("precision", "amp-bf16"): 0.5})
-    result = search(KNOBS, timer, reference=REFERENCE, budget_s=50, clock=timer.clock)
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=80, clock=timer.clock)
     rows = statuses(result)
     assert rows[("precision", "amp-bf16")] == "accepted"
     assert rows[("compile", "default")] == "not-tried"
@@ -148,7 +149,7 @@ def test_a_candidate_expected_to_outrun_the_budget_left_is_not_started():
 
     knobs = [KNOBS[0], replace(KNOBS[2], values=("off", "default", "max-autotune"), cost={"max-autotune": 3.0})]
     timer = FakeTimer({})
-    result = search(knobs, timer, reference=REFERENCE, budget_s=90, clock=timer.clock)  # 72 s to search, 10 s a trial
+    result = search(knobs, timer, reference=REFERENCE, budget_s=112, clock=timer.clock)  # 40 s reserved: 72 s to search
     row = next(row for row in result.candidates if row.value == "max-autotune")
     assert row.status == "not-tried" and "expected to take ~30 s, 22 s of the search budget left" in row.reason
     assert {"precision": "default", "compile": "max-autotune"} not in timer.calls
@@ -171,7 +172,7 @@ def test_a_trial_that_outruns_the_budget_left_is_stopped_and_marked_not_tried():
     row = next(row for row in result.candidates if row.knob == "compile")
     assert row.status == "not-tried" and "outran" in row.reason
     assert all(timeout is None or timeout >= MIN_TRIAL_TIMEOUT_S for timeout in timeouts)
-    assert timeouts[1] == pytest.approx(160 - 10)  # after the baseline: the search share (80%) minus its 10 s
+    assert timeouts[1] == pytest.approx(200 - 50 - 10)  # after the baseline: budget - final reserve (25%) - 10 s spent
 
 
 def test_the_final_check_times_both_sides_in_one_worker_when_the_measure_can():
@@ -190,3 +191,11 @@ def test_the_final_check_times_both_sides_in_one_worker_when_the_measure_can():
     assert len(asked) == 1 and set(asked[0][0]) == {"baseline", "chosen"}
     assert asked[0][0]["chosen"]["precision"] == "amp-bf16"
     assert result.verdict == "faster"
+
+
+def test_time_spent_before_the_search_counts_against_the_budget():
+    """A 60 s fp32 reference leaves 80 - 40 (final reserve) - 60 = -20 s: only the baseline runs."""
+    timer = FakeTimer({("precision", "amp-bf16"): 0.5})
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=80, clock=timer.clock, spent_s=60)
+    assert len(timer.calls) == 1
+    assert all(row.status in ("baseline", "not-tried", "skipped") for row in result.candidates)

@@ -153,29 +153,38 @@ def compile_unavailable_reason(device_type: str) -> Optional[str]:
 def fp32_math_flags(matmul: str, conv: str) -> Iterator[None]:
     """Pin matmul and convolution fp32 math ("ieee" or "tf32") separately; restore after.
 
-    Like fade.measure.case.fp32_math, which sets both to one mode: the fp32_precision API where torch has
-    it (>= 2.9), else the legacy allow_tf32 flags, never both (torch refuses to read the legacy flags once
-    the new API was used).
+    Through the legacy allow_tf32 flags where torch has them, else the fp32_precision API (>= 2.9), never
+    both. Legacy first because Inductor still reads them (torch 2.11's max-autotune GEMM lowering): once
+    the new API holds different values for matmul and conv, that read raises "you have used mix of the
+    legacy and new APIs" and the compile fails. Set through the legacy flags, both APIs read back alike.
     """
     import torch
 
     matmul_backend = torch.backends.cuda.matmul
     conv_backend = getattr(torch.backends.cudnn, "conv", None)
-    if hasattr(matmul_backend, "fp32_precision") and conv_backend is not None and hasattr(conv_backend, "fp32_precision"):
-        saved = (matmul_backend.fp32_precision, conv_backend.fp32_precision)
-        matmul_backend.fp32_precision, conv_backend.fp32_precision = matmul, conv
-        try:
-            yield
-        finally:
-            matmul_backend.fp32_precision, conv_backend.fp32_precision = saved
-    else:
+    try:
         saved = (matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32)
+    except (AttributeError, RuntimeError):  # no legacy flags, or the new API was already used in a mix
+        saved = None
+    if saved is not None:
+        # Restored through the same legacy flags, plus the float32 matmul precision they also move. The new
+        # API's raw values may then read "ieee" where they read "none" (inherit) before: the same math.
+        # Restoring the raw values instead leaves torch in its "mixed APIs" state, unreadable again.
+        saved_precision = torch.get_float32_matmul_precision()
         matmul_backend.allow_tf32 = matmul == "tf32"
         torch.backends.cudnn.allow_tf32 = conv == "tf32"
         try:
             yield
         finally:
             matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+            torch.set_float32_matmul_precision(saved_precision)
+        return
+    saved = (matmul_backend.fp32_precision, conv_backend.fp32_precision)
+    matmul_backend.fp32_precision, conv_backend.fp32_precision = matmul, conv
+    try:
+        yield
+    finally:
+        matmul_backend.fp32_precision, conv_backend.fp32_precision = saved
 
 
 @contextlib.contextmanager
@@ -205,11 +214,10 @@ def knobs_in_effect() -> dict:
     found = {"cudnn_benchmark": torch.backends.cudnn.benchmark}
     matmul_backend = torch.backends.cuda.matmul
     conv_backend = getattr(torch.backends.cudnn, "conv", None)
-    if hasattr(matmul_backend, "fp32_precision") and conv_backend is not None:
+    if hasattr(matmul_backend, "fp32_precision") and conv_backend is not None:  # "none" = inherits a parent setting
         found["matmul_fp32_precision"] = read(lambda: matmul_backend.fp32_precision)
         found["cudnn_conv_fp32_precision"] = read(lambda: conv_backend.fp32_precision)
-    else:
-        found["matmul_allow_tf32"] = read(lambda: matmul_backend.allow_tf32)
-        found["cudnn_allow_tf32"] = read(lambda: torch.backends.cudnn.allow_tf32)
+    found["matmul_allow_tf32"] = read(lambda: matmul_backend.allow_tf32)  # what cuBLAS and Inductor act on
+    found["cudnn_allow_tf32"] = read(lambda: torch.backends.cudnn.allow_tf32)
     found["float32_matmul_precision"] = read(torch.get_float32_matmul_precision)
     return found

@@ -298,13 +298,10 @@ def _set_torch_flags(knobs: dict) -> dict:
     done = {}
     if "fp32_math" in wanted:
         matmul, conv = wanted["fp32_math"]
-        matmul_backend = torch.backends.cuda.matmul
-        conv_backend = getattr(torch.backends.cudnn, "conv", None)
-        if hasattr(matmul_backend, "fp32_precision") and conv_backend is not None:
-            matmul_backend.fp32_precision, conv_backend.fp32_precision = matmul, conv
-        else:
-            matmul_backend.allow_tf32 = matmul == "tf32"
-            torch.backends.cudnn.allow_tf32 = conv == "tf32"
+        # The legacy flags, as models_variants.fp32_math_flags: a matmul/conv mix set through the new
+        # fp32_precision API makes Inductor's max-autotune fail in the user's program.
+        torch.backends.cuda.matmul.allow_tf32 = matmul == "tf32"
+        torch.backends.cudnn.allow_tf32 = conv == "tf32"
         done["matmul_fp32_precision"], done["cudnn_conv_fp32_precision"] = matmul, conv
     if "cudnn_benchmark" in wanted:
         torch.backends.cudnn.benchmark = True

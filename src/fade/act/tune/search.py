@@ -20,8 +20,9 @@ Method
     `exhaustive=True` measures every combination instead (for verification) and picks the fastest sound
     one, subject to the same bar against the baseline.
 Budget
-    FINAL_SHARE of `budget_s` is kept for the final check; a candidate is started only while the search
-    share is left, and (when `measure` takes `timeout_s`) it is stopped when it outruns that share (at
+    `budget_s` covers everything: the caller's set-up (`spent_s`), the search and the final check. The
+    final check keeps a reserve (FINAL_SHARE of the budget, or twice the cost of the baseline and best
+    trials if more); a candidate is started only while budget beyond the reserve is left, and (when `measure` takes `timeout_s`) it is stopped when it outruns that share (at
     least MIN_TRIAL_TIMEOUT_S), so one max-autotune compile cannot eat the whole budget.
 Final check
     The chosen configuration and the baseline are re-measured interleaved, so clock drift hits both alike:
@@ -51,7 +52,7 @@ from fade.act.tune.knobs import baseline_config, unmet_needs
 from fade.measure.timing import quantile
 
 NOISE_FLOOR = 0.02  # 2%: below this, run-to-run drift of one H100 under its power cap (docs/performance.md) decides
-FINAL_SHARE = 0.2  # of the budget, kept for the interleaved final check
+FINAL_SHARE = 0.25  # of the budget, kept for the interleaved final check (at least)
 MIN_TRIAL_TIMEOUT_S = 30.0  # a trial started near the end of the budget still gets this long
 FINAL_ROUNDS = 2  # x FINAL_ORDER: four measurements of each side
 FINAL_ORDER = ("baseline", "chosen", "chosen", "baseline")  # ABBA: a linear drift cancels within each round
@@ -153,6 +154,7 @@ def search(
     left_out: Optional[dict] = None,
     clock: Callable[[], float] = time.monotonic,
     progress: Optional[Callable[[str], None]] = None,
+    spent_s: float = 0.0,
 ) -> SearchResult:
     """Search `knobs` (already filtered and ordered: knobs.searched_knobs) as the module docstring says.
 
@@ -163,8 +165,13 @@ def search(
     """
     if budget_s <= 0:
         raise ValueError("budget_s must be > 0")
-    started = clock()
-    search_budget_s = budget_s * (1 - FINAL_SHARE)
+    started = clock() - spent_s  # the caller's set-up (fingerprint, fp32 reference) counts against the budget
+
+    def search_left_s(best: Trial) -> float:
+        """Budget left for search trials: the final check's reserve is FINAL_SHARE of the budget, or twice
+        what the baseline and the best trial cost if more (it builds and compiles both again)."""
+        reserve_s = max(FINAL_SHARE * budget_s, 2 * (baseline_trial.cost_s + best.cost_s))
+        return budget_s - reserve_s - (clock() - started)
     recorded = journal.load() if journal is not None else {}
     counts = {"measured": 0, "resumed": 0}
     say = progress or (lambda message: None)
@@ -206,14 +213,14 @@ def search(
         for knob in knobs:
             for value in knob.values[1:]:
                 config = {**best.config, knob.id: value}
-                if clock() - started >= search_budget_s:
+                if search_left_s(best) <= 0:
                     candidates.append(Candidate(knob.id, value, config, "not-tried", "the search budget ran out"))
                     continue
                 unmet = unmet_needs(knobs, config)
                 if unmet:
                     candidates.append(Candidate(knob.id, value, config, "skipped", unmet))
                     continue
-                left_s = search_budget_s - (clock() - started)
+                left_s = search_left_s(best)
                 expected_s = _expected_cost_s(knob, value, costs)
                 if expected_s is not None and expected_s > left_s:
                     reason = f"expected to take ~{expected_s:.0f} s, {left_s:.0f} s of the search budget left"

@@ -208,6 +208,7 @@ def run_tune(
     interrupted run resumes where it stopped (`resume=False` starts over).
     """
     check_request(model, mode=mode, batch=batch, budget_min=budget_min)
+    started = clock()  # the budget covers the set-up below too: "<= budget" is the whole run
     fingerprint = fingerprint or worker_fingerprint(device)
     cache = open_cache(fingerprint, base=cache_base)
     for message in cache.messages:
@@ -226,7 +227,7 @@ def run_tune(
         if reference is None and mode == "train":
             reference = worker.reference() if worker is not None else None
         result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, exhaustive=exhaustive,
-                        journal=journal, left_out=left_out, clock=clock, progress=progress)  # fmt: skip
+                        journal=journal, left_out=left_out, clock=clock, progress=progress, spent_s=clock() - started)  # fmt: skip
     finally:
         if worker is not None:
             worker.close()
