@@ -53,3 +53,18 @@ def test_side_by_side_builds_each_configuration_once_and_times_them_in_rotating_
         assert len(sides[name]["round_medians_s"]) == 3
         assert len(sides[name]["samples_s"]) >= 3 * 3  # min_samples per round, pooled
         assert check(sides[name]["numerics"], measure_reference(make_workload, mode, "cpu", quick=True) if mode == "train" else None) is None
+
+
+@pytest.mark.parametrize("optimizer_class", [torch.optim.SGD, torch.optim.AdamW, torch.optim.Adam])
+def test_the_optimizer_knob_rebuilds_any_torch_optimizer_with_foreach(optimizer_class):
+    """AdamW keeps decoupled_weight_decay in its defaults but refuses it as an argument (torch 2.11 on
+    an H100: every gpt2-small optimizer_impl trial failed with a TypeError)."""
+    from types import SimpleNamespace
+
+    from fade.act.tune.trial import _make_optimizer
+
+    model = torch.nn.Linear(4, 2)
+    workload = SimpleNamespace(optimizer=lambda: optimizer_class(model.parameters(), lr=0.01, weight_decay=0.1))
+    rebuilt = _make_optimizer(workload, {"optimizer_impl": "foreach"})
+    assert type(rebuilt) is optimizer_class
+    assert rebuilt.defaults["foreach"] is True and rebuilt.defaults["weight_decay"] == 0.1

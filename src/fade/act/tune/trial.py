@@ -223,8 +223,13 @@ def _make_optimizer(workload, knobs: dict):
     implementation = knobs.get("optimizer_impl", "default")
     if implementation == "default":
         return optimizer
+    import inspect
+
+    # Only what the constructor takes: torch 2.11's AdamW keeps `decoupled_weight_decay` in its defaults
+    # (it subclasses Adam) but AdamW(...) refuses it as an argument.
+    accepted = set(inspect.signature(type(optimizer).__init__).parameters) - {"self", "params", "foreach", "fused"}
     groups = [{key: value for key, value in group.items() if key not in ("foreach", "fused")} for group in optimizer.param_groups]
-    defaults = {key: value for key, value in optimizer.defaults.items() if key not in ("foreach", "fused", "params")}
+    defaults = {key: value for key, value in optimizer.defaults.items() if key in accepted}
     return type(optimizer)(groups, **{**defaults, implementation: True})
 
 
