@@ -178,7 +178,7 @@ def prepare(make_workload, mode: str, knobs: dict, device: str, *, quick: bool =
     steps = (CHECK_STEPS_QUICK if quick else CHECK_STEPS) if training else 1
     with _pinned_flags(knobs):
         losses, state = _checked_steps(workload, runnable, knobs, mode, device, steps)
-        numerics = {"mode": mode, "losses": losses, "grads_finite": state["grads_finite"]}
+        numerics = {"mode": mode, "losses": losses, "grads_finite": state["grads_finite"], "updates_before_last": state["updates_before_last"]}
         if not training:
             numerics = _output_error(reference_module, runnable, workload, knobs, device)
     if state["optimizer"] is not None:
@@ -269,19 +269,22 @@ def _checked_steps(workload, module, knobs: dict, mode: str, device: str, steps:
 
     torch.manual_seed(STEP_SEED)
     losses = []
+    applied = []  # per step: did the optimizer update (a GradScaler skips steps with inf gradients)
     for _ in range(steps):
+        scale_before = scaler.get_scale() if scaler is not None else None  # a sync; checked steps only
         result = step()
         if not training:
             with torch.inference_mode():
                 result = workload.loss(result.float())
         losses.append(result.detach())
+        applied.append(scaler is None or scaler.get_scale() >= scale_before)  # a skipped step halves the scale
     grads_finite = True
     if training:
         norms = [parameter.grad.detach().float().abs().sum() for parameter in workload.model.parameters() if parameter.grad is not None]
         if scaler is None and norms:  # with a scaler, a skipped step's inf gradients are the recipe working
             grads_finite = bool(torch.isfinite(torch.stack(norms).sum()))
     values = [float(loss) for loss in losses]  # sync point, outside every timed region
-    return values, {"step": step, "optimizer": optimizer, "grads_finite": grads_finite}
+    return values, {"step": step, "optimizer": optimizer, "grads_finite": grads_finite, "updates_before_last": sum(applied[:-1])}
 
 
 def _output_error(reference_module, runnable, workload, knobs: dict, device: str) -> dict:
