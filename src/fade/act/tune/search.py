@@ -4,8 +4,8 @@ Method
     The baseline (every knob at its first value: PyTorch's defaults) is measured first. Knobs are then
     visited in knobs.GROUP_ORDER (precision, layout, backend, optimizer, compile): precision and layout
     bring the largest gains and cost seconds a trial; compile comes last because its trials cost minutes
-    (so a short budget still covers every eager knob) and it then compiles the best eager configuration. For each knob every other value is measured
-    with the rest of the current best configuration. A candidate is
+    (so a short budget still covers every eager knob) and it then compiles the best eager configuration.
+    For each knob every other value is measured with the rest of the current best configuration. A candidate is
         rejected      when it crashed, ran out of memory, timed out, or failed the numerics check
                       (numerics.check: loss vs fp32 from the same seed, finite gradients, outputs);
         accepted      when its median step time beats the current best's by more than the noise bar
@@ -22,8 +22,9 @@ Method
 Budget
     `budget_s` covers everything: the caller's set-up (`spent_s`), the search and the final check. The
     final check keeps a reserve (FINAL_SHARE of the budget, or twice the cost of the baseline and best
-    trials if more); a candidate is started only while budget beyond the reserve is left, and (when `measure` takes `timeout_s`) it is stopped when it outruns that share (at
-    least MIN_TRIAL_TIMEOUT_S), so one max-autotune compile cannot eat the whole budget.
+    trials if more); a candidate is started only while budget beyond the reserve is left, and (when
+    `measure` takes `timeout_s`) it is stopped when it outruns that share (at least
+    MIN_TRIAL_TIMEOUT_S), so one max-autotune compile cannot eat the whole budget.
 Final check
     The chosen configuration and the baseline are re-measured interleaved, so clock drift hits both alike:
     in one worker taking turns (`measure.side_by_side`, nothing compiled twice), else FINAL_ORDER
@@ -213,14 +214,14 @@ def search(
         for knob in knobs:
             for value in knob.values[1:]:
                 config = {**best.config, knob.id: value}
-                if search_left_s(best) <= 0:
+                left_s = search_left_s(best)
+                if left_s <= 0:
                     candidates.append(Candidate(knob.id, value, config, "not-tried", "the search budget ran out"))
                     continue
                 unmet = unmet_needs(knobs, config)
                 if unmet:
                     candidates.append(Candidate(knob.id, value, config, "skipped", unmet))
                     continue
-                left_s = search_left_s(best)
                 expected_s = _expected_cost_s(knob, value, costs)
                 if expected_s is not None and expected_s > left_s:
                     reason = f"expected to take ~{expected_s:.0f} s, {left_s:.0f} s of the search budget left"

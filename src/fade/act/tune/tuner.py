@@ -137,12 +137,9 @@ class WorkerMeasure:
             return None
         extra = record["extra"]
         per_step = extra.get("samples_per_step", self.batch)
-        trials = {}
-        for name, side in extra["sides"].items():
-            trial = Trial(dict(configs[name]), tuple(side["samples_s"]), "ok", None, side["numerics"], per_step)
-            trials[name] = trial
-            trial.extra["round_medians_s"] = list(side["round_medians_s"])
-        return trials
+        return {name: Trial(dict(configs[name]), tuple(side["samples_s"]), "ok", None, side["numerics"], per_step,
+                            extra={"round_medians_s": list(side["round_medians_s"])})
+                for name, side in extra["sides"].items()}  # fmt: skip
 
     def reference(self) -> dict:
         record = self._run("tune_reference", {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size},
