@@ -1,7 +1,7 @@
 """The model bench's must-show run: five CNNs x five variants x train/infer at batch 64, each case also
 re-timed by a plain event-timed loop in the same run, compared with earlier independent H100 runs.
 
-    python benchmarks/models_h100.py results/models-h100        # on the GPU machine, ~8 min on an H100
+    python benchmarks/models_h100.py results/models-h100        # on the GPU machine, ~10 min on an H100
     python benchmarks/models_h100.py /tmp/smoke --smoke          # CPU smoke test: tiny sizes, two variants
     python benchmarks/models_h100.py out --only 'models/mobilenet_v2/*/compile/*'   # some cases (fnmatch)
 

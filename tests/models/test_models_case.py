@@ -270,3 +270,76 @@ def test_the_plain_segment_times_every_block_and_syncs_as_often_as_the_engine(mo
     per_step_s = models_case._plain_segment(step, "cuda:0", calls=3, blocks=5, per_sync=2, warmup_steps=1)
     assert per_step_s == pytest.approx([0.010] * 5)
     assert steps_at_sync == [1, 7, 13, 16]  # after the warm-up step, then after every 2 blocks of 3 steps
+
+
+def _busy(seconds):
+    import time
+
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def _fake_runner(step, module):
+    import contextlib
+    import types
+
+    workload = types.SimpleNamespace(inputs=())
+    return types.SimpleNamespace(step=step, module=module, workload=workload, optimizer=None, scaler=None,
+                                 training=False, autocast=contextlib.nullcontext)  # fmt: skip
+
+
+SHORT_TIMING = {"budget_s": 0.3, "min_run_s": 0.06, "warmup_s": 0.01, "min_block_s": 0.004, "max_settle_s": 0.0}
+
+
+def test_a_wandering_step_gets_more_segments_and_a_steady_one_does_not():
+    calls = [0]
+
+    def wandering():  # 1 ms for 40 steps, then 3 ms for 40: the host rate of a launch-bound step, exaggerated
+        calls[0] += 1
+        _busy(0.001 if (calls[0] // 40) % 2 == 0 else 0.003)
+
+    def steady():
+        _busy(0.001)
+
+    _, noisy, _ = models_case._timed_segments(_fake_runner(wandering, None), 1, "cpu", SHORT_TIMING, validate=False)
+    _, calm, _ = models_case._timed_segments(_fake_runner(steady, None), 1, "cpu", SHORT_TIMING, validate=False)
+    assert noisy["segments"] == models_case.MAX_TIMING_SEGMENTS and noisy["spread_pct"] > models_case.NOISY_SEGMENT_SPREAD_PCT
+    assert calm["segments"] == models_case.TIMING_SEGMENTS and calm["spread_pct"] <= models_case.NOISY_SEGMENT_SPREAD_PCT
+
+
+def test_only_fades_own_segments_decide_on_more_and_the_plain_loop_follows_them():
+    calls = [0]
+
+    def wandering_module(*inputs):  # the plain loop's step calls the module; FADE's step is steady
+        calls[0] += 1
+        _busy(0.001 if (calls[0] // 40) % 2 == 0 else 0.003)
+
+    runner = _fake_runner(lambda: _busy(0.001), wandering_module)
+    _, segments, plain = models_case._timed_segments(runner, 1, "cpu", SHORT_TIMING, validate=True)
+    assert segments["segments"] == models_case.TIMING_SEGMENTS and segments["order"] == "FPPF" * 3
+    assert plain["spread_pct"] > models_case.NOISY_SEGMENT_SPREAD_PCT  # noisy, yet it bought FADE nothing
+
+    calls[0] = 0
+    runner = _fake_runner(lambda: wandering_module(), wandering_module)
+    _, segments, plain = models_case._timed_segments(runner, 1, "cpu", SHORT_TIMING, validate=True)
+    assert segments["order"] == "FPPF" * (models_case.MAX_TIMING_SEGMENTS // 2)
+    assert len(plain["segment_samples_per_s"]) == models_case.MAX_TIMING_SEGMENTS
+
+
+def test_the_finiteness_sum_sees_a_nan_in_any_step_across_folds():
+    import torch
+
+    tracker = models_case._FiniteTracker("cpu")
+    steps = 2 * tracker.FOLD_STEPS + 5
+    for index in range(steps):
+        tracker.add_loss(torch.tensor(float("nan") if index == 7 else 1.0))
+    with pytest.raises(models_case.InvalidRun, match="invalid"):
+        tracker.check()
+    tracker.reset()
+    for index in range(steps):
+        tracker.add_output({"logits": torch.ones(3, 2, dtype=torch.bfloat16), "ids": torch.arange(3)})
+    assert tracker.check() == steps and float(tracker.total) == 6 * steps
+    tracker.add_output(torch.full((4,), float("inf")))
+    with pytest.raises(models_case.InvalidRun):
+        tracker.check()
