@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -38,7 +37,6 @@ def main(argv=None) -> int:
     import torch
 
     from fade.measure import models_case as mc
-    from fade.measure import timing as engine
     from fade.measure.models_variants import CUDNN_BENCHMARK, cudnn_benchmark, fp32_math_flags, parse_variant
     from fade.measure.zoo.workload import build_workload
 
@@ -63,10 +61,7 @@ def main(argv=None) -> int:
             calls = first.calls_per_sample
 
             def plain(step):
-                block_s = calls * first.median_s
-                blocks = max(mc.PLAIN_MIN_BLOCKS, round(mc._timed_s(first) / block_s))
-                per_sync = max(1, math.ceil(engine.ROUND_S / block_s))
-                return statistics.median(mc._plain_segment(step, device, calls, blocks, per_sync, 0))
+                return statistics.median(mc._plain_segment_after(step, device, first, calls, 0))
 
             def fade(step):
                 return mc._fade_segment(step, device, settings, first).median_s

@@ -429,7 +429,8 @@ class _FiniteTracker:
         import torch
 
         if self.pending:
-            self.total.add_(torch.stack([value.float() for value in self.pending]).sum())
+            # one stack (it promotes mixed dtypes), not a cast per value: a fold runs inside a timed block
+            self.total.add_(torch.stack(self.pending).sum(dtype=torch.float32))
             self.pending.clear()
 
     def check(self) -> int:
@@ -573,12 +574,8 @@ def _timed_segments(runner: _Runner, samples: int, device: str, settings: dict, 
         if side == "fade":
             fade_segments.append(_fade_segment(runner.step, device, settings, fade_segments[0] if fade_segments else None))
             continue
-        last, calls = fade_segments[-1], fade_segments[0].calls_per_sample  # PAIR_ORDER starts with FADE
-        block_s = calls * last.median_s
-        blocks = max(PLAIN_MIN_BLOCKS, round(_timed_s(last) / block_s))
-        per_sync = max(1, math.ceil(engine.ROUND_S / block_s))  # the engine's round: blocks between syncs
-        warmup_steps = 0 if plain_segments else PLAIN_WARMUP_STEPS
-        plain_segments.append(_plain_segment(plain_step, device, calls, blocks, per_sync, warmup_steps))
+        warmup_steps = 0 if plain_segments else PLAIN_WARMUP_STEPS  # PAIR_ORDER starts with FADE
+        plain_segments.append(_plain_segment_after(plain_step, device, fade_segments[-1], fade_segments[0].calls_per_sample, warmup_steps))
     timing = _pooled(fade_segments, settings)
     fade_rates = [samples / segment.median_s for segment in fade_segments]
     segments = {
@@ -705,6 +702,15 @@ def _plain_step(runner: _Runner):
             module(*workload.inputs)
 
     return train_step if runner.training else infer_step
+
+
+def _plain_segment_after(step, device: str, fade_segment: Timing, calls: int, warmup_steps: int) -> list:
+    """A plain segment matched to `fade_segment`: blocks of `calls` steps filling its timed work (at least
+    PLAIN_MIN_BLOCKS), a sync per the engine's round (timing.ROUND_S) of blocks."""
+    block_s = calls * fade_segment.median_s
+    blocks = max(PLAIN_MIN_BLOCKS, round(_timed_s(fade_segment) / block_s))
+    per_sync = max(1, math.ceil(engine.ROUND_S / block_s))
+    return _plain_segment(step, device, calls, blocks, per_sync, warmup_steps)
 
 
 def _plain_segment(step, device: str, calls: int, blocks: int, per_sync: int, warmup_steps: int) -> list:
