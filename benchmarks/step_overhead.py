@@ -3,7 +3,7 @@
     python benchmarks/step_overhead.py mobilenet_v2 infer compile [--batch 64] [--rounds 12] [--device cuda]
 
 The model bench checks FADE's figure against a plain event-timed loop (models_case.py, "Plain loop"). The
-two differ in two things at once: the step (FADE's adds the loss or an output sample to the finiteness sum)
+two differ in two things at once: the step (FADE's hands its loss or output to the finiteness check)
 and the timing machinery (FADE's measure() segments against plain blocks). This script separates them on
 one built, warmed case: each round times, in rotating order, a plain segment of the plain step (P), a plain
 segment of FADE's step (P+sum), a FADE segment of FADE's step (F, what the bench reports) and a FADE segment

@@ -337,9 +337,51 @@ def test_the_finiteness_sum_sees_a_nan_in_any_step_across_folds():
     with pytest.raises(models_case.InvalidRun, match="invalid"):
         tracker.check()
     tracker.reset()
+    tracker.KEEP_BYTES = 64  # a fold of kept outputs every few steps
     for index in range(steps):
         tracker.add_output({"logits": torch.ones(3, 2, dtype=torch.bfloat16), "ids": torch.arange(3)})
     assert tracker.check() == steps and float(tracker.total) == 6 * steps
-    tracker.add_output(torch.full((4,), float("inf")))
+    for index in range(steps):
+        tracker.add_output(torch.full((4,), float("inf") if index == 3 else 1.0))
+    with pytest.raises(models_case.InvalidRun):
+        tracker.check()
+
+
+def test_an_inference_step_launches_no_op_of_its_own_until_its_kept_outputs_fill_keep_bytes():
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class CountOps(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            CountOps.ops += not func.is_view  # a view launches nothing on a device
+            return func(*args, **(kwargs or {}))
+
+    tracker = models_case._FiniteTracker("cpu")
+    tracker.KEEP_BYTES = 16 * 1024
+    outputs = [torch.randn(8, 32) for _ in range(40)]  # 1 KB each: 16 fit, the 17th folds
+    with CountOps():
+        for output in outputs[:16]:
+            tracker.add_output(output)
+        assert CountOps.ops == 0 and tracker.kept_bytes == 16 * 1024
+        tracker.add_output(outputs[16])  # one concatenation and one sum for the 16 kept, then keeps this one
+        assert CountOps.ops == 2 and tracker.kept_bytes == 1024
+    for output in outputs[17:]:
+        tracker.add_output(output)
+    assert tracker.kept_bytes_max == tracker.KEEP_BYTES
+    tracker.check()
+    assert float(tracker.total) == pytest.approx(float(sum(output.sum() for output in outputs)), rel=1e-5)
+
+
+def test_an_output_larger_than_keep_bytes_is_summed_on_the_spot_and_not_kept():
+    import torch
+
+    tracker = models_case._FiniteTracker("cpu")
+    tracker.KEEP_BYTES = 1024
+    big = torch.ones(64, 64)  # 16 KB
+    big[5, 7] = float("nan")
+    tracker.add_output(big)
+    assert tracker.kept == [] and tracker.kept_bytes_max == 0 and len(tracker.pending) == 1
     with pytest.raises(models_case.InvalidRun):
         tracker.check()
