@@ -42,8 +42,9 @@ MAX_BATCH = 65536  # a batch beyond this is a typo, not a benchmark
 # stop after about 0.5 s of samples; a launch-bound step, whose host rate wanders 10-30% over a second, runs
 # the 2 s budget, so that its median rests on several such spells, and up to three times that when its
 # segments disagree by more than 10% (models_case NOISY_SEGMENT_SPREAD_PCT). The 50-case H100 matrix
-# (benchmarks/models_h100.py) took 279 s eager + 334 s compiled with the plain-loop check. The checked steps have already compiled and
-# warmed the step; the engine's settle phase (first segment) waits out clock changes.
+# (benchmarks/models_h100.py) took 205-222 s eager + 264-285 s compiled (cold Inductor cache) with the
+# plain-loop check (three runs, docs/performance.md). The checked steps have already compiled and warmed
+# the step; the engine's settle phase (first segment) waits out clock changes.
 FULL_TIMING = {
     "warmup_s": 0.2,
     "min_warmup_calls": 2,

@@ -35,9 +35,10 @@ Timing
     0.6 s, then 17 ms); segments let a plain loop share every part of that wander (below), and
     `extra.timing_segments` shows it. When the first TIMING_SEGMENTS segments' figures lie more than
     NOISY_SEGMENT_SPREAD_PCT apart, further batches of segments run (up to MAX_TIMING_SEGMENTS; not with
-    --quick), so the median spans more of the wander; the rule reads FADE's segments only. A training step is zero_grad(set_to_none) + autocast forward + loss +
-    backward (through a GradScaler for amp-fp16) + optimizer.step(); an inference step is a forward pass
-    under torch.inference_mode in eval mode.
+    --quick), so the median spans more of the wander; the rule reads FADE's segments only. A training
+    step is zero_grad(set_to_none) + autocast forward + loss + backward (through a GradScaler for
+    amp-fp16) + optimizer.step(); an inference step is a forward pass under torch.inference_mode in eval
+    mode.
 Conditions
     cuDNN's algorithm choice is pinned (models_variants.CUDNN_BENCHMARK: heuristics, cached per shape), so
     the checked steps, FADE's segments and the plain loop run the same kernels. gc.freeze() parks every
@@ -449,7 +450,6 @@ class _FiniteTracker:
                 self._fold_kept()
             self.kept.append(leaf)
             self.kept_bytes += size
-            self.kept_bytes_max = max(self.kept_bytes_max, self.kept_bytes)
         self._stepped()
 
     def _stepped(self) -> None:
@@ -463,6 +463,7 @@ class _FiniteTracker:
         if self.kept:
             # one concatenation (it promotes mixed dtypes) and one sum, not a kernel per kept output
             self.pending.append(torch.cat([leaf.reshape(-1) for leaf in self.kept]).sum(dtype=torch.float32))
+            self.kept_bytes_max = max(self.kept_bytes_max, self.kept_bytes)  # held is largest just before a fold
             self.kept.clear()
             self.kept_bytes = 0
 
@@ -603,23 +604,19 @@ def _timed_segments(runner: _Runner, samples: int, device: str, settings: dict, 
     fade_segments: list = []
     plain_segments: list = []  # seconds per step of each block, one list per plain segment
     order: list = []
-    sides = iter(())
     while True:
-        side = next(sides, None)
-        if side is None:  # a batch done: another one while FADE's own segments disagree (see "Timing")
-            rates = [samples / segment.median_s for segment in fade_segments]
-            if rates and (len(rates) >= max_segments or _spread_pct(rates) <= NOISY_SEGMENT_SPREAD_PCT):
-                break
-            sides = iter(batch)
-            continue
-        order.append(side)
-        if side == "fade":
-            fade_segments.append(_fade_segment(runner.step, device, settings, fade_segments[0] if fade_segments else None))
-            continue
-        warmup_steps = 0 if plain_segments else PLAIN_WARMUP_STEPS  # PAIR_ORDER starts with FADE
-        plain_segments.append(_plain_segment_after(plain_step, device, fade_segments[-1], fade_segments[0].calls_per_sample, warmup_steps))
+        for side in batch:
+            order.append(side)
+            if side == "fade":
+                fade_segments.append(_fade_segment(runner.step, device, settings, fade_segments[0] if fade_segments else None))
+                continue
+            warmup_steps = 0 if plain_segments else PLAIN_WARMUP_STEPS  # PAIR_ORDER starts with FADE
+            plain_segments.append(_plain_segment_after(plain_step, device, fade_segments[-1], fade_segments[0].calls_per_sample, warmup_steps))
+        fade_rates = [samples / segment.median_s for segment in fade_segments]
+        # another batch only while FADE's own segments disagree (see "Timing")
+        if len(fade_rates) >= max_segments or _spread_pct(fade_rates) <= NOISY_SEGMENT_SPREAD_PCT:
+            break
     timing = _pooled(fade_segments, settings)
-    fade_rates = [samples / segment.median_s for segment in fade_segments]
     segments = {
         "segments": len(fade_segments),
         "order": "".join("F" if side == "fade" else "P" for side in order),  # F: a FADE segment, P: a plain one
