@@ -30,8 +30,8 @@ import sys
 from fade import cli
 parser = cli.build_parser()
 verbs = next(action for action in parser._actions if action.dest == "verb")
-if "watch" not in verbs.choices:  # fade.cli not wired to fade.cli_guard yet: register it here
-    from fade import cli_guard
+if "watch" not in verbs.choices:  # fade.cli not wired to fade.cli.watch yet: register it here
+    from fade.cli import watch as cli_guard
     cli_guard.add_verbs(verbs)
 args = parser.parse_args(sys.argv[1:])
 sys.exit(args.func(args))

@@ -35,8 +35,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     import fade
 
-from fade.measure.models import run_models
-from fade.measure.record import latest_records, read_records
+from fade.measure.suites.models.suite import run_models
+from fade.results import latest_records, read_records
 from fade.measure.runner import new_run_id
 from fade.report.compare import compare_sets, format_value, render_markdown, result_sets
 

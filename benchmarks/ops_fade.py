@@ -1,9 +1,10 @@
-"""`fade ...` with the `ops` verb registered even where fade.cli does not register fade.cli_ops yet.
+"""`fade ...` with the `ops` verb registered even where fade.cli does not register fade.cli.ops yet.
 Usage: python3 benchmarks/ops_fade.py ops --device cuda ...   (same flags and exit codes as `fade`)."""
 
 import sys
 
-from fade import cli, cli_ops
+from fade import cli
+from fade.cli import ops as cli_ops
 
 original_build_parser = cli.build_parser
 

@@ -13,10 +13,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fade.measure.ops.families import FAMILIES
-from fade.measure.ops.gap import compare_sweeps, sweep_summary
-from fade.measure.ops.outcome import CLASSES
-from fade.measure.ops.results import load_ops_file
+from fade.analyze.ops.families import FAMILIES
+from fade.analyze.ops.gap import compare_sweeps, sweep_summary
+from fade.analyze.ops.outcome import CLASSES
+from fade.analyze.ops.rows import load_ops_file
 
 
 def readable(path: str) -> str:

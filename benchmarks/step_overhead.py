@@ -36,8 +36,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from fade.measure import models_case as mc
-    from fade.measure.models_variants import CUDNN_BENCHMARK, cudnn_benchmark, fp32_math_flags, parse_variant
+    from fade.measure.suites.models import case as mc
+    from fade.measure.suites.models.variants import CUDNN_BENCHMARK, cudnn_benchmark, fp32_math_flags, parse_variant
     from fade.measure.zoo.workload import build_workload
 
     device, training = args.device, args.mode == "train"

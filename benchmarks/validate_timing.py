@@ -37,9 +37,9 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import fade
 
 from fade.measure.case import CaseContext, random_tensor
-from fade.measure.cases_gemm import gemm
-from fade.measure.micro import FULL_TIMING, QUICK_TIMING, SUSTAINED_TIMING, run_micro
-from fade.measure.record import latest_records, now_iso, read_records
+from fade.measure.suites.micro.gemm import gemm
+from fade.measure.suites.micro.suite import FULL_TIMING, QUICK_TIMING, SUSTAINED_TIMING, run_micro
+from fade.results import latest_records, now_iso, read_records
 from fade.measure.timing import DEFAULT_FLUSH_BYTES, measure
 
 AGREEMENT_PCT = 3.0  # the bar: FADE vs do_bench, FADE vs a plain loop, run vs run

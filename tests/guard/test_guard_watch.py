@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fade import cli_guard
+from fade.cli import watch as cli_guard
 from fade.errors import FadeUsageError
 
 from .helpers import at, line_of
@@ -174,5 +174,5 @@ def test_fade_cli_registers_watch():
     parser = cli.build_parser()
     verbs = next(action for action in parser._actions if action.dest == "verb")
     if "watch" not in verbs.choices:
-        pytest.skip("fade.cli does not register `fade watch` yet (fade.cli_guard.add_verbs)")
+        pytest.skip("fade.cli does not register `fade watch` yet (fade.cli.watch.add_verbs)")
     assert cli.main(["watch", "--", "python", "no_such_script.py"]) == 2

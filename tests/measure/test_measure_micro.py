@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from fade.errors import FadeUsageError
-from fade.measure import micro
-from fade.measure.record import read_records
+from fade.measure.suites.micro import suite as micro
+from fade.results import read_records
 
 SRC_ROOT = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -125,7 +125,7 @@ def test_small_selection_runs_in_process_and_plots(tmp_path):
 def test_quick_cpu_suite_finishes_within_a_minute_including_start_up(tmp_path):
     out = tmp_path / "quick.jsonl"
     script = (
-        "import sys; from fade.measure.micro import run_micro; "
+        "import sys; from fade.measure.suites.micro.suite import run_micro; "
         "s = run_micro('cpu', quick=True, out=sys.argv[1], show_progress=False); "
         "sys.exit(1 if s.failed or s.interrupted else 0)"
     )

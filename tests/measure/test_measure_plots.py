@@ -2,9 +2,9 @@
 
 import random
 
-from fade.measure import micro
+from fade.measure.suites.micro import suite as micro
 from fade.measure.case import Case, CaseResult
-from fade.measure.record import make_record
+from fade.results import make_record
 from fade.measure.timing import Timing
 from fade.report.plots import plot_micro
 

@@ -7,7 +7,7 @@ import pytest
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseResult
-from fade.measure.record import SCHEMA_VERSION, JsonlAppender, make_record, peak_for, read_records, summarize
+from fade.results import SCHEMA_VERSION, JsonlAppender, make_record, peak_for, read_records, summarize
 from fade.measure.timing import Timing
 
 

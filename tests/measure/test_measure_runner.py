@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fade.measure.case import Case
-from fade.measure.record import read_records
+from fade.results import read_records
 from fade.measure.runner import InProcessExecutor, IsolatedExecutor, run_cases
 
 from . import fault_cases

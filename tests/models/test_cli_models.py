@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from fade import cli, cli_bench, cli_models
+from fade import cli
+from fade.cli import bench as cli_bench, models as cli_models
 from fade.errors import ExitCode
 
 from .records import model_record, record, write_jsonl

@@ -7,9 +7,9 @@ import textwrap
 
 import pytest
 
-from fade.measure import models_case
-from fade.measure.models import run_models
-from fade.measure.record import read_records
+from fade.measure.suites.models import case as models_case
+from fade.measure.suites.models.suite import run_models
+from fade.results import read_records
 
 WORKLOADS = textwrap.dedent(
     """
@@ -231,8 +231,8 @@ def test_a_hung_case_times_out_in_its_worker_and_the_next_case_still_runs(worklo
 
 
 def test_only_keeps_the_cases_whose_id_matches_a_pattern():
-    from fade.measure.models import build_cases, select_cases
-    from fade.measure.models_variants import parse_variants
+    from fade.measure.suites.models.suite import build_cases, select_cases
+    from fade.measure.suites.models.variants import parse_variants
 
     cases = build_cases(["alexnet", "mobilenet_v2"], modes=["train", "infer"],
                         variants=parse_variants(["fp32", "compile"]), batch=64)  # fmt: skip

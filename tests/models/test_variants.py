@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fade.errors import FadeUsageError
-from fade.measure.models_variants import (
+from fade.measure.suites.models.variants import (
     Variant,
     fp32_math_flags,
     knobs_in_effect,

@@ -1,6 +1,7 @@
 import pytest
 
-from fade import cli, cli_ops
+from fade import cli
+from fade.cli import ops as cli_ops
 
 
 def _registered(parser) -> bool:
@@ -10,7 +11,7 @@ def _registered(parser) -> bool:
 
 @pytest.fixture
 def fade_main(monkeypatch):
-    """fade.cli.main with the `ops` verb, whether or not fade.cli registers fade.cli_ops yet."""
+    """fade.cli.main with the `ops` verb, whether or not fade.cli registers fade.cli.ops yet."""
     original = cli.build_parser
 
     def build_parser():

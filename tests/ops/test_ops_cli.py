@@ -43,7 +43,8 @@ def test_an_unknown_device_is_one_line_and_exit_2(fade_main, capsys, tmp_path):
 @pytest.fixture(scope="module")
 def cpu_file(tmp_path_factory):
     """A small CPU sweep written through the CLI, shared by the compare tests."""
-    from fade import cli, cli_ops
+    from fade import cli
+    from fade.cli import ops as cli_ops
 
     out = tmp_path_factory.mktemp("cli") / "cpu.jsonl"
     parser = cli.build_parser()

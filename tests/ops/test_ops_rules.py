@@ -4,12 +4,12 @@ the curated list, request parsing, and the gap between two sets of rows."""
 import pytest
 
 from fade.errors import FadeUsageError
-from fade.measure.ops import outcome
-from fade.measure.ops.curated import CURATED, CuratedRow, curated_rows_for, is_always_swept
-from fade.measure.ops.families import FAMILIES, family_of
-from fade.measure.ops.gap import GAP_MIN_SLOWER_S, GAP_SPEED_RATIO, compare_sweeps, family_summary
-from fade.measure.ops.results import ops_row
-from fade.measure.ops.sweep import build_cases, parse_dtypes, select_ops
+from fade.analyze.ops import outcome
+from fade.analyze.ops.curated import CURATED, CuratedRow, curated_rows_for, is_always_swept
+from fade.analyze.ops.families import FAMILIES, family_of
+from fade.analyze.ops.gap import GAP_MIN_SLOWER_S, GAP_SPEED_RATIO, compare_sweeps, family_summary
+from fade.analyze.ops.rows import ops_row
+from fade.measure.suites.ops.sweep import build_cases, parse_dtypes, select_ops
 
 
 def test_not_implemented_and_dtype_messages_are_unsupported_other_exceptions_are_errors():

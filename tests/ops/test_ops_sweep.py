@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from fade.measure.ops import run_ops_sweep
-from fade.measure.ops.outcome import claim_finding
+from fade.measure.suites.ops import run_ops_sweep
+from fade.analyze.ops.outcome import claim_finding
 
 OPS = (
     "sum", "mean", "linalg.svd", "nn.functional.conv2d", "fft.fft", "gather", "as_strided.partial_views",

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import fade.cli as cli
-from fade import cli_tune
+from fade.cli import tune as cli_tune
 from tests.tune.test_profile import H100, make_profile
 
 

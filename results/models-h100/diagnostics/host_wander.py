@@ -3,7 +3,7 @@ import json, os, platform, statistics, sys, time
 sys.path.insert(0, "src")
 import torch
 from fade.measure import models_case as mc
-from fade.measure.models_variants import CUDNN_BENCHMARK, cudnn_benchmark, fp32_math_flags, parse_variant
+from fade.measure.suites.models.variants import CUDNN_BENCHMARK, cudnn_benchmark, fp32_math_flags, parse_variant
 from fade.measure.zoo.workload import build_workload
 
 model, mode, var = sys.argv[1:4]

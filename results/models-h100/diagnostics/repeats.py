@@ -4,8 +4,8 @@ import json, statistics, sys, time, contextlib
 sys.path.insert(0, "src")
 import torch
 from fade.measure import models_case as mc
-from fade.measure.models import FULL_TIMING
-from fade.measure.models_variants import CUDNN_BENCHMARK, cudnn_benchmark, fp32_math_flags, parse_variant
+from fade.measure.suites.models.suite import FULL_TIMING
+from fade.measure.suites.models.variants import CUDNN_BENCHMARK, cudnn_benchmark, fp32_math_flags, parse_variant
 from fade.measure.zoo.workload import build_workload
 
 model, mode, var, reps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

@@ -18,7 +18,7 @@ def _finding(rule, facts: dict, device: int | None) -> dict:
 
 
 def evaluate(snapshot: dict, measurements: dict | None = None, rules_path=RULES_FILE, truths=None):
-    """→ (truths, findings). `measurements`: {"devices": {"cuda:0": {...}}} from fade.measure.quick."""
+    """→ (truths, findings). `measurements`: {"devices": {"cuda:0": {...}}} from fade.measure.suites.quick."""
     truths = device_truths(snapshot) if truths is None else truths
     system = facts_mod.system_facts(snapshot, truths)
     rules = load_rules(rules_path)

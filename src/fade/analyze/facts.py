@@ -184,7 +184,7 @@ def device_facts(truth: DeviceTruth, snapshot: dict, measurement: dict | None = 
 
 
 def measured_facts(measurement: dict | None) -> dict:
-    """Facts from fade.measure.quick's result for one device (after with_percent_of_peak)."""
+    """Facts from fade.measure.suites.quick's result for one device (after with_percent_of_peak)."""
     if not measurement or measurement.get("error"):
         return {}
     pcts = [g["pct_of_peak"] for k, g in (measurement.get("gemm") or {}).items()

@@ -43,7 +43,7 @@ def enable_process_guard(mode: str = "warn", device=None, *, sample_every: int =
 
 
 def _summarize_at_exit(process_guard: Guard, json_path: str | None) -> None:
-    from fade.guard.render import print_summary, write_json
+    from fade.report.guard import print_summary, write_json
 
     report = process_guard.report
     print_summary(report)

@@ -9,8 +9,8 @@ result records and the micro suite. torch is imported only when something is mea
     timing = measure(lambda: a @ b, device="cuda:0")   # median_s, iqr_s, cov, noisy, samples_s
 """
 
-from fade.measure.micro import run_micro
-from fade.measure.record import read_records, summarize
+from fade.measure.suites.micro.suite import run_micro
+from fade.results import read_records, summarize
 from fade.measure.timing import Timing, measure
 
 __all__ = ["run_micro", "measure", "Timing", "read_records", "summarize"]

@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext
-from fade.measure.record import (
+from fade.results import (
     FAILED_STATUSES,
     RESUME_SKIPS_STATUSES,
     JsonlAppender,

@@ -21,7 +21,7 @@ from typing import Optional
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext, CaseSkipped, torch_dtype
 from fade.measure.fingerprint import stack_fingerprint
-from fade.measure.record import make_record, now_iso
+from fade.results import make_record, now_iso
 from fade.measure.telemetry import TelemetrySampler, TelemetrySource, open_telemetry
 
 MAX_WARNINGS_PER_CASE = 10  # distinct warning messages kept in a record; more are repeats of a pattern

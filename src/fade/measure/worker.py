@@ -32,7 +32,7 @@ def main() -> int:
     _die_with_parent()
 
     def send(message: dict) -> None:
-        from fade.measure.record import dumps_line
+        from fade.results import dumps_line
 
         protocol.write(dumps_line(message))
         protocol.flush()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
-from fade.measure.record import FAILED_STATUSES, latest_records, read_records
+from fade.results import FAILED_STATUSES, latest_records, read_records
 
 NOISE_FLOOR_PCT = 3.0  # FADE's run-to-run agreement bar (benchmarks/validate_timing.py AGREEMENT_PCT)
 LOWER_IS_BETTER_UNITS = frozenset({"us", "ms", "s"})

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import fade
 from fade.errors import FadeUsageError
-from fade.measure.record import latest_records, read_records, summarize
+from fade.results import latest_records, read_records, summarize
 from fade.report.compare import (
     VERDICTS,
     Comparison,

@@ -3,7 +3,7 @@
 Training: the candidate's last loss after the checked steps must lie within the larger of
 LOSS_RELATIVE_TOLERANCE of fp32's starting loss and LOSS_ROUNDING_FACTOR x the distance that rounding alone
 moves fp32 (fp32 rerun from weights perturbed by bf16's unit roundoff). Both constants and the reasoning are
-the model bench's (fade.measure.models_case: LOSS_RELATIVE_TOLERANCE, LOSS_ROUNDING_FACTOR), so a variant the
+the model bench's (fade.measure.suites.models.case: LOSS_RELATIVE_TOLERANCE, LOSS_ROUNDING_FACTOR), so a variant the
 bench accepts, the tuner accepts too. Every loss must be finite, and so must every gradient.
 
 Inference: the candidate's outputs against fp32's from the same weights and batch, as a relative RMS error
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from fade.measure.models_case import LOSS_RELATIVE_TOLERANCE, LOSS_ROUNDING_FACTOR
+from fade.measure.suites.models.case import LOSS_RELATIVE_TOLERANCE, LOSS_ROUNDING_FACTOR
 
 # relative RMS error allowed for inference outputs, by the dtype the math ran in
 OUTPUT_TOLERANCE = {

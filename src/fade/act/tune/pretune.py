@@ -114,7 +114,7 @@ def child_main(argv=None) -> int:
 
     from fade.act.tune.trial import _checked_steps
     from fade.measure.case import synchronize
-    from fade.measure.models_case import WEIGHT_SEED
+    from fade.measure.suites.models.case import WEIGHT_SEED
     from fade.measure.zoo.workload import build_workload
 
     torch.backends.cudnn.benchmark = args.benchmark

@@ -45,8 +45,8 @@ def measure_reference(make_workload, mode: str, device: str, *, quick: bool = Fa
     """{"losses", "rounded_losses"} of fp32 from the workload `make_workload()` builds (after the weight seed)."""
     import torch
 
-    from fade.measure.models_case import ROUNDING_PERTURBATION, WEIGHT_SEED, _perturb
-    from fade.measure.models_variants import fp32_math_flags
+    from fade.measure.suites.models.case import ROUNDING_PERTURBATION, WEIGHT_SEED, _perturb
+    from fade.measure.suites.models.variants import fp32_math_flags
 
     steps = (CHECK_STEPS_QUICK if quick else CHECK_STEPS) if mode == "train" else 1
     torch.manual_seed(WEIGHT_SEED)
@@ -70,7 +70,7 @@ def tune_trial(ctx, *, model: str, mode: str, batch: int, knobs: dict, size: Opt
 def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_settings: dict, *, quick: bool = False) -> CaseResult:
     """The trial itself, on the workload `make_workload()` builds after the weight seed (in-process callers
     such as fade.tune pass their own)."""
-    from fade.measure.models_case import _gc_frozen
+    from fade.measure.suites.models.case import _gc_frozen
     from fade.measure.timing import measure
 
     prepared = prepare(make_workload, mode, knobs, device, quick=quick, reset_compiler=True)
@@ -106,7 +106,7 @@ def side_by_side(make_workload, mode: str, configs: dict, device: str, timing_se
     round_medians_s and numerics."""
     import torch
 
-    from fade.measure.models_case import _gc_frozen
+    from fade.measure.suites.models.case import _gc_frozen
     from fade.measure.timing import measure
 
     import torch._dynamo
@@ -151,7 +151,7 @@ def prepare(make_workload, mode: str, knobs: dict, device: str, *, quick: bool =
     set to models_case.TIMED_LEARNING_RATE for the timed steps."""
     import torch
 
-    from fade.measure.models_case import TIMED_LEARNING_RATE, WEIGHT_SEED
+    from fade.measure.suites.models.case import TIMED_LEARNING_RATE, WEIGHT_SEED
 
     training = mode == "train"
     torch.manual_seed(WEIGHT_SEED)
@@ -192,7 +192,7 @@ def _pinned_flags(knobs: dict):
     """The torch-flag knobs for this trial: fp32 math by precision, cudnn.benchmark, MIOpen immediate."""
     import torch
 
-    from fade.measure.models_variants import FP32_MATH, cudnn_benchmark, fp32_math_flags
+    from fade.measure.suites.models.variants import FP32_MATH, cudnn_benchmark, fp32_math_flags
 
     precision = knobs.get("precision", "default")
     matmul, conv = FP32_MATH[precision]
@@ -237,7 +237,7 @@ def _checked_steps(workload, module, knobs: dict, mode: str, device: str, steps:
     """Losses of `steps` steps from STEP_SEED; returns (losses, {"step", "optimizer", "grads_finite"})."""
     import torch
 
-    from fade.measure.models_case import STEP_SEED
+    from fade.measure.suites.models.case import STEP_SEED
 
     training = mode == "train"
     device_type = device.split(":", 1)[0]
@@ -293,7 +293,7 @@ def _output_error(reference_module, runnable, workload, knobs: dict, device: str
     from torch.utils._pytree import tree_leaves
 
     from fade.act.tune.numerics import PRECISION_MATH_DTYPE
-    from fade.measure.models_variants import fp32_math_flags
+    from fade.measure.suites.models.variants import fp32_math_flags
 
     reference_module.eval()
     with torch.inference_mode(), fp32_math_flags("ieee", "ieee"):

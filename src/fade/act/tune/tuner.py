@@ -41,7 +41,7 @@ MODES = ("train", "infer")
 
 def check_request(model: str, *, mode: str, batch: int, budget_min: float) -> None:
     """FadeUsageError (one line) for anything that cannot run anywhere."""
-    from fade.measure.models import check_request as check_models
+    from fade.measure.suites.models.suite import check_request as check_models
 
     if isinstance(budget_min, bool) or not isinstance(budget_min, (int, float)) or not budget_min > 0:
         raise FadeUsageError(f"--budget {budget_min}: the budget in minutes must be > 0")

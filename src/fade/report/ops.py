@@ -9,9 +9,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from fade.measure.ops.families import FAMILIES
-from fade.measure.ops.outcome import CLASSES
-from fade.measure.ops.results import ops_row
+from fade.analyze.ops.families import FAMILIES
+from fade.analyze.ops.outcome import CLASSES
+from fade.analyze.ops.rows import ops_row
 
 CLASS_STYLES = {
     "ok": "fade.ok",

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Optional
 
 from fade.errors import FadeUsageError
-from fade.measure.ops.curated import curated_rows_for
-from fade.measure.ops.families import family_of
-from fade.measure.ops.outcome import CLASS_OF_RUNNER_STATUS, CLASSES, claim_finding
-from fade.measure.record import latest_records, read_records
+from fade.analyze.ops.curated import curated_rows_for
+from fade.analyze.ops.families import family_of
+from fade.analyze.ops.outcome import CLASS_OF_RUNNER_STATUS, CLASSES, claim_finding
+from fade.results import latest_records, read_records
 
 SUITE = "opinfo"
 CASE_PREFIX = "opinfo/"  # case ids are "opinfo/<op id>/<dtype>"

@@ -69,7 +69,7 @@ def cmd_doctor(args) -> int:
     elif args.no_measure:
         snapshot = collect_snapshot(torch="subprocess", probe_cache=not args.fresh)
     else:
-        from fade.measure.quick import run_quick_subprocess
+        from fade.measure.suites.quick import run_quick_subprocess
 
         child = {}
 
@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("-o", "--output", metavar="FILE", help="output file (stdout if omitted)")
     snapshot.set_defaults(func=cmd_snapshot)
 
-    from fade import cli_bench, cli_guard, cli_models, cli_ops, cli_tune
+    from fade.cli import bench as cli_bench, models as cli_models, ops as cli_ops, tune as cli_tune, watch as cli_guard
 
     cli_bench.add_verbs(verbs)
     cli_models.add_verbs(verbs)

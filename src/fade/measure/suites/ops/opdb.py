@@ -53,7 +53,7 @@ def load_ops() -> dict:
     except ModuleNotFoundError as error:
         hint = "; install it: pip install expecttest" if error.name == "expecttest" else ""
         raise OpDbUnavailable(f"torch's OpInfo database needs the {error.name!r} package{hint}") from None
-    from fade.measure.ops.sized import SIZED_PROBES
+    from fade.measure.suites.ops.sized import SIZED_PROBES
 
     if first_import:
         gc.freeze()  # op_db is ~450k long-lived objects: keep them out of every later gc.collect (0.2 s each)
@@ -105,7 +105,7 @@ def compare_policy(op, op_id_text: str, device_type: str, dtype) -> ComparePolic
     dtype, means the OpInfo authors know it misbehaves: compared, and a mismatch is marked known.
     Conditional skips (skipCUDAIfNoMagma, ...) are about the build, not the values, and are ignored.
     """
-    from fade.measure.ops.outcome import not_compared_reason
+    from fade.analyze.ops.outcome import not_compared_reason
 
     reason = not_compared_reason(op_id_text)
     if reason is None and getattr(op, "has_nondeterministic_output", False):

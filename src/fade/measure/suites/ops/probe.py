@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Optional
 
 from fade.measure.case import CaseResult, fp32_math, synchronize
-from fade.measure.ops import opdb
-from fade.measure.ops.closeness import compare_outputs
-from fade.measure.ops.curated import curated_rows_for
-from fade.measure.ops.families import family_of
-from fade.measure.ops.outcome import class_of_exception, slow_reason, worst_sample_class
-from fade.measure.ops.sized import SizedProbe
+from fade.measure.suites.ops import opdb
+from fade.measure.suites.ops.closeness import compare_outputs
+from fade.analyze.ops.curated import curated_rows_for
+from fade.analyze.ops.families import family_of
+from fade.analyze.ops.outcome import class_of_exception, slow_reason, worst_sample_class
+from fade.measure.suites.ops.sized import SizedProbe
 
 SEED = 0  # torch.manual_seed before a sized probe's inputs are made (OpInfo samples use OpInfo's own SEED)
 DEFAULT_SAMPLES = 3  # samples per op × dtype; the first ones are the plainest (OpInfo lists them first)

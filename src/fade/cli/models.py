@@ -1,6 +1,6 @@
-"""`fade bench models`, `fade compare` and `fade report`: thin shells over fade.measure.models and fade.report.
+"""`fade bench models`, `fade compare` and `fade report`: thin shells over fade.measure.suites.models.suite and fade.report.
 
-fade.cli_bench registers `bench models` through `add_bench_models`; fade.cli registers `compare` and
+fade.cli.bench registers `bench models` through `add_bench_models`; fade.cli registers `compare` and
 `report` through `add_verbs`. Exit codes are fade.errors.ExitCode: a results file with corrupt lines is
 still read and rendered, each bad line is reported as `file:LINE: reason` on stderr, and the verb exits 2.
 """
@@ -54,7 +54,7 @@ def _report_problems(problems) -> None:
 
 # -- fade bench models ------------------------------------------------------------------------------------
 def cmd_bench_models(args) -> int:
-    from fade.measure.models import run_models
+    from fade.measure.suites.models.suite import run_models
     from fade.report.compare import compare_sets, render_terminal, result_sets
     from fade.report.console import make_console, render_bench_summary
 
@@ -98,7 +98,7 @@ def cmd_bench_models(args) -> int:
 def _model_rows(records: list) -> list:
     """record.summarize's rows, with a model record's % of peak and its TFLOP/s, peak memory and plain-loop
     difference in the note (they live in `extra` for this suite)."""
-    from fade.measure.record import summarize
+    from fade.results import summarize
 
     extras = {record["case_id"]: record.get("extra") or {} for record in records}
     rows = summarize(records)
@@ -124,7 +124,7 @@ def _model_rows(records: list) -> list:
 
 def add_bench_models(suites) -> None:
     """Register `fade bench models` under the `bench` verb's sub-parsers."""
-    from fade.measure.models import DEFAULT_BATCH, DEFAULT_VARIANTS, QUICK_BATCH, QUICK_VARIANTS
+    from fade.measure.suites.models.suite import DEFAULT_BATCH, DEFAULT_VARIANTS, QUICK_BATCH, QUICK_VARIANTS
 
     models = suites.add_parser(
         "models",

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-from fade.measure.ops.curated import CURATED
+from fade.analyze.ops.curated import CURATED
 
 OP_ROWS = frozenset(row.name for row in CURATED if row.ops)  # curated rows that name ops (not a dtype)
-from fade.measure.ops.families import FAMILIES
-from fade.measure.ops.outcome import CLASSES, FAILS, RUNS, WORKS
-from fade.measure.ops.results import load_ops_file
+from fade.analyze.ops.families import FAMILIES
+from fade.analyze.ops.outcome import CLASSES, FAILS, RUNS, WORKS
+from fade.analyze.ops.rows import load_ops_file
 
 # A speed ratio is listed when one side takes >= GAP_SPEED_RATIO times the other's time on the same sample
 # (same sample index and input bytes) and the slower side takes >= GAP_MIN_SLOWER_S: below that both are

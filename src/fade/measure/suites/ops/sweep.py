@@ -17,14 +17,14 @@ from typing import Callable, Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext
-from fade.measure.micro import check_output_path, split_patterns
-from fade.measure.micro import matches as matches_glob_or_substring
-from fade.measure.ops.curated import is_always_swept
-from fade.measure.ops.gap import sweep_summary
-from fade.measure.ops.results import SUITE, case_id, load_ops_file
+from fade.measure.suites.micro.suite import check_output_path, split_patterns
+from fade.measure.suites.micro.suite import matches as matches_glob_or_substring
+from fade.analyze.ops.curated import is_always_swept
+from fade.analyze.ops.gap import sweep_summary
+from fade.analyze.ops.rows import SUITE, case_id, load_ops_file
 from fade.measure.runner import InProcessExecutor, IsolatedExecutor, RunSummary, new_run_id, run_cases
 
-PROBE_MODULE = "fade.measure.ops.probe"
+PROBE_MODULE = "fade.measure.suites.ops.probe"
 DEFAULT_DTYPES = ("float32", "float16", "bfloat16", "int64")  # the sweep: 3 floats and the index int
 DEFAULT_SAMPLES = 3  # per op × dtype: the whole op_db in 4 dtypes fits 10 minutes on one H100
 KNOWN_DTYPES = (
@@ -273,7 +273,7 @@ def run_ops_sweep(
         executor.close()
         raise
     cases = build_cases(selected, dtype_names, samples=samples, inject=inject)
-    from fade.measure.ops.render import SweepProgress
+    from fade.report.ops import SweepProgress
 
     progress = SweepProgress(console, show_progress, total=len(cases), device=session["device"])
     warming.on_record = progress.record

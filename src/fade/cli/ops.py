@@ -1,5 +1,5 @@
 """`fade ops` (sweep every OpInfo op × dtype on a device against the CPU) and `fade ops compare A B` (the gap
-table between two sweeps): thin shells over fade.measure.ops.
+table between two sweeps): thin shells over fade.measure.suites.ops.
 
 Exit codes (fade.errors.ExitCode): 0 the sweep or comparison completed, whatever it found (findings are
 the data); 2 bad usage or input file; 3 this machine cannot sweep (op_db not importable); 130 interrupted.
@@ -55,9 +55,9 @@ def add_verbs(verbs) -> None:
 
 
 def cmd_ops(args) -> int:
-    from fade.measure.ops import OpsCannotRun, run_ops_sweep
-    from fade.measure.ops.render import render_sweep
-    from fade.measure.ops.sweep import DEFAULT_SAMPLES
+    from fade.measure.suites.ops import OpsCannotRun, run_ops_sweep
+    from fade.report.ops import render_sweep
+    from fade.measure.suites.ops.sweep import DEFAULT_SAMPLES
     from fade.report.console import make_console
 
     console = make_console(stderr=True)
@@ -87,8 +87,8 @@ def cmd_ops(args) -> int:
 
 
 def cmd_ops_compare(args) -> int:
-    from fade.measure.ops import compare_ops
-    from fade.measure.ops.render import render_gap
+    from fade.measure.suites.ops import compare_ops
+    from fade.report.ops import render_gap
     from fade.report.console import make_console
 
     gap = compare_ops(args.a, args.b)

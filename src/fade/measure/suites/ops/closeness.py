@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from fade.measure.ops.opdb import COMPARE_CPU_TOLERANCE
+from fade.measure.suites.ops.opdb import COMPARE_CPU_TOLERANCE
 
 
 @dataclass

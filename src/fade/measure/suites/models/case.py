@@ -94,7 +94,7 @@ from typing import Optional
 
 from fade.measure.case import CaseResult, CaseSkipped
 from fade.measure import timing as engine
-from fade.measure.models_variants import (
+from fade.measure.suites.models.variants import (
     CUDNN_BENCHMARK,
     Variant,
     cudnn_benchmark,

@@ -1,4 +1,4 @@
-"""`fade bench micro`: a thin shell over fade.measure.micro.run_micro; `fade bench models` registers beside it."""
+"""`fade bench micro`: a thin shell over fade.measure.suites.micro.suite.run_micro; `fade bench models` registers beside it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from fade.errors import ExitCode, FadeUsageError
 
 
 def cmd_bench_micro(args) -> int:
-    from fade.measure.micro import run_micro
-    from fade.measure.record import summarize
+    from fade.measure.suites.micro.suite import run_micro
+    from fade.results import summarize
     from fade.report.console import make_console, render_bench_summary
 
     console = make_console()
@@ -55,6 +55,6 @@ def add_verbs(verbs) -> None:
     micro.add_argument("--plot", action="store_true", help="write PNG plots next to FILE")
     micro.add_argument("--timeout", type=_positive_float, metavar="S", help="per-case timeout in seconds")
     micro.set_defaults(func=cmd_bench_micro)
-    from fade import cli_models
+    from fade.cli import models as cli_models
 
     cli_models.add_bench_models(suites)

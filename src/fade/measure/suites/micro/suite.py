@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import GEMM_DTYPES, Case
-from fade.measure.record import read_records
+from fade.results import read_records
 from fade.measure.runner import CASE_TIMEOUT_S, InProcessExecutor, IsolatedExecutor, RunSummary, run_cases
 
 SUITE = "micro"
@@ -172,7 +172,7 @@ def build_catalog(device: str, *, quick: bool) -> list:
     sustained = SUSTAINED_TIMING if device_type != "cpu" and not quick else None
 
     def add(case_id: str, module: str, function: str, params: dict, *, dtype=None, needs_gpu=False, timing=None) -> None:
-        module = f"fade.measure.{module}"
+        module = f"fade.measure.suites.micro.{module}"
         cases.append(Case(case_id, SUITE, module, function, params, dtype=dtype, needs_gpu=needs_gpu, timing=timing))
 
     shapes = {f"square{size}": (size, size, size) for size in plan.gemm_squares}
@@ -183,12 +183,12 @@ def build_catalog(device: str, *, quick: bool) -> list:
                 continue
             params = {"m": m, "n": n, "k": k, "dtype": dtype, "shape": shape}
             timing = sustained if 2 * m * n * k >= SUSTAINED_MIN_FLOP else None
-            add(f"gemm/{dtype}/{m}x{n}x{k}", "cases_gemm", "gemm", params, dtype=dtype, timing=timing)
+            add(f"gemm/{dtype}/{m}x{n}x{k}", "gemm", "gemm", params, dtype=dtype, timing=timing)
 
     for op in STREAM_OPS:
         for array_bytes in plan.stream_array_bytes:
             params = {"op": op, "elements": array_bytes // 4, "dtype": "fp32"}
-            add(f"memory/{op}/{size_label(array_bytes)}", "cases_memory", "stream", params)
+            add(f"memory/{op}/{size_label(array_bytes)}", "memory", "stream", params)
 
     for direction in ("h2d", "d2h"):
         for memory in ("pinned", "pageable"):
@@ -196,7 +196,7 @@ def build_catalog(device: str, *, quick: bool) -> list:
                 params = {"direction": direction, "memory": memory, "nbytes": nbytes}
                 case_id = f"transfer/{direction}/{memory}/{size_label(nbytes)}"
                 timing = sustained if memory == "pinned" and nbytes >= 256 * MiB else None
-                add(case_id, "cases_memory", "transfer", params, needs_gpu=True, timing=timing)
+                add(case_id, "memory", "transfer", params, needs_gpu=True, timing=timing)
 
     launch_modes = ["eager"]
     if device_type == "cuda":
@@ -204,7 +204,7 @@ def build_catalog(device: str, *, quick: bool) -> list:
     if device_type != "cpu":
         launch_modes.append("sync")
     for mode in launch_modes:
-        add(f"launch/{mode}", "cases_memory", "launch", {"mode": mode})
+        add(f"launch/{mode}", "memory", "launch", {"mode": mode})
 
     for dtype in plan.conv_dtypes:
         for layout in CONV_LAYOUTS:
@@ -216,7 +216,7 @@ def build_catalog(device: str, *, quick: bool) -> list:
                         "stride": stride, "padding": padding, "dtype": dtype, "layout": layout, "direction": direction,
                     }  # fmt: skip
                     case_id = f"conv/{dtype}/{layout}/{direction}/{layer}/n{plan.conv_batch}"
-                    add(case_id, "cases_conv", "conv", params, dtype=dtype)
+                    add(case_id, "conv", "conv", params, dtype=dtype)
 
     shape_label = "b{batch}h{heads}s{seq}d{head_dim}".format(**plan.sdpa_shape)
     for dtype in plan.sdpa_dtypes:
@@ -224,17 +224,17 @@ def build_catalog(device: str, *, quick: bool) -> list:
             for backend in plan.sdpa_backends:
                 params = {**plan.sdpa_shape, "dtype": dtype, "backend": backend, "causal": causal}
                 case_id = f"sdpa/{dtype}/{backend}/{shape_label}" + ("-causal" if causal else "")
-                add(case_id, "cases_attention", "sdpa", params, dtype=dtype, timing=sustained)  # ~1 TFLOP per call
+                add(case_id, "attention", "sdpa", params, dtype=dtype, timing=sustained)  # ~1 TFLOP per call
 
     for op in NORM_OPS:
         for dtype in plan.norm_dtypes:
             for rows, cols in plan.norm_shapes:
                 params = {"op": op, "rows": rows, "cols": cols, "dtype": dtype}
-                add(f"norm/{op}/{dtype}/{rows}x{cols}", "cases_norm", "norm", params, dtype=dtype)
+                add(f"norm/{op}/{dtype}/{rows}x{cols}", "norm", "norm", params, dtype=dtype)
 
     for size in plan.cpu_vs_gpu_sizes:
         params = {"n": size, "dtype": "fp32"}
-        add(f"cpu_vs_gpu/fp32/{size}x{size}x{size}", "cases_gemm", "cpu_vs_gpu", params, dtype="fp32", needs_gpu=True)
+        add(f"cpu_vs_gpu/fp32/{size}x{size}x{size}", "gemm", "cpu_vs_gpu", params, dtype="fp32", needs_gpu=True)
     return cases
 
 

@@ -37,7 +37,7 @@ def add_verbs(verbs) -> None:
 
 def cmd_watch(args) -> int:
     from fade.guard.process import parse_command, run_watched
-    from fade.guard.render import print_summary
+    from fade.report.guard import print_summary
 
     command = args.command
     if not command or command[0] != "--":

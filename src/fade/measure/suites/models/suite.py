@@ -14,8 +14,8 @@ from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case
-from fade.measure.micro import check_output_path
-from fade.measure.models_variants import Variant, parse_variants
+from fade.measure.suites.micro.suite import check_output_path
+from fade.measure.suites.models.variants import Variant, parse_variants
 from fade.measure.runner import InProcessExecutor, IsolatedExecutor, RunSummary, new_run_id, run_cases
 from fade.measure.zoo import SEED_NETWORKS, ZOO
 from fade.measure.zoo.workload import import_function, is_user_spec
@@ -104,7 +104,7 @@ def build_cases(
                 params = {"model": model, "mode": mode, "variant": variant.name, "batch": batch, "size": size}
                 if validate:
                     params["validate"] = True
-                cases.append(Case(case_id(model, mode, variant, batch, size), SUITE, "fade.measure.models_case", "model_case", params))
+                cases.append(Case(case_id(model, mode, variant, batch, size), SUITE, "fade.measure.suites.models.case", "model_case", params))
     return cases
 
 

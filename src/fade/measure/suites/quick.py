@@ -4,7 +4,7 @@ A few seconds per device, so `fade doctor` can say "this GPU reaches N% of its p
 right". Method: random inputs (never zeros), warm-up calls first (the first BLAS call in a process loads
 kernels: rocBLAS#1270, so a cold call would be 10-100× slower), then the median of timed calls with
 device events (CPU: perf_counter). Full-strength timing lives in `fade bench`; this is the triage view.
-Runs in a child process (`python -m fade.measure.quick`) so a crashing or hanging driver cannot take
+Runs in a child process (`python -m fade.measure.suites.quick`) so a crashing or hanging driver cannot take
 the doctor down.
 
 Self-test (amd-pitfalls I-22): rocBLAS on gfx1201 returned wrong fp32 results once the grid's y
@@ -133,7 +133,7 @@ def run_quick_subprocess(devices: list[str] | None = None, timeout_s: float = QU
     with_probe: the same child first probes torch (result under "torch"), so the doctor imports
     torch and starts the GPU runtime once instead of twice.
     """
-    argv = [sys.executable, "-m", "fade.measure.quick", *(["--probe"] if with_probe else []), *(devices or [])]
+    argv = [sys.executable, "-m", "fade.measure.suites.quick", *(["--probe"] if with_probe else []), *(devices or [])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
         stdout, failure = proc.stdout, None
