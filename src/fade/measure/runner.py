@@ -269,9 +269,7 @@ class IsolatedExecutor:
 
     # -- internals ---------------------------------------------------------------------------------
     def _spawn(self) -> None:
-        import fade
-
-        package_root = str(Path(fade.__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])  # the directory holding the `fade` package
         environment = dict(os.environ)
         environment["PYTHONPATH"] = os.pathsep.join(
             [package_root] + [entry for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry]

@@ -108,7 +108,7 @@ def _available(module) -> bool:
 def device_truth_and_peaks(device: str):
     """(the record's `device` dict, peaks dict or None). Never raises: a failure leaves {"error": ...}.
 
-    GPU peaks come from `fade.device_truth(index).peaks` (the doctor's spec table). The CPU has no peak.
+    GPU peaks come from `fade.act.patches.device_truth(index).peaks` (the doctor's spec table). The CPU has no peak.
     """
     device_type, _, index_text = device.partition(":")
     if device_type == "cpu":
@@ -117,9 +117,9 @@ def device_truth_and_peaks(device: str):
     info: dict = {}
     peaks = None
     try:
-        import fade
+        from fade.act.patches import device_truth
 
-        truth = fade.device_truth(index)
+        truth = device_truth(index)
         info = dict(truth.to_dict())
         peaks = peaks_to_dict(truth.peaks)
     except Exception as error:  # device truth is the lead's module; measuring goes on without it

@@ -1,0 +1,53 @@
+"""The layer contract (tests/layers.py) holds for src/fade, and the checker catches each kind of violation."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.layers import check_tree
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def test_the_package_keeps_its_layers():
+    violations = check_tree(SRC)
+    assert not violations, "layer contract broken:\n" + "\n".join(map(str, violations))
+
+
+def _plant(tmp_path, files: dict) -> Path:
+    for name, text in {"fade/__init__.py": "__version__ = '0'\n", **files}.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "files, expected",
+    [
+        ({"fade/analyze/x.py": "def f():\n    import torch\n"}, "fade.analyze imports torch"),
+        ({"fade/report/x.py": "from fade.measure.timing import measure\n", "fade/measure/timing.py": ""},
+         "fade.report imports fade.measure.timing"),
+        ({"fade/measure/x.py": "from fade.report import console\n", "fade/report/console.py": ""},
+         "fade.measure imports fade.report"),
+        ({"fade/guard/x.py": "import fade.cli\n", "fade/cli/__init__.py": ""}, "fade.guard imports fade.cli"),
+        ({"fade/collect/x.py": "from fade import device_truth\n"}, "imports the facade: fade.device_truth"),
+        ({"fade/collect/x.py": "import fade\nfade.tune()\n"}, "uses the facade: fade.tune"),
+        ({"fade/act/x.py": "from fade.measure.y import _helper\n", "fade/measure/y.py": ""},
+         "imports fade.measure.y._helper, a private name"),
+        ({"fade/act/x.py": "from fade.measure import y\ny._helper()\n", "fade/measure/y.py": ""},
+         "uses fade.measure.y._helper, a private name"),
+        ({"fade/measure/x.py": "def f():\n    print('hi')\n"}, "calls print()"),
+    ],
+)
+def test_a_planted_violation_is_reported(tmp_path, files, expected):
+    violations = [str(v) for v in check_tree(_plant(tmp_path, files))]
+    assert any(expected in v for v in violations), violations
+
+
+def test_reading_the_version_and_the_cli_printing_are_allowed(tmp_path):
+    files = {
+        "fade/results.py": "from fade import __version__\nimport fade\nv = fade.__version__\n",
+        "fade/cli/__init__.py": "import fade\nprint(fade.tune)\n",
+    }
+    assert check_tree(_plant(tmp_path, files)) == []
