@@ -38,7 +38,8 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from fade.measure.suites.models.suite import run_models
 from fade.results import latest_records, read_records
 from fade.measure.runner import new_run_id
-from fade.report.compare import compare_sets, format_value, render_markdown, result_sets
+from fade.analyze.compare import compare_sets, result_sets
+from fade.report.compare import format_value, render_markdown
 
 NETWORKS = ("alexnet", "resnet18", "resnet50", "vgg16", "mobilenet_v2")
 EAGER_VARIANTS = ("fp32", "default", "tf32", "amp-bf16+channels-last")

@@ -3,7 +3,8 @@
 import pytest
 
 from fade.errors import FadeUsageError
-from fade.report.compare import NOISE_FLOOR_PCT, compare_files, render_markdown
+from fade.analyze.compare import NOISE_FLOOR_PCT, compare_files
+from fade.report.compare import render_markdown
 
 from .records import model_record, record, write_jsonl
 

@@ -55,7 +55,8 @@ def _report_problems(problems) -> None:
 # -- fade bench models ------------------------------------------------------------------------------------
 def cmd_bench_models(args) -> int:
     from fade.measure.suites.models.suite import run_models
-    from fade.report.compare import compare_sets, render_terminal, result_sets
+    from fade.analyze.compare import compare_sets, result_sets
+    from fade.report.compare import render_terminal
     from fade.report.console import make_console, render_bench_summary
 
     console = make_console()
@@ -159,7 +160,8 @@ def add_bench_models(suites) -> None:
 
 # -- fade compare -----------------------------------------------------------------------------------------
 def cmd_compare(args) -> int:
-    from fade.report.compare import compare_files, render_markdown, render_terminal
+    from fade.analyze.compare import compare_files
+    from fade.report.compare import render_markdown, render_terminal
     from fade.report.console import make_console
 
     comparison = compare_files(args.files, baseline=args.baseline, fail_under=args.fail_under, by=args.by)

@@ -21,17 +21,8 @@ from typing import Optional, Sequence
 import fade
 from fade.errors import FadeUsageError
 from fade.results import latest_records, read_records, summarize
-from fade.report.compare import (
-    VERDICTS,
-    Comparison,
-    cell_text,
-    column_title,
-    compare_sets,
-    footer_lines,
-    format_value,
-    result_sets,
-    row_and_column,
-)
+from fade.analyze.compare import VERDICTS, Comparison, compare_sets, result_sets, row_and_column
+from fade.report.compare import cell_text, column_title, footer_lines, format_value
 
 FIGURE_DPI = 100
 MODEL_PANEL_INCHES = (6.0, 2.6)  # one network, one mode: a bar per variant

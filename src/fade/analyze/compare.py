@@ -1,0 +1,266 @@
+"""Side-by-side comparison of result sets (the computation; fade.report.compare renders it), matched by case, as % of a baseline (dlprimitives' layout:
+rows = networks or cases, columns = train/infer per result set), with noise and regression flags.
+
+Reads result records only. A result set is one results file (or, with `by="variant"`, one model-bench
+variant of a file). Each set keeps the latest record per case. Cells are matched on the row and column
+keys below, never on position.
+
+Rows and columns: a model-bench record (suite "models") is row "<network> <variant> b<batch>" and column
+"<set> <mode>"; with by="variant" the variant moves from the row to the set. Any other record is row
+`case_id`, one column per set.
+
+% of baseline is the speed ratio, so > 100 is faster whatever the unit: value / baseline for rates
+(TFLOP/s, GB/s, samples/s, x), baseline / value for latencies (us). A difference is "within noise" when
+|% - 100| <= the noise band: half the relative IQR of each side added, at least NOISE_FLOOR_PCT. A cell
+outside the band below the baseline is "slower"; with `fail_under`, a cell below that % and outside the
+band, or a case that ran in the baseline and failed here, is a regression (`fade compare` exits 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from fade.errors import FadeUsageError
+from fade.results import FAILED_STATUSES, latest_records, read_records
+
+NOISE_FLOOR_PCT = 3.0  # FADE's run-to-run agreement bar (benchmarks/validate_timing.py AGREEMENT_PCT)
+LOWER_IS_BETTER_UNITS = frozenset({"us", "ms", "s"})
+VERDICTS = {
+    "baseline": "the baseline itself",
+    "same": "within the noise band of the baseline",
+    "faster": "faster than the baseline, outside the noise band",
+    "slower": "slower than the baseline, outside the noise band",
+    "regression": "slower than --fail-under and outside the noise band, or failed where the baseline ran",
+    "failed": "this case did not produce a figure (status shown)",
+    "no-baseline": "the baseline has no figure for this case",
+    "missing": "this set has no record of the case",
+}
+
+
+@dataclass
+class ResultSet:
+    label: str
+    source: str
+    records: dict = field(default_factory=dict)  # (row, column) -> record
+
+
+@dataclass
+class Cell:
+    status: str  # the record's status, or "missing"
+    value: Optional[float] = None
+    unit: Optional[str] = None
+    pct_of_baseline: Optional[float] = None
+    noise_band_pct: Optional[float] = None
+    verdict: str = "missing"
+    noisy: bool = False  # the record's own CoV is above its noisy threshold
+    note: Optional[str] = None  # error, skip reason or the FADE-vs-plain-loop difference
+
+
+@dataclass
+class Comparison:
+    """One report model: rendered to a terminal, Markdown, JSON and HTML."""
+
+    sets: list  # labels, baseline first
+    baseline: str
+    columns: list  # [set, sub] pairs; sub is "train"/"infer" for models, "" otherwise
+    rows: list  # {"row": label, "cells": [Cell per column]}
+    units: list  # distinct units seen
+    noise_floor_pct: float = NOISE_FLOOR_PCT
+    fail_under: Optional[float] = None
+    regressions: list = field(default_factory=list)  # "row / set column: why"
+    problems: list = field(default_factory=list)  # unreadable lines: "file:LINE: reason"
+    by: str = "file"
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["verdicts"] = dict(VERDICTS)
+        return data
+
+
+def load_result_sets(paths: Sequence, *, by: str = "file", suite: Optional[str] = None) -> tuple:
+    """(result sets, problems): read `paths` and group them with `result_sets`. FadeUsageError for an
+    unreadable file."""
+    if not paths:
+        raise FadeUsageError("compare needs at least one results file")
+    files: list = []
+    problems: list = []
+    for path in paths:
+        found = read_records(path)
+        problems.extend(found.problems)
+        files.append((path, found.records))
+    return result_sets(files, by=by, suite=suite), problems
+
+
+def result_sets(files: Sequence, *, by: str = "file", suite: Optional[str] = None) -> list:
+    """Result sets from (path, records) pairs. `by` is "file" (one set per file and device) or "variant"
+    (one per model-bench variant per file); `suite` keeps only that suite's records. A set holds the latest
+    record per case. FadeUsageError for an unknown `by`."""
+    if by not in ("file", "variant"):
+        raise FadeUsageError(f"--by {by!r}: use file or variant")
+    sets: dict = {}
+    labels = _file_labels([path for path, _ in files])
+    for (path, file_records), file_label in zip(files, labels):
+        records = [record for record in latest_records(file_records) if suite is None or record.get("suite") == suite]
+        devices = sorted({str(record.get("torch_device")) for record in records})
+        for record in records:
+            label = file_label
+            if len(devices) > 1:
+                label += f" [{record.get('torch_device')}]"
+            if by == "variant":
+                variant = _models_params(record).get("variant")
+                if variant is None:
+                    continue
+                label = variant if len(files) == 1 else f"{label} {variant}"
+            result_set = sets.setdefault(label, ResultSet(label, str(path)))
+            result_set.records[row_and_column(record, by)] = record
+    return list(sets.values())
+
+
+def _file_labels(paths: Sequence) -> list:
+    """File names, or paths where two files share a name."""
+    names = [Path(path).name for path in paths]
+    if len(set(names)) == len(names):
+        return names
+    return [str(path) for path in paths]
+
+
+def _models_params(record: dict) -> dict:
+    return (record.get("params") or {}) if record.get("suite") == "models" else {}
+
+
+def row_and_column(record: dict, by: str = "file") -> tuple:
+    """(row label, column sub-label) of a record; see the module docstring."""
+    params = _models_params(record)
+    if not params:
+        return str(record.get("case_id")), ""
+    case_id = str(record.get("case_id"))
+    size_suffix = case_id.rsplit("/", 1)[-1]  # "b64" or "b2-64px"
+    variant = "" if by == "variant" else f" {params.get('variant')}"
+    return f"{params.get('model')}{variant} {size_suffix}", str(params.get("mode"))
+
+
+def compare_sets(
+    sets: Sequence[ResultSet],
+    *,
+    baseline: Optional[str] = None,
+    fail_under: Optional[float] = None,
+    problems: Sequence[str] = (),
+    by: str = "file",
+) -> Comparison:
+    """Lay `sets` side by side against `baseline` (a set label, or a file path/name; default: the first)."""
+    if not sets:
+        raise FadeUsageError("no records to compare: the files hold no readable record")
+    if fail_under is not None and not 0 < fail_under <= 1000:
+        raise FadeUsageError(f"--fail-under {fail_under}: give a percentage of the baseline, such as 95")
+    ordered = list(sets)
+    if baseline is not None:
+        chosen = _find_set(ordered, baseline)
+        ordered.remove(chosen)
+        ordered.insert(0, chosen)
+    base = ordered[0]
+    row_order: dict = {}
+    subs: dict = {}
+    for result_set in ordered:
+        for row, sub in result_set.records:
+            row_order.setdefault(row, None)
+            subs.setdefault(sub, None)
+    sub_order = [sub for sub in ("train", "infer", "") if sub in subs] + [sub for sub in subs if sub not in ("train", "infer", "")]
+    columns = [[result_set.label, sub] for result_set in ordered for sub in sub_order]
+    comparison = Comparison(
+        sets=[result_set.label for result_set in ordered], baseline=base.label, columns=columns, rows=[],
+        units=[], fail_under=fail_under, problems=list(problems), by=by,
+    )  # fmt: skip
+    units: dict = {}
+    for row in row_order:
+        cells = []
+        for result_set in ordered:
+            for sub in sub_order:
+                record = result_set.records.get((row, sub))
+                base_record = base.records.get((row, sub))
+                cell = _cell(record, base_record, is_baseline=result_set is base, fail_under=fail_under)
+                if cell.unit:
+                    units.setdefault(cell.unit, None)
+                if cell.verdict == "regression":
+                    column = f"{result_set.label} {sub}".strip()
+                    why = f"{cell.pct_of_baseline:.1f}% of baseline" if cell.pct_of_baseline is not None else f"status {cell.status}"
+                    comparison.regressions.append(f"{row} / {column}: {why}")
+                cells.append(cell)
+        if any(cell.status != "missing" for cell in cells):
+            comparison.rows.append({"row": row, "cells": cells})
+    comparison.units = list(units)
+    return comparison
+
+
+def _find_set(sets: list, wanted: str) -> ResultSet:
+    for result_set in sets:
+        if wanted in (result_set.label, result_set.source, Path(result_set.source).name):
+            return result_set
+    labels = ", ".join(result_set.label for result_set in sets)
+    raise FadeUsageError(f"--baseline {wanted!r} is none of the result sets ({labels})")
+
+
+def _cell(record: Optional[dict], base: Optional[dict], *, is_baseline: bool, fail_under: Optional[float]) -> Cell:
+    if record is None:
+        return Cell(status="missing")
+    status = str(record.get("status"))
+    stats = record.get("stats") or {}
+    cell = Cell(status=status, value=record.get("value"), unit=record.get("unit"), noisy=bool(stats.get("noisy")))
+    cell.note = _note(record)
+    if status != "ok" or cell.value is None:
+        base_ran = base is not None and base.get("status") == "ok"
+        failed_here = status in FAILED_STATUSES
+        cell.verdict = "regression" if (fail_under is not None and base_ran and failed_here and not is_baseline) else "failed"
+        return cell
+    if is_baseline:
+        cell.verdict = "baseline"
+        cell.pct_of_baseline = 100.0
+        return cell
+    if base is None or base.get("status") != "ok" or not base.get("value") or base.get("unit") != cell.unit:
+        cell.verdict = "no-baseline"
+        return cell
+    if cell.unit in LOWER_IS_BETTER_UNITS:
+        cell.pct_of_baseline = 100.0 * base["value"] / cell.value
+    else:
+        cell.pct_of_baseline = 100.0 * cell.value / base["value"]
+    cell.noise_band_pct = max(NOISE_FLOOR_PCT, 50.0 * (_relative_iqr(record) + _relative_iqr(base)))
+    cell.noisy = cell.noisy or bool((base.get("stats") or {}).get("noisy"))
+    difference = cell.pct_of_baseline - 100.0
+    if abs(difference) <= cell.noise_band_pct:
+        cell.verdict = "same"
+    elif difference > 0:
+        cell.verdict = "faster"
+    elif fail_under is not None and cell.pct_of_baseline < fail_under:
+        cell.verdict = "regression"
+    else:
+        cell.verdict = "slower"
+    return cell
+
+
+def _relative_iqr(record: dict) -> float:
+    stats = record.get("stats") or {}
+    median, iqr = stats.get("median_s"), stats.get("iqr_s")
+    return iqr / median if median and iqr is not None else 0.0
+
+
+def _note(record: dict) -> Optional[str]:
+    if record.get("error"):
+        return str(record["error"])
+    plain = (record.get("extra") or {}).get("plain_loop")
+    if plain and plain.get("fade_vs_plain_pct") is not None:
+        return f"plain loop {plain['fade_vs_plain_pct']:+.1f}%"
+    return None
+
+
+def compare_files(
+    paths: Sequence,
+    *,
+    baseline: Optional[str] = None,
+    fail_under: Optional[float] = None,
+    by: str = "file",
+    suite: Optional[str] = None,
+) -> Comparison:
+    """The common case in one call: read `paths`, compare. Unreadable lines end up in `.problems`."""
+    sets, problems = load_result_sets(paths, by=by, suite=suite)
+    return compare_sets(sets, baseline=baseline, fail_under=fail_under, problems=problems, by=by)
