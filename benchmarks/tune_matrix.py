@@ -4,7 +4,7 @@ one worker.
 
     python benchmarks/tune_matrix.py OUT_DIR MODEL[,MODEL...] [--device cuda] [--mode train,infer] [--batch 64] [--budget 5]
     python benchmarks/tune_matrix.py OUT_DIR --table      # after all calls: OUT_DIR/tune-table.md
-    python benchmarks/tune_matrix.py /tmp/t resnet18 --device cpu --size 32 --batch 2 --budget 0.5   # smoke test
+    python benchmarks/tune_matrix.py /tmp/t resnet18 --device cpu --size 32 --batch 2   # smoke test (the help text of --device)
 
 Per model and mode: `run_tune` (the search, with its own final check), then one side-by-side trial
 (trial.side_by_side): every side built and compiled once, then COMPARE_ROUNDS rounds, each side timed once
