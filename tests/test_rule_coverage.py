@@ -216,7 +216,8 @@ def test_every_rule_has_a_firing_and_a_quiet_case():
     assert sorted(QUIET) == RULE_IDS, "add a QUIET case for each new rule (and drop ones for removed rules)"
 
 
-@pytest.mark.parametrize("case", [*FIRES.values(), *QUIET.values()], ids=lambda c: c.fixture)
+@pytest.mark.parametrize("case", [*FIRES.values(), *QUIET.values()],
+                         ids=[*(f"{rule}-fires" for rule in FIRES), *(f"{rule}-quiet" for rule in QUIET)])
 def test_a_changed_fixture_says_why_and_every_file_cites_its_source(case):
     assert bool(case.why) == bool(case.changes or case.measurement_changes), "changes need a why, and only they"
     assert _load(case.fixture + ".json", "snapshots")["source"]
