@@ -1,5 +1,6 @@
 # make run   install, then `fade doctor` and a quick benchmark on whatever device is here
 # make test  install the test dependencies, then run the test suite
+# make clean remove what install and test made (.venv, *.egg-info, build/, caches); never results/
 PYTHON ?= python3
 VENV ?= .venv
 # Used only when no torch is importable. A ROCm or CUDA torch that is already installed is kept:
@@ -24,5 +25,8 @@ run: install
 test: install
 	$(PY) -m pytest
 
+# Only what install and test made. Never results/: it holds tracked evidence (docs/results.md).
 clean:
-	rm -rf $(VENV) results
+	rm -rf $(VENV) build .pytest_cache .hypothesis
+	find . -name '*.egg-info' -prune -not -path './.git/*' -exec rm -rf {} +
+	find . -name __pycache__ -type d -prune -not -path './.git/*' -exec rm -rf {} +

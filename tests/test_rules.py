@@ -72,3 +72,61 @@ def test_duplicate_ids_are_rejected(tmp_path):
     path.write_text(row + row)
     with pytest.raises(RuleError, match="duplicate rule id ABC001"):
         load_rules(path)
+
+
+def _rule_file(tmp_path, when: str, title: str = "t") -> str:
+    path = tmp_path / "mine.toml"
+    path.write_text(f'[[rule]]\nid = "ABC001"\nseverity = "warn"\nscope = "system"\ntitle = "{title}"\n'
+                    f'explain = "e"\nfix = "f"\nsource = "s"\nwhen = {when}\n')
+    return str(path)
+
+
+@pytest.mark.parametrize("when, bad, suggestion", [
+    ("{ amd_gpu_presnt = true }", "amd_gpu_presnt", "amd_gpu_present"),
+    ('{ any = [{ kfd_rw = false }, { torch_bulid = "cpu" }] }', "torch_bulid", "torch_build"),
+    ('{ "measured.selftest_okay" = false }', "measured.selftest_okay", "measured.selftest_ok"),
+])
+def test_a_when_key_that_names_no_fact_is_rejected_with_a_suggestion(tmp_path, when, bad, suggestion):
+    with pytest.raises(RuleError) as info:
+        load_rules(_rule_file(tmp_path, when))
+    message = str(info.value)
+    assert "ABC001" in message and f"'{bad}' names no fact" in message and f"did you mean '{suggestion}'" in message
+
+
+def test_env_facts_and_declared_facts_load(tmp_path):
+    rule, = load_rules(_rule_file(tmp_path, '{ "env.ANY_VARIABLE" = { present = true }, kfd_rw = false }'))
+    assert rule.when == {"env.ANY_VARIABLE": {"present": True}, "kfd_rw": False}
+
+
+def test_a_placeholder_that_names_no_fact_is_rejected(tmp_path):
+    with pytest.raises(RuleError, match="title placeholder 'devce_name' names no fact; did you mean 'device_name'"):
+        load_rules(_rule_file(tmp_path, "{ kfd_rw = false }", title="{devce_name} is odd"))
+
+
+def test_cli_rejects_a_rules_file_with_a_typo_in_one_line_exit_2(tmp_path, capsys):
+    from conftest import FIXTURES
+
+    from fade.cli import main
+
+    rules = _rule_file(tmp_path, "{ kfd_rww = false }")
+    code = main(["doctor", "--snapshot", str(FIXTURES / "rdna2_rx6800xt_rocm62_healthy.json"), "--rules", rules])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "ABC001" in err and "'kfd_rww' names no fact; did you mean 'kfd_rw'?" in err
+
+
+def test_facts_produce_exactly_the_declared_names_on_every_fixture():
+    """rules.py validates against FACT_NAMES: facts.py must produce each of them, and no other."""
+    from conftest import FIXTURES, load_fixture
+
+    from fade.analyze import facts
+    from fade.analyze.devices import device_truths
+
+    for path in sorted(FIXTURES.glob("*.json")):
+        snapshot = load_fixture(path.name)
+        truths = device_truths(snapshot)
+        system = facts.system_facts(snapshot, truths)
+        assert {k for k in system if not k.startswith("env.")} == set(facts.SYSTEM_FACTS), path.name
+        for truth in truths:
+            device = facts.device_facts(truth, snapshot)
+            assert set(device) == set(facts.DEVICE_FACTS + facts.MEASURED_FACTS), path.name

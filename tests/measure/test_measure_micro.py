@@ -1,11 +1,11 @@
 """The micro suite: bad input is one line and exit-2 material (FadeUsageError) before anything runs; the
-catalog covers the issue's families; the quick CPU suite runs end to end within a minute."""
+catalog covers the issue's families. (The quick CPU suite's 60 s wall-time target is a benchmark, not a test:
+benchmarks/quick_suite_time.py, docs/performance.md.)"""
 
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -120,21 +120,6 @@ def test_small_selection_runs_in_process_and_plots(tmp_path):
     assert sdpa["extra"]["backend_ran"] == "MATH"
     assert [path.name for path in summary.plots] == ["gemm.png", "bandwidth.png", "sdpa.png"]
     assert all(path.read_bytes()[:4] == b"\x89PNG" for path in summary.plots)
-
-
-def test_quick_cpu_suite_finishes_within_a_minute_including_start_up(tmp_path):
-    out = tmp_path / "quick.jsonl"
-    script = (
-        "import sys; from fade.measure.suites.micro.suite import run_micro; "
-        "s = run_micro('cpu', quick=True, out=sys.argv[1], show_progress=False); "
-        "sys.exit(1 if s.failed or s.interrupted else 0)"
-    )
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-c", script, str(out)], check=True, timeout=120, env=dict(os.environ, PYTHONPATH=SRC_ROOT))
-    assert time.monotonic() - started < 60
-    records = read_records(out, strict=True).records
-    assert {r["case_id"].split("/")[0] for r in records} == {"gemm", "memory", "launch", "conv", "sdpa", "norm"}
-    assert all(r["status"] == "ok" for r in records)
 
 
 def test_importing_fade_measure_does_not_import_torch():

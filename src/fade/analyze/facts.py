@@ -19,6 +19,35 @@ GPU_GROUPS = {"render", "video"}
 # The newest ROCm with a PyTorch wheel index when this file was written; used only to build a fix line.
 LATEST_ROCM_INDEX = "rocm6.4"
 
+# Every fact name this module produces, in one list: rules.py rejects a rule whose `when` names any other
+# (a typo would otherwise silently disable the rule). system_facts and device_facts start from these keys,
+# so a fact that cannot be known is present as None, never missing.
+SYSTEM_FACTS = (
+    "amd_gpu_present", "nvidia_gpu_present", "gpu_present", "torch_importable", "torch_build", "torch_version",
+    "torch_available", "torch_device_count", "torch_error", "torch_cuda", "driver_cuda", "driver_version",
+    "torch_cuda_newer_than_driver", "driver_too_old_warning", "rocm", "rocm_install", "wheel_rocm", "rocm_index",
+    "kfd_exists", "kfd_rw", "kfd_group", "render_node_exists", "render_rw", "dxg_exists", "user_is_root",
+    "user_in_gpu_group", "user_name", "tf32_matmul_off",
+    "miopen_db_fstype", "miopen_db_network_fs", "miopen_db_path",
+    "igpu_first", "dgpu_indices", "igpu_name", "dgpu_name",
+)
+ENV_FACT_PREFIX = "env."  # plus env.NAME for every variable in the snapshot's env
+DEVICE_FACTS = (
+    "vendor", "arch", "runtime_arch", "family", "device_name", "device_index", "torch_sees_device",
+    "is_integrated", "compute_units", "runtime_units", "override_set", "override_value", "override_valid",
+    "override_arch", "override_in_wheel", "override_danger", "hsa_override", "hsa_override_arch",
+    "hsa_override_in_wheel", "partitioned", "full_compute_units", "igpu_beside_dgpu", "real_arch_known",
+    "arch_in_wheel", "ptx_fallback", "sm",
+)
+MEASURED_FACTS = ("measured.gemm_best_pct", "measured.selftest_ok", "measured.selftest_max_rel_err",
+                  "measured.selftest_bad_rows")
+# a device rule sees system facts too (doctor.evaluate merges them)
+FACT_NAMES = frozenset(SYSTEM_FACTS + DEVICE_FACTS + MEASURED_FACTS)
+
+
+def is_fact_name(name: str) -> bool:
+    return name in FACT_NAMES or (name.startswith(ENV_FACT_PREFIX) and len(name) > len(ENV_FACT_PREFIX))
+
 
 def _version(text: str | None) -> str | None:
     match = re.match(r"(\d+(?:\.\d+){0,2})", text or "")
@@ -60,7 +89,8 @@ def system_facts(snapshot: dict, truths: list[DeviceTruth]) -> dict:
     kfd_gpus = [n for n in snapshot.get("kfd_nodes") or [] if n["properties"].get("simd_count", 0)]
     amd_gpu = "0x1002" in pci_vendors or bool(kfd_gpus) or any(t.vendor == "amd" for t in truths)
     nvidia_gpu = "0x10de" in pci_vendors or bool(smi["gpus"])
-    facts = {
+    facts = dict.fromkeys(SYSTEM_FACTS)
+    facts.update({
         "amd_gpu_present": amd_gpu,
         "nvidia_gpu_present": nvidia_gpu,
         "gpu_present": amd_gpu or nvidia_gpu,
@@ -93,7 +123,7 @@ def system_facts(snapshot: dict, truths: list[DeviceTruth]) -> dict:
         "tf32_matmul_off": (not torch["backends"].get("matmul_allow_tf32", True)
                             and torch["backends"].get("float32_matmul_precision") == "highest")
         if torch and torch.get("backends") else None,
-    }
+    })
     miopen_db = _miopen_db_fs(env, mounts)
     facts.update(miopen_db)
     facts.update(_igpu_facts(truths))
@@ -143,7 +173,8 @@ def device_facts(truth: DeviceTruth, snapshot: dict, measurement: dict | None = 
     override_arch = gfx_from_override(override)
     suggested = arch_spec.hsa_override if arch_spec else None
     suggested_arch = gfx_from_override(suggested)
-    facts = {
+    facts = dict.fromkeys(DEVICE_FACTS)
+    facts.update({
         "vendor": truth.vendor, "arch": truth.arch, "runtime_arch": truth.runtime_arch,
         "family": truth.family, "device_name": truth.name, "device_index": truth.index,
         "torch_sees_device": truth.index is not None,
@@ -164,7 +195,7 @@ def device_facts(truth: DeviceTruth, snapshot: dict, measurement: dict | None = 
         "igpu_beside_dgpu": bool(truth.is_integrated and _igpu_facts_dgpu(snapshot, truth)),
         # only sysfs keeps the real gfx under an override: torch and rocminfo both report the override
         "real_arch_known": truth.witnesses.get("arch") == "KFD gfx_target_version",
-    }
+    })
     if truth.vendor == "amd" and torch_build(snapshot.get("torch")) == "rocm" and arch_list and truth.arch:
         facts["arch_in_wheel"] = truth.arch in arch_list
     else:
@@ -186,7 +217,7 @@ def device_facts(truth: DeviceTruth, snapshot: dict, measurement: dict | None = 
 def measured_facts(measurement: dict | None) -> dict:
     """Facts from fade.measure.suites.quick's result for one device (after with_percent_of_peak)."""
     if not measurement or measurement.get("error"):
-        return {}
+        return dict.fromkeys(MEASURED_FACTS)
     pcts = [g["pct_of_peak"] for k, g in (measurement.get("gemm") or {}).items()
             if k in ("fp16", "bf16") and g.get("pct_of_peak") is not None]
     selftest = measurement.get("selftest") or {}

@@ -7,10 +7,13 @@ Conditions are AND over keys; `any = [{...}, {...}]` is an OR of sub-conditions.
   {version=S}  → the fact is a version inside the specifier set S (">=6.3.0,<6.3.1")
   {present=B}  → the fact is (not) None;  {ne=V}, {lt=N}, {gt=N}, {not_in=[...]}, {contains=S}
 A fact that is None satisfies only {present=false}: unknown never fires a rule.
+Every key must name a fact that fade.analyze.facts produces (FACT_NAMES, or env.NAME): a typo is a load
+error with a "did you mean", never a rule that silently stops firing.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -18,6 +21,8 @@ from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+from fade.analyze.facts import FACT_NAMES, is_fact_name
 
 try:
     import tomllib
@@ -51,10 +56,20 @@ class Rule:
     suppressed_by: tuple = ()  # ids of more specific rules that make this one redundant
 
 
+def _check_fact_name(name: str, where: str, context: str) -> None:
+    if is_fact_name(name):
+        return
+    close = difflib.get_close_matches(name, sorted(FACT_NAMES), n=1)
+    hint = f"did you mean '{close[0]}'?" if close else "see FACT_NAMES in fade/analyze/facts.py"
+    raise RuleError(f"{where}: {context} '{name}' names no fact; {hint}")
+
+
 def _check_condition(cond, where: str):
     if not isinstance(cond, dict):
         raise RuleError(f"{where}: condition must be a table")
     for key, value in cond.items():
+        if key != "any":
+            _check_fact_name(key, where, "when key")
         if key == "any":
             if not isinstance(value, list) or not value:
                 raise RuleError(f"{where}: 'any' must be a non-empty list of tables")
@@ -84,6 +99,12 @@ def _rule_from_row(row: dict, where: str) -> Rule:
     if row.get("fix_safety", "review") not in ("safe", "review"):
         raise RuleError(f"{where}: fix_safety must be 'safe' or 'review'")
     _check_condition(row.get("when", {}), where)
+    for key in ("title", "explain", "fix"):
+        for name in _PLACEHOLDER.findall(row[key]):
+            _check_fact_name(name, where, f"{key} placeholder")
+    for value in row.get("fix_env", {}).values():
+        for name in _PLACEHOLDER.findall(str(value)):
+            _check_fact_name(name, where, "fix_env placeholder")
     known = {"id", "severity", "scope", "title", "when", "explain", "fix", "source", "fix_env",
              "fix_safety", "suppressed_by"}
     if set(row) - known:

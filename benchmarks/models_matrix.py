@@ -1,9 +1,10 @@
 """The model bench's must-show run: five CNNs x five variants x train/infer at batch 64, each case also
-re-timed by a plain event-timed loop in the same run, compared with earlier independent H100 runs.
+re-timed by a plain event-timed loop in the same run, and set beside independent runs on the same GPU type
+where benchmarks/reference.toml has some (matched by device name; none are shown for another device).
 
-    python benchmarks/models_h100.py results/models-h100        # on the GPU machine, ~10 min on an H100
-    python benchmarks/models_h100.py /tmp/smoke --smoke          # CPU smoke test: tiny sizes, two variants
-    python benchmarks/models_h100.py out --only 'models/mobilenet_v2/*/compile/*'   # some cases (fnmatch)
+    python benchmarks/models_matrix.py OUT --device cuda:0      # on a GPU machine, ~10 min on an H100
+    python benchmarks/models_matrix.py /tmp/smoke --smoke        # CPU smoke test: tiny sizes, two variants
+    python benchmarks/models_matrix.py out --only 'models/mobilenet_v2/*/compile/*'   # some cases (fnmatch)
 
 Writes into the output directory:
     models.jsonl   one record per case (docs/results.md schema, suite "models"; extra.plain_loop holds the
@@ -11,7 +12,7 @@ Writes into the output directory:
     models.md      Markdown for docs/performance.md: the variants side by side (dlprimitives' layout, % of
                    fp32), FADE against the plain loop with each side's spread over its timing segments
                    (models_case.py: the two sides' segments alternate in time), and FADE against the
-                   anchors below
+                   reference figures for this device
     summary.json   wall time, statuses, every FADE-vs-plain difference, anchor ratios
 
 Eager variants run first and torch.compile last (one worker each), so a run cut short still holds every
@@ -41,23 +42,16 @@ from fade.measure.runner import new_run_id
 from fade.analyze.compare import compare_sets, result_sets
 from fade.report.compare import format_value, render_markdown
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference import figures_for  # noqa: E402  (benchmarks/reference.py)
+
 NETWORKS = ("alexnet", "resnet18", "resnet50", "vgg16", "mobilenet_v2")
 EAGER_VARIANTS = ("fp32", "default", "tf32", "amp-bf16+channels-last")
 COMPILE_VARIANTS = ("compile",)
 BATCH = 64
 AGREEMENT_PCT = 5.0  # the issue's bar: FADE within 5% of a plain event-timed loop of the same run
 COMPILE_TIMEOUT_S = 300.0  # Inductor builds resnet50's training step in about a minute; mobilenet_v2 is close
-# Independent anchors: two earlier runs of stock PyTorch on an H100 (event-timed), from the issue.
-# (network, mode, variant) -> (low, high) samples/s; one number is (x, x).
-ANCHORS = {
-    ("resnet50", "train", "fp32"): (882, 882),
-    ("resnet50", "train", "default"): (1655, 1655),
-    ("resnet50", "train", "amp-bf16+channels-last"): (2509, 2795),
-    ("vgg16", "train", "fp32"): (608, 608),
-    ("vgg16", "train", "amp-bf16+channels-last"): (2772, 2772),
-    ("mobilenet_v2", "infer", "fp32"): (9552, 11410),
-    ("mobilenet_v2", "infer", "amp-bf16+channels-last"): (6979, 14186),
-}
+HARNESS = "models_matrix"  # this harness's rows in benchmarks/reference.toml
 
 
 def main(argv=None) -> int:
@@ -107,7 +101,12 @@ def main(argv=None) -> int:
     return 1 if summary["failed"] or summary["disagreements"] else 0
 
 
-def summarize(records: list, wall_s: float, phases: dict) -> dict:
+def summarize(records: list, wall_s: float, phases: dict, reference: dict | None = None) -> dict:
+    """reference: {"NETWORK MODE VARIANT": reference.Figure}; default: reference.toml's figures for the records' device."""
+    device = next((record.get("device") or {} for record in records), {})
+    device_name = device.get("name") or (device.get("torch") or {}).get("name")
+    if reference is None:
+        reference = figures_for(HARNESS, device_name)
     statuses: dict = {}
     agreement = []
     for record in records:
@@ -122,15 +121,15 @@ def summarize(records: list, wall_s: float, phases: dict) -> dict:
     anchors = []
     for record in records:
         params = record.get("params") or {}
-        key = (params.get("model"), params.get("mode"), params.get("variant"))
-        if key in ANCHORS and record["status"] == "ok" and params.get("batch") == BATCH:
-            low, high = ANCHORS[key]
-            anchors.append({"case": " ".join(key), "fade": record["value"], "anchor_low": low, "anchor_high": high,
-                            "pct_of_anchor_mid": 100.0 * record["value"] / ((low + high) / 2)})  # fmt: skip
-    device = next((record.get("device") or {} for record in records), {})
+        case = " ".join(str(params.get(key)) for key in ("model", "mode", "variant"))
+        figure = reference.get(case)
+        if figure and record["status"] == "ok" and params.get("batch") == BATCH:
+            anchors.append({"case": case, "fade": record["value"], "anchor_low": figure.low, "anchor_high": figure.high,
+                            "pct_of_anchor_mid": 100.0 * record["value"] / ((figure.low + figure.high) / 2),
+                            "anchor_source": figure.source, "anchor_machine": figure.machine})  # fmt: skip
     return {
         "fade_version": fade.__version__,
-        "device": device.get("name") or (device.get("torch") or {}).get("name") or device.get("type"),
+        "device": device_name or device.get("type"),
         "torch": ((next((r.get("stack") for r in records), {}) or {}).get("torch") or {}).get("version"),
         "wall_s": wall_s,
         "phases": phases,
@@ -166,8 +165,13 @@ def markdown(records: list, summary: dict) -> str:
                      f"{row['diff_pct']:+.1f}%{mark} | {spreads[0]} | {spreads[1]} |")  # fmt: skip
     lines += ["", "Spread: (max - min) / median of one side's per-segment samples/s; FADE's and the plain loop's "
               "segments alternate in time (F P P F F P P F ...), so drift reaches both sides alike."]  # fmt: skip
-    lines += ["", "### FADE against earlier independent runs on the same GPU type", "",
-              "| case | FADE samples/s | earlier runs | FADE / middle of earlier |", "| --- | ---: | ---: | ---: |"]
+    sources = sorted({f"{row['anchor_machine']}; {row['anchor_source']}" for row in summary["anchors"]})
+    lines += ["", "### FADE against earlier independent runs on the same GPU type", ""]
+    if not summary["anchors"]:
+        lines.append(f"benchmarks/reference.toml has no figures for {summary['device']}.")
+    else:
+        lines += [*(f"Reference (benchmarks/reference.toml): {source}." for source in sources), "",
+                  "| case | FADE samples/s | earlier runs | FADE / middle of earlier |", "| --- | ---: | ---: | ---: |"]
     for row in summary["anchors"]:
         earlier = f"{row['anchor_low']}" if row["anchor_low"] == row["anchor_high"] else f"{row['anchor_low']}-{row['anchor_high']}"
         lines.append(f"| {row['case']} | {format_value(row['fade'])} | {earlier} | {row['pct_of_anchor_mid']:.0f}% |")

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# fade ops on a CUDA machine: the full OpInfo sweep on the GPU (float32, float16, bfloat16, int64), a CPU
-# sweep of the same ops, and the CUDA-vs-CPU gap table.
+# fade ops on a GPU machine (CUDA or ROCm): the full OpInfo sweep on the device (float32, float16, bfloat16,
+# int64), a CPU sweep of the same ops, and the device-vs-CPU gap table.
 #
-# Usage (repo root):  OUT=/some/dir bash benchmarks/ops_h100.sh [all|cuda|cpu|compare]
-#   all      the three phases in one call (expected 3-7 min on one H100 host); a phase that would not
+# Usage (repo root):  OUT=/some/dir bash benchmarks/ops_sweep.sh [all|cuda|cpu|compare] [DEVICE]
+#   DEVICE   the torch device of the GPU sweep (default cuda, which is also ROCm's; cpu with ONLY=sum,mean
+#            smoke-tests this script on a machine without a GPU). The phase and file names say "cuda" for
+#            the GPU sweep whatever the device.
+#   all      the three phases in one call (3-7 min on one H100 host, docs/performance.md); a phase that would not
 #            fit TOTAL_LIMIT_S is stopped cleanly and resumed by calling that phase again
 #   cuda     the GPU sweep only; a second `cuda` resumes a sweep that was cut off
 #   cpu      the CPU sweep only (resumes likewise)
@@ -15,6 +18,7 @@
 # gzipped (records repeat the device and stack, ~3-5 KB each).
 set -u
 PHASE=${1:-all}
+GPU=${2:-${GPU:-cuda}}
 export PYTHONPATH=$PWD/src:$PWD/.ops-deps${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
 OUT=${OUT:-results/ops-out}
 WORK=${WORK:-results/ops}
@@ -23,11 +27,10 @@ CUDA_LIMIT_S=${CUDA_LIMIT_S:-540}  # a sweep past its limit is stopped with SIGI
 CPU_LIMIT_S=${CPU_LIMIT_S:-400}    # and the next call of the same phase resumes it
 SCRIPT_START=$(date +%s)
 DTYPES="float32 float16 bfloat16 int64"
-GPU=${GPU:-cuda}  # GPU=cpu ONLY=sum,mean: a smoke test of this script on a machine without a GPU
 SELECT=${ONLY:+--only $ONLY --no-curated}
 mkdir -p "$OUT" "$WORK"
 PY=${PYTHON:-python3}
-FADE="$PY benchmarks/ops_fade.py"
+FADE="$PY -m fade"
 LOG="$WORK/run.txt"
 
 if ! $PY -c "import expecttest, numpy" 2>/dev/null; then
@@ -63,7 +66,8 @@ PY
 
 {
     date -u +"%Y-%m-%dT%H:%M:%SZ phase $PHASE"
-    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv 2>&1
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv 2>&1 \
+        || rocm-smi --showproductname --showclocks 2>&1 || echo "no nvidia-smi or rocm-smi"
     $PY -c "import torch, os; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'threads', torch.get_num_threads(), 'cpus', os.cpu_count())"
 } >> "$LOG"
 

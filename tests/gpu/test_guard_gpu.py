@@ -1,41 +1,39 @@
-"""Checks of fade.guard that need a real CUDA/ROCm GPU, which CI's stand-in device cannot make: sync-debug
-capture, pageable copies, stream syncs, Inductor-compiled regions, CUDA graph replays, and `fade watch` on the
-two example scripts. Each scenario states what the guard should report; the script prints PASS/FAIL per
-scenario, writes them as JSON, and exits 1 if any failed.
+"""fade.guard on a real CUDA/ROCm GPU, which CI's stand-in device (tests/guard/conftest.py) cannot make:
+sync-debug capture, pageable copies, stream syncs, Inductor-compiled regions, CUDA graph replays, and
+`fade watch` on the two example scripts. Each test states what the guard should report.
 
-    python benchmarks/guard_gpu_check.py --json results/guard_gpu_check.json      # about a minute on an H100
+Marked `gpu`; skipped with the reason when no CUDA/ROCm device exists. On a GPU machine (about a minute on
+an H100):
+
+    python -m pytest -m gpu tests/gpu
+
+(This was benchmarks/guard_gpu_check.py, a script printing PASS/FAIL; the checks are unchanged.)
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 
+import pytest
 import torch
 
-from fade import __version__
 from fade.guard import GuardViolation, guard
 
-SCHEMA_VERSION = 1
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda.is_available() is False)")]
+
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-WATCH_BOOT = """
-import sys
-from fade import cli
-parser = cli.build_parser()
-verbs = next(action for action in parser._actions if action.dest == "verb")
-if "watch" not in verbs.choices:  # fade.cli not wired to fade.cli.watch yet: register it here
-    from fade.cli import watch as cli_guard
-    cli_guard.add_verbs(verbs)
-args = parser.parse_args(sys.argv[1:])
-sys.exit(args.func(args))
-"""
+
+
+@pytest.fixture(scope="module")
+def device():
+    return torch.device("cuda", 0)
 
 
 def _line(path: Path, marker: str) -> int:
@@ -53,9 +51,7 @@ def _this_line() -> int:
     return sys._getframe(1).f_lineno
 
 
-# ---- scenarios: each returns (passed, detail) ------------------------------------------------------------------
-
-def scenario_item_is_a_sync_and_the_sync_debug_mode_is_restored(device):
+def test_item_is_a_sync_and_the_sync_debug_mode_is_restored(device):
     loss = torch.randn(1024, device=device).sum()
     with guard(device=device.type, quiet=True) as watched:
         line = _this_line() + 1
@@ -63,20 +59,20 @@ def scenario_item_is_a_sync_and_the_sync_debug_mode_is_restored(device):
         armed = torch.cuda.get_sync_debug_mode()
     found = _kinds(watched.report)
     restored = torch.cuda.get_sync_debug_mode()
-    return found == {("sync", line): 1} and armed == 1 and restored == 0, {"found": found, "armed": armed,
+    assert found == {("sync", line): 1} and armed == 1 and restored == 0, {"found": found, "armed": armed,
                                                                          "restored": restored}
 
 
-def scenario_cpu_index_is_device_mix_and_the_sync_debug_mode_sees_its_sync(device):
+def test_cpu_index_is_device_mix_and_the_sync_debug_mode_sees_its_sync(device):
     values, index = torch.randn(1024, device=device), torch.tensor([1, 5, 7])
     with guard(device=device.type, quiet=True) as watched:
         line = _this_line() + 1
         values[index]
     found = _kinds(watched.report)
-    return found.get(("device_mix", line)) == 1 and found.get(("sync", line)) == 1, found
+    assert found.get(("device_mix", line)) == 1 and found.get(("sync", line)) == 1, found
 
 
-def scenario_pageable_h2d_is_one_copy_not_also_a_sync(device):
+def test_pageable_h2d_is_one_copy_not_also_a_sync(device):
     host = torch.randn(1 << 20)
     with guard(device=device.type, quiet=True) as watched:
         torch.zeros(1, device=device)
@@ -87,10 +83,10 @@ def scenario_pageable_h2d_is_one_copy_not_also_a_sync(device):
     # A blocking H2D ends in memcpy_and_sync, which the sync debug mode reports: the wait belongs to the copy
     # (record.syncs), not to a second record.
     passed = found == {("copy h2d", line): 1} and record.total_bytes == 4 << 20 and record.syncs == 1
-    return passed, {"found": found, "syncs": record.syncs if record else None}
+    assert passed, {"found": found, "syncs": record.syncs if record else None}
 
 
-def scenario_d2h_is_one_copy_and_only_the_blocking_one_waits(device):
+def test_d2h_is_one_copy_and_only_the_blocking_one_waits(device):
     values = torch.randn(1 << 16, device=device)
     with guard(device=device.type, quiet=True) as watched:
         asynchronous = _this_line() + 1
@@ -102,10 +98,10 @@ def scenario_d2h_is_one_copy_and_only_the_blocking_one_waits(device):
     syncs = {r.line: r.syncs for r in watched.report.records}
     passed = found == {("copy d2h", asynchronous): 1, ("copy d2h", blocking): 1} and syncs == {asynchronous: 0,
                                                                                                 blocking: 1}
-    return passed, {"found": found, "syncs": syncs}
+    assert passed, {"found": found, "syncs": syncs}
 
 
-def scenario_explicit_and_stream_syncs_count_once_each(device):
+def test_explicit_and_stream_syncs_count_once_each(device):
     torch.zeros(1, device=device)
     with guard(device=device.type, quiet=True) as watched:
         first = _this_line() + 1
@@ -113,10 +109,10 @@ def scenario_explicit_and_stream_syncs_count_once_each(device):
         second = _this_line() + 1
         torch.cuda.current_stream().synchronize()
     found = _kinds(watched.report)
-    return found == {("sync", first): 1, ("sync", second): 1}, found
+    assert found == {("sync", first): 1, ("sync", second): 1}, found
 
 
-def scenario_nonzero_and_boolean_mask_sync(device):
+def test_nonzero_and_boolean_mask_sync(device):
     values = torch.randn(1024, device=device)
     with guard(device=device.type, quiet=True) as watched:
         first = _this_line() + 1
@@ -124,18 +120,18 @@ def scenario_nonzero_and_boolean_mask_sync(device):
         second = _this_line() + 1
         values[values > 0]
     found = _kinds(watched.report)
-    return found == {("sync", first): 1, ("sync", second): 1}, found
+    assert found == {("sync", first): 1, ("sync", second): 1}, found
 
 
-def scenario_zero_dim_cpu_scalar_is_legal(device):
+def test_zero_dim_cpu_scalar_is_legal(device):
     values = torch.randn(1024, device=device)
     with guard(device=device.type, quiet=True) as watched:
         values * torch.tensor(2.0)
         values.add_(1)
-    return watched.report.records == [], _kinds(watched.report)
+    assert watched.report.records == [], _kinds(watched.report)
 
 
-def scenario_strict_raises_from_backward(device):
+def test_strict_raises_from_backward(device):
     class SyncsInBackward(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
@@ -147,15 +143,12 @@ def scenario_strict_raises_from_backward(device):
             return grad * 2
 
     weights = torch.randn(16, device=device, requires_grad=True)
-    try:
-        with guard("strict", device.type):
-            SyncsInBackward.apply(weights).sum().backward()
-    except GuardViolation as exc:
-        return exc.record.in_backward, str(exc).splitlines()[0]
-    return False, "no GuardViolation"
+    with pytest.raises(GuardViolation) as raised, guard("strict", device.type):
+        SyncsInBackward.apply(weights).sum().backward()
+    assert raised.value.record.in_backward, str(raised.value).splitlines()[0]
 
 
-def scenario_inductor_region_stays_compiled_and_clean(device):
+def test_inductor_region_stays_compiled_and_clean(device):
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
@@ -170,10 +163,10 @@ def scenario_inductor_region_stays_compiled_and_clean(device):
         for _ in range(3):
             fused(values)
     graphs = counters["stats"]["unique_graphs"]
-    return graphs >= 1 and watched.report.records == [], {"unique_graphs": graphs, "records": _kinds(watched.report)}
+    assert graphs >= 1 and watched.report.records == [], {"unique_graphs": graphs, "records": _kinds(watched.report)}
 
 
-def scenario_cuda_graph_replay_is_invisible(device):
+def test_cuda_graph_replay_is_invisible(device):
     """Documented limitation: a replay bypasses the dispatcher, so a graph that copies to the host each
     replay reports nothing during replay."""
     static_in = torch.randn(1024, device=device)
@@ -190,10 +183,10 @@ def scenario_cuda_graph_replay_is_invisible(device):
         for _ in range(3):
             graph.replay()
     torch.cuda.synchronize()
-    return watched.report.records == [], "replays seen: " + str(_kinds(watched.report))
+    assert watched.report.records == [], "replays seen: " + str(_kinds(watched.report))
 
 
-def scenario_print_is_seen_only_through_its_syncs(device):
+def test_print_is_seen_only_through_its_syncs(device):
     """Tensor.__repr__ runs under `_disable_current_modes()` (torch/_tensor_str.py::_str), so the dispatch mode
     sees none of printing's ops or copies; the sync debug mode still reports each wait (masked_select, the
     per-element checks, tolist's blocking D2H copy), all as syncs at the print line. A documented limit."""
@@ -202,16 +195,18 @@ def scenario_print_is_seen_only_through_its_syncs(device):
         line = _this_line() + 1
         print(values, file=devnull)
     found = _kinds(watched.report)
-    return set(found) == {("sync", line)}, found
+    assert set(found) == {("sync", line)}, found
 
 
 def _watch(example: Path, json_path: Path) -> tuple[int, dict, str]:
-    result = subprocess.run([sys.executable, "-c", WATCH_BOOT, "watch", "--quiet", "--json", str(json_path), "--",
-                             "python", str(example), "--steps", "20"], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "fade", "watch", "--quiet", "--json", str(json_path), "--",
+                             sys.executable, str(example), "--steps", "20"], capture_output=True, text=True,
+                            timeout=300, env=env)
     return result.returncode, json.loads(json_path.read_text()), result.stderr
 
 
-def scenario_fade_watch_names_the_three_planted_problems(device):
+def test_fade_watch_names_the_three_planted_problems(device):
     example = EXAMPLES / "guard_planted_problems.py"
     with tempfile.TemporaryDirectory() as tmp:
         code, report, stderr = _watch(example, Path(tmp) / "planted.json")
@@ -223,45 +218,11 @@ def scenario_fade_watch_names_the_three_planted_problems(device):
     # Both planted copies are blocking: each one's wait is counted in the copy record, never as a sync of its own.
     not_waiting = [(r["direction"], r["line"]) for r in report["records"]
                    if r["kind"] == "copy" and r.get("syncs") != r["count"]]
-    return code == 0 and want <= named and not others and not not_waiting, {
+    assert code == 0 and want <= named and not others and not not_waiting, {
         "exit_code": code, "named": sorted(named), "unexpected": others, "copies_not_all_waiting": not_waiting}
 
 
-def scenario_fade_watch_clean_script_reports_nothing(device):
+def test_fade_watch_clean_script_reports_nothing(device):
     with tempfile.TemporaryDirectory() as tmp:
         code, report, stderr = _watch(EXAMPLES / "guard_clean.py", Path(tmp) / "clean.json")
-    return code == 0 and report["records"] == [], {"exit_code": code, "records": report["records"]}
-
-
-SCENARIOS = [value for name, value in list(globals().items()) if name.startswith("scenario_")]
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", metavar="FILE")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("guard_gpu_check: no CUDA/ROCm device here; nothing to check", file=sys.stderr)
-        return 3
-    device = torch.device("cuda", 0)
-    results = []
-    for scenario in SCENARIOS:
-        name = scenario.__name__.removeprefix("scenario_")
-        try:
-            passed, detail = scenario(device)
-        except Exception:  # noqa: BLE001 - a crashing scenario is a failed one; keep going
-            passed, detail = False, traceback.format_exc(limit=4)
-        results.append({"scenario": name, "passed": bool(passed), "detail": str(detail)})
-        print(f"{'PASS' if passed else 'FAIL'}  {name}: {detail}")
-    failed = [r["scenario"] for r in results if not r["passed"]]
-    summary = f"{len(results) - len(failed)} of {len(results)} passed"
-    print(summary + (f"; failed: {', '.join(failed)}" if failed else ""))
-    if args.json:
-        data = {"schema_version": SCHEMA_VERSION, "fade_version": __version__, "torch": torch.__version__,
-                "device_name": torch.cuda.get_device_name(device), "results": results}
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    assert code == 0 and report["records"] == [], {"exit_code": code, "records": report["records"]}

@@ -1,8 +1,10 @@
-"""`fade tune` on the H100: each model and mode tuned with the default budget, then the tuned configuration,
-true fp32, PyTorch's defaults and the issue's hand configurations re-measured side by side in one worker.
+"""`fade tune` validated on one device: each model and mode tuned with the default budget, then the tuned
+configuration, true fp32, PyTorch's defaults and the issue's hand configurations re-measured side by side in
+one worker.
 
-    python benchmarks/tune_h100.py OUT_DIR MODEL[,MODEL...] [--mode train,infer] [--batch 64] [--budget 5]
-    python benchmarks/tune_h100.py OUT_DIR --table      # after all calls: OUT_DIR/tune-h100.md
+    python benchmarks/tune_matrix.py OUT_DIR MODEL[,MODEL...] [--device cuda] [--mode train,infer] [--batch 64] [--budget 5]
+    python benchmarks/tune_matrix.py OUT_DIR --table      # after all calls: OUT_DIR/tune-table.md
+    python benchmarks/tune_matrix.py /tmp/t resnet18 --device cpu --size 32 --batch 2   # smoke test (the help text of --device)
 
 Per model and mode: `run_tune` (the search, with its own final check), then one side-by-side trial
 (trial.side_by_side): every side built and compiled once, then COMPARE_ROUNDS rounds, each side timed once
@@ -119,7 +121,7 @@ def table(out_dir: Path) -> str:
     rows.append(f"samples/s: pooled medians of {COMPARE_ROUNDS} rotating rounds per side, all sides in one worker; a bar counts "
                 "'not slower' within max(2%, IQR/median) of either side.")  # fmt: skip
     text = "\n".join(rows) + "\n"
-    (out_dir / "tune-h100.md").write_text(text)
+    (out_dir / "tune-table.md").write_text(text)
     return text
 
 
