@@ -15,8 +15,8 @@ Busy, and busy by class
     than busy (`overlap_us` says by how much).
 Idle, split by cause
     idle = window - busy, cut into gaps. A gap is
-    - "sync_wait" when a host sync call (SYNC_CALLS, a blocking or device-to-host memcpy) overlaps it: the host
-      sat in the sync until the device drained, then had nothing queued;
+    - "sync_wait" when the host was inside a sync call (SYNC_CALLS, a blocking or device-to-host memcpy) as
+      the gap began: it sat in the sync until the device drained, so nothing was queued behind it;
     - else "host_wait" (launch-bound) when the next device event was launched after the gap began, or no
       device event follows in the window: the device waited for the host to issue work;
     - else "other": work was queued but did not start (cross-stream waits, events, queue latency).
@@ -213,8 +213,8 @@ def _gaps(events: TraceEvents, syncs: tuple, starts: list, reaches: list, start:
 
 def _cause(gap_start: float, gap_end: float, next_event, syncs: tuple) -> str:
     sync_starts, sync_reaches = syncs
-    before_end = bisect.bisect_left(sync_starts, gap_end)  # syncs that began before the gap ended ...
-    if before_end and sync_reaches[before_end - 1] > gap_start:  # ... and one of them outlasted its start
+    began = bisect.bisect_right(sync_starts, gap_start)  # syncs the host entered before the device went idle ...
+    if began and sync_reaches[began - 1] > gap_start:  # ... and was still inside when it did
         return "sync_wait"
     if next_event is None or (next_event.launch_us is not None and next_event.launch_us > gap_start):
         return "host_wait"
