@@ -128,7 +128,7 @@ def _compile(patterns, syntax: str, where: str, table: str, index: int) -> tuple
         _fail(where, table, index, "'patterns' must be a non-empty list of non-empty strings")
     compiled = []
     for pattern in patterns:
-        text = fnmatch.translate(pattern) if syntax == "glob" else pattern
+        text = r"\A" + fnmatch.translate(pattern) if syntax == "glob" else pattern  # a glob matches the whole name
         try:
             compiled.append(re.compile(text))
         except re.error as exc:

@@ -420,6 +420,8 @@ def compare_profiles(before, after) -> dict:
     na, nb = max(1, ta["steps"]), max(1, tb["steps"])
 
     def row(key, value_a, value_b):
+        if value_a is None or value_b is None:  # a CPU-only profile has no busy or idle time
+            return {"name": key, "before_us": None, "after_us": None, "delta_us": None, "speedup": None}
         per_a, per_b = value_a / na, value_b / nb
         return {"name": key, "before_us": per_a, "after_us": per_b, "delta_us": per_b - per_a,
                 "speedup": per_a / per_b if per_b > 0 else None}
@@ -442,7 +444,7 @@ def compare_profiles(before, after) -> dict:
         "steps": {"before": ta["steps"], "after": tb["steps"]},
         "step": row("window", ta["window_us"], tb["window_us"]),
         "busy": row("busy", ta["busy_us"], tb["busy_us"]),
-        "idle": [row(cause, ta["idle_us"][cause], tb["idle_us"][cause]) for cause in IDLE_CAUSES],
+        "idle": [row(cause, (ta["idle_us"] or {}).get(cause), (tb["idle_us"] or {}).get(cause)) for cause in IDLE_CAUSES],
         "classes": classes,
         "kernels": kernels[:TOP_N_TOTAL],
         "verdict": {"before": a.get("verdict"), "after": b.get("verdict")},

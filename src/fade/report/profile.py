@@ -147,8 +147,8 @@ def render_comparison(comparison: dict) -> Group:
         style = "fade.ok" if speedup and speedup > 1.0 else "fade.warn" if speedup and speedup < 1.0 else None
         delta = row["delta_us"]
         table.add_row(label or row["name"], _us(row["before_us"]), _us(row["after_us"]),
-                      ("+" if delta >= 0 else "-") + _us(abs(delta)), f"{speedup:.2f}x" if speedup else "-",
-                      style=style)
+                      "-" if delta is None else ("+" if delta >= 0 else "-") + _us(abs(delta)),
+                      f"{speedup:.2f}x" if speedup else "-", style=style)
 
     add(comparison["step"], "step")
     add(comparison["busy"], "busy")
