@@ -153,9 +153,10 @@ def summarize_trace(trace, *, peak_tflops: Optional[float] = None, peak_dtype: O
     reaches = list(itertools.accumulate((event.end_us for event in events.device), max))
     sync_index = ([s[0] for s in syncs], list(itertools.accumulate((s[1] for s in syncs), max)))
     gaps = [_gaps(events, sync_index, starts, reaches, start, end) for start, end in windows]
-    per_step = [_summarize(events, syncs, [index], windows, gaps, peak, events.steps[index].name)
+    by_step = _by_step(events)
+    per_step = [_summarize(events, by_step, syncs, [index], windows, gaps, peak, events.steps[index].name)
                 for index in range(len(events.steps))]
-    total = _summarize(events, syncs, list(range(len(events.steps))), windows, gaps, peak, "all steps",
+    total = _summarize(events, by_step, syncs, list(range(len(events.steps))), windows, gaps, peak, "all steps",
                        top_n=TOP_N_TOTAL)
     verdicts = decide(total, platform=events.platform, device_timeline=bool(events.device))
     return ProfileSummary(bool(events.device), events.platform, events.device_index, per_step, total, verdicts,
@@ -181,7 +182,7 @@ def _windows(events: TraceEvents) -> list:
 
 
 def _sync_intervals(events: TraceEvents) -> list:
-    """(start, end, name) of host calls that block on the device, by start."""
+    """(start, end, name, step index) of host calls that block on the device, by start."""
     dtoh_correlations = {e.correlation for e in events.device if e.category == "gpu_memcpy" and "DtoH" in e.name}
     intervals = []
     for call in events.runtime:
@@ -189,7 +190,7 @@ def _sync_intervals(events: TraceEvents) -> list:
         if not blocking and call.name in MEMCPY_CALLS:
             blocking = call.args.get("correlation") in dtoh_correlations
         if blocking:
-            intervals.append((call.start_us, call.end_us, call.name))
+            intervals.append((call.start_us, call.end_us, call.name, call.step))
     return intervals
 
 
@@ -221,7 +222,19 @@ def _cause(gap_start: float, gap_end: float, next_event, syncs: tuple) -> str:
     return "other"
 
 
-def _summarize(events: TraceEvents, syncs: list, step_indices: list, windows: list, gaps: list, peak: Optional[dict],
+def _by_step(events: TraceEvents) -> dict:
+    """{"device" | "cpu_ops" | "runtime": [events of step 0, of step 1, ...]}, each list in start order."""
+    groups = {}
+    for kind in ("device", "cpu_ops", "runtime"):
+        lists = [[] for _ in events.steps]
+        for event in getattr(events, kind):
+            if event.step is not None:
+                lists[event.step].append(event)
+        groups[kind] = lists
+    return groups
+
+
+def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: list, windows: list, gaps: list, peak: Optional[dict],
                label: str, top_n: int = TOP_N) -> StepSummary:
     chosen = set(step_indices)
     window_us = sum(windows[i][1] - windows[i][0] for i in step_indices)
@@ -238,9 +251,7 @@ def _summarize(events: TraceEvents, syncs: list, step_indices: list, windows: li
     kernels: dict = {}
     copies: dict = {}
     launched = short = 0
-    for event in events.device:
-        if event.step not in chosen:
-            continue
+    for event in (event for index in step_indices for event in by_step["device"][index]):
         start, end = windows[event.step]
         duration = max(0.0, min(event.end_us, end) - max(event.start_us, start))
         if event.category == "kernel":
@@ -270,12 +281,12 @@ def _summarize(events: TraceEvents, syncs: list, step_indices: list, windows: li
     for entry in top_kernels:
         entry["mean_us"] = entry["total_us"] / entry["count"]
 
-    spans = [(events.steps[i].start_us, events.steps[i].end_us) for i in step_indices]
-    host_ops = [op for op in events.cpu_ops if _inside(op.start_us, spans)]
-    launch_calls = [c.end_us - c.start_us for c in events.runtime if c.name in LAUNCH_CALLS and _inside(c.start_us, spans)]
-    sync_calls = [s for s in syncs if _inside(s[0], spans)]
+    host_ops = [op for index in step_indices for op in by_step["cpu_ops"][index]]
+    launch_calls = [call.end_us - call.start_us for index in step_indices for call in by_step["runtime"][index]
+                    if call.name in LAUNCH_CALLS]
+    sync_calls = [s for s in syncs if s[3] in chosen]
     by_name: dict = defaultdict(int)
-    for _, _, name in sync_calls:
+    for _, _, name, _ in sync_calls:
         by_name[name] += 1
     flops = flops_by_kind(host_ops)
     return StepSummary(
@@ -287,12 +298,8 @@ def _summarize(events: TraceEvents, syncs: list, step_indices: list, windows: li
         flops=_flops(flops, window_us if events.device else host_us,
                      class_us["gemm"] + class_us["convolution"], peak),
         copies=copies,
-        syncs={"count": len(sync_calls), "us": sum(e - s for s, e, _ in sync_calls), "by_name": dict(by_name)},
+        syncs={"count": len(sync_calls), "us": sum(end - start for start, end, _, _ in sync_calls), "by_name": dict(by_name)},
     )
-
-
-def _inside(when: float, spans: list) -> bool:
-    return any(start <= when <= end for start, end in spans)
 
 
 def _copy_kind(event) -> str:

@@ -81,6 +81,7 @@ class HostEvent:
     name: str
     tid: object
     args: dict
+    step: Optional[int] = None  # index into TraceEvents.steps of the step span it starts in
 
 
 @dataclass
@@ -213,6 +214,10 @@ def collect_events(trace, *, device_index: Optional[int] = None) -> TraceEvents:
     for event in device:
         event.launch_us = launches.get(event.correlation) if event.correlation is not None else None
         event.step = _step_of(step_starts, steps, event.launch_us if event.launch_us is not None else event.start_us)
+    for event in runtime + cpu_ops:
+        event.step = _step_of(step_starts, steps, event.start_us)
+        if event.step is not None and event.start_us > steps[event.step].end_us:
+            event.step = None  # between two step spans: outside every step
 
     names = {call.name for call in runtime}
     if not device:
@@ -238,6 +243,8 @@ def _step_of(step_starts: list, steps: list, when: float) -> Optional[int]:
 
 
 def _int(value, default):
+    if type(value) is int:  # the common case, without the cost of a try
+        return value
     try:
         return int(value)
     except (TypeError, ValueError):
