@@ -20,8 +20,9 @@ import tempfile
 import time
 
 KERNEL_NAMES = (
-    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3> >",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
+    "_kernel__5x_cublas",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>>",
     "triton_per_fused_native_layer_norm_3",
     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
 )
@@ -115,7 +116,8 @@ def main() -> int:
         sys.stdout.write(f"fade summarize_trace: {fade_s:.2f} s (wall, process) -> {fade_out}\n")
         if args.hta_python:
             hta_s, hta_out = best_of([args.hta_python, "-c", HTA_CODE, path, scratch], args.repeat, dict(os.environ))
-            sys.stdout.write(f"HTA idle+temporal breakdown: {hta_s if hta_s is None else round(hta_s, 2)} s -> {hta_out}\n")
+            shown = "failed" if hta_s is None else f"{hta_s:.2f} s"
+            sys.stdout.write(f"HTA idle+temporal breakdown: {shown} -> {hta_out}\n")
     return 0
 
 

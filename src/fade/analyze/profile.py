@@ -195,8 +195,10 @@ def _sync_intervals(events: TraceEvents) -> list:
 
 
 def _gaps(events: TraceEvents, syncs: tuple, starts: list, reaches: list, start: float, end: float) -> list:
-    """(gap_start, gap_end, cause) of the idle stretches of the device in [start, end]. `starts`: the device
-    events' start times (sorted); `reaches[i]`: the latest end among events 0..i; `syncs`: (starts, reaches) of the blocking host calls."""
+    """(gap_start, gap_end, cause) of the idle stretches of the device in [start, end].
+
+    `starts`: the device events' start times (sorted); `reaches[i]`: the latest end among events 0..i;
+    `syncs`: (starts, reaches) of the blocking host calls, built the same way."""
     gaps = []
     position = bisect.bisect_left(starts, start)
     # an event that began before the window but runs into it covers the window's start
@@ -234,8 +236,8 @@ def _by_step(events: TraceEvents) -> dict:
     return groups
 
 
-def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: list, windows: list, gaps: list, peak: Optional[dict],
-               label: str, top_n: int = TOP_N) -> StepSummary:
+def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: list, windows: list, gaps: list,
+               peak: Optional[dict], label: str, top_n: int = TOP_N) -> StepSummary:
     chosen = set(step_indices)
     window_us = sum(windows[i][1] - windows[i][0] for i in step_indices)
     host_us = sum(events.steps[i].end_us - events.steps[i].start_us for i in step_indices)
@@ -298,7 +300,8 @@ def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: li
         flops=_flops(flops, window_us if events.device else host_us,
                      class_us["gemm"] + class_us["convolution"], peak),
         copies=copies,
-        syncs={"count": len(sync_calls), "us": sum(end - start for start, end, _, _ in sync_calls), "by_name": dict(by_name)},
+        syncs={"count": len(sync_calls), "us": sum(end - start for start, end, _, _ in sync_calls),
+               "by_name": dict(by_name)},
     )
 
 
@@ -451,7 +454,8 @@ def compare_profiles(before, after) -> dict:
         "steps": {"before": ta["steps"], "after": tb["steps"]},
         "step": row("window", ta["window_us"], tb["window_us"]),
         "busy": row("busy", ta["busy_us"], tb["busy_us"]),
-        "idle": [row(cause, (ta["idle_us"] or {}).get(cause), (tb["idle_us"] or {}).get(cause)) for cause in IDLE_CAUSES],
+        "idle": [row(cause, (ta["idle_us"] or {}).get(cause), (tb["idle_us"] or {}).get(cause))
+                 for cause in IDLE_CAUSES],
         "classes": classes,
         "kernels": kernels[:TOP_N_TOTAL],
         "verdict": {"before": a.get("verdict"), "after": b.get("verdict")},

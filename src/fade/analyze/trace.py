@@ -49,7 +49,9 @@ MEMCPY_CALLS = frozenset({
     "hipMemcpy", "hipMemcpyAsync", "hipMemcpyWithStream", "hipMemcpy2D", "hipMemcpy2DAsync", "hipMemcpyDtoH",
     "hipMemcpyHtoD", "hipMemcpyDtoHAsync", "hipMemcpyHtoDAsync", "hipMemcpyPeer", "hipMemcpyPeerAsync",
 })
-BLOCKING_MEMCPY_CALLS = frozenset({"cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpy2D", "hipMemcpyDtoH", "cuMemcpyDtoH_v2"})
+BLOCKING_MEMCPY_CALLS = frozenset({
+    "cudaMemcpy", "cudaMemcpy2D", "hipMemcpy", "hipMemcpy2D", "hipMemcpyDtoH", "cuMemcpyDtoH_v2",
+})
 LAUNCH_CALLS = frozenset({
     "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx",
     "cudaGraphLaunch", "hipLaunchKernel", "hipExtLaunchKernel", "hipModuleLaunchKernel", "hipExtModuleLaunchKernel",

@@ -23,7 +23,9 @@ SPLIT_COLOURS = {
     "elementwise": "#f58518", "reduction": "#e45756", "copy": "#b279a2", "communication": "#9d755d",
     "other": "#bab0ac", "host_wait": "#555555", "sync_wait": "#888888", "idle_other": "#cccccc",
 }
-IDLE_LABELS = {"host_wait": "idle: waiting on host (launch)", "sync_wait": "idle: sync/copy wait", "other": "idle: other"}
+IDLE_LABELS = {
+    "host_wait": "idle: waiting on host (launch)", "sync_wait": "idle: sync/copy wait", "other": "idle: other",
+}
 FIGURE_DPI = 110
 FIGURE_INCHES = (8.0, 2.4)
 TOP_ROWS = 10  # kernels and host ops shown per table
@@ -205,7 +207,8 @@ def profile_html_section(summary: dict, *, title: str = "Profile") -> str:
     out = [f"<section class=profile><h2>{escape(title)}</h2>"]
     verdict = summary.get("verdict")
     if verdict:
-        out.append(f"<p><b>Verdict:</b> {escape(verdict['title'])}<br><b>Fix:</b> <code>{escape(verdict['fix'])}</code></p>")
+        out.append(f"<p><b>Verdict:</b> {escape(verdict['title'])}<br>"
+                   f"<b>Fix:</b> <code>{escape(verdict['fix'])}</code></p>")
     for note in summary.get("notes", []):
         out.append(f"<p class=dim>{escape(note)}</p>")
     png = split_plot_png(summary)
@@ -230,8 +233,9 @@ def profile_html_section(summary: dict, *, title: str = "Profile") -> str:
                    "<th>count</th><th>mean</th></tr>" + rows + "</table>")
     if total["top_host_ops"]:
         rows = "".join(f"<tr><td><code>{escape(_short(op['name'], 100))}</code></td><td>{_us(op['self_us'])}</td>"
-                       f"<td>{op['count']}</td><td>{_us(op['mean_us'])}</td></tr>" for op in total["top_host_ops"][:TOP_ROWS])
-        out.append("<h3>Top host ops (self time)</h3><table><tr><th>op</th><th>self</th><th>count</th><th>mean</th></tr>"
-                   + rows + "</table>")
+                       f"<td>{op['count']}</td><td>{_us(op['mean_us'])}</td></tr>"
+                       for op in total["top_host_ops"][:TOP_ROWS])
+        out.append("<h3>Top host ops (self time)</h3><table><tr><th>op</th><th>self</th><th>count</th>"
+                   "<th>mean</th></tr>" + rows + "</table>")
     out.append(f"<p class=dim>{escape(_facts_line(summary))}</p></section>")
     return "".join(out)
