@@ -32,7 +32,8 @@ FLOPs and MFU
     FLOPs / window; of GEMM/conv = their FLOPs / time of gemm+convolution kernels. MFU = TFLOP/s / the peak
     the caller passes (the doctor's spec table: fade.analyze.specs), never a literal here.
 Verdicts
-    named rules over the whole profile (VERDICT_RULES), each with a threshold constant and the fix to try.
+    named rules over the whole profile (`decide`: launch_bound, sync_bound, copy_bound, one_kernel_dominates,
+    gemm_low_peak, memory_bound_elementwise), each with a threshold constant below and the fix to try.
 """
 
 from __future__ import annotations
