@@ -57,7 +57,7 @@ SCHEMA_VERSION = 1
 IDLE_CAUSES = ("host_wait", "sync_wait", "other")
 TOP_N = 15  # kernels and host ops listed per step; the rest are summed in the totals
 TOP_N_TOTAL = 50  # kernels listed for the whole profile, so `compare_profiles` can match most of them
-LAUNCH_OVERHEAD_US = 5.0  # host cost of one cudaLaunchKernel ~2-5 us, hipLaunchKernel ~5-10 us: shorter kernels starve
+LAUNCH_OVERHEAD_US = 5.0  # a launch costs the host a few us (the trace's median_launch_call_us shows it): shorter kernels starve
 HOST_WAIT_SHARE = 0.30  # device idle waiting for launches >= 30% of the step: launch-bound, graphs pay off
 SYNC_WAIT_SHARE = 0.10  # idle behind syncs >= 10% of the step: removing the sync is worth more than tuning kernels
 COPY_SHARE = 0.15  # host<->device copies >= 15% of the step: data movement, not compute, is the bottleneck

@@ -122,12 +122,12 @@ def _facts_line(summary: dict) -> str:
     if flops.get("tflops_step") is not None:
         text = f"step {flops['tflops_step']:.3g} TFLOP/s"
         if flops.get("mfu_step") is not None:
-            text += f" ({100 * flops['mfu_step']:.1f}% of peak)"
+            text += f" ({100 * flops['mfu_step']:.3g}% of peak)"
         facts.append(text)
     if flops.get("tflops_gemm_conv") is not None:
         text = f"GEMM/conv kernels {flops['tflops_gemm_conv']:.3g} TFLOP/s"
         if flops.get("mfu_gemm_conv") is not None:
-            text += f" ({100 * flops['mfu_gemm_conv']:.1f}% of peak)"
+            text += f" ({100 * flops['mfu_gemm_conv']:.3g}% of peak)"
         facts.append(text)
     for kind, entry in sorted(total["copies"].items()):
         text = f"{kind} x{entry['count']} {entry['bytes'] / 2**20:.1f} MiB"
