@@ -136,3 +136,8 @@ def test_read_trace_reads_gzip_and_refuses_broken_or_oversized_files(tmp_path):
         read_trace(big, max_bytes=100)
     with pytest.raises(FadeUsageError, match="cannot read"):
         read_trace(tmp_path / "missing.json")
+    bomb = tmp_path / "bomb.json.gz"  # small on disk, large once inflated
+    with gzip.open(bomb, "wt") as handle:
+        json.dump({"traceEvents": [{"ph": "i", "name": "x" * 100}] * 2000}, handle)
+    with pytest.raises(FadeUsageError, match="inflates to over"):
+        read_trace(bomb, max_bytes=100_000)

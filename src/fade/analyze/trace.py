@@ -120,8 +120,13 @@ def read_trace(path, *, max_bytes: int = MAX_TRACE_BYTES) -> dict:
             "profile fewer steps (active=1) or a smaller batch, or raise max_bytes")
     try:
         opener = gzip.open if gzipped else open
-        with opener(path, "rt", encoding="utf-8") as handle:
-            trace = json.load(handle)
+        with opener(path, "rb") as handle:
+            data = handle.read(max_bytes + 1)  # bounded: a small .gz can inflate to any size
+        if len(data) > max_bytes:
+            raise FadeUsageError(
+                f"{path}: the trace inflates to over {max_bytes / 2**20:.0f} MiB of JSON, more than this reader "
+                "accepts; profile fewer steps (active=1) or a smaller batch, or raise max_bytes")
+        trace = json.loads(data)
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise FadeUsageError(f"{path}: cannot read the trace: {exc}") from None
     except json.JSONDecodeError as exc:
