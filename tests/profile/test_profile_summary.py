@@ -1,0 +1,160 @@
+"""The step summary splits a synthetic trace's time exactly as its definitions say, picks the launch-bound
+verdict for a step that waits on the host, compares two profiles, and refuses malformed traces in one line."""
+
+import gzip
+import json
+
+import pytest
+
+from fade.analyze.profile import HOST_WAIT_SHARE, compare_profiles, summarize_trace
+from fade.analyze.trace import op_flops, read_trace, HostEvent
+from fade.errors import FadeUsageError
+from tests.profile.synthetic import ADD, GEMM, TraceBuilder, launch_bound_trace, mixed_idle_trace
+
+
+def test_a_step_waiting_on_launches_is_launch_bound():
+    """720 of 1000 us idle, every gap behind a launch that came after the device went idle."""
+    summary = summarize_trace(launch_bound_trace())
+    step = summary.total
+    assert step.window_us == 1000.0 and step.busy_us == 280.0
+    assert step.idle_us == {"host_wait": 720.0, "sync_wait": 0.0, "other": 0.0}
+    assert step.class_us["gemm"] == 100.0 and step.class_us["elementwise"] == 180.0
+    assert summary.verdict["rule"] == "launch_bound" and 0.72 >= HOST_WAIT_SHARE
+    assert "reduce-overhead" in summary.verdict["fix"] and "fade tune" in summary.verdict["fix"]
+
+
+def test_each_idle_cause_is_counted_where_the_trace_puts_it():
+    steps = summarize_trace(mixed_idle_trace()).steps
+    assert [s.step for s in steps] == ["ProfilerStep#1", "ProfilerStep#2"]
+    second = steps[1]
+    assert second.busy_us == 840.0
+    assert second.idle_us == {"host_wait": 30.0, "sync_wait": 30.0, "other": 100.0}
+    assert second.syncs["count"] == 1 and second.syncs["by_name"] == {"cudaStreamSynchronize": 1}
+
+
+def test_top_kernels_carry_count_mean_and_class():
+    kernels = {k["name"]: k for k in summarize_trace(mixed_idle_trace()).total.top_kernels}
+    assert kernels[ADD]["count"] == 4 and kernels[ADD]["class"] == "elementwise"
+    assert kernels[GEMM]["mean_us"] == pytest.approx((100 + 480) / 2)
+
+
+def test_short_kernels_are_counted_against_the_launch_overhead():
+    builder = TraceBuilder().step(1, 0, 100)
+    for index in range(10):
+        builder.kernel(ADD, launch=index * 9.0, start=index * 9.0 + 5, end=index * 9.0 + 7)
+    launches = summarize_trace(builder.trace()).total.launches
+    assert launches["kernels"] == 10 and launches["shorter_than_overhead"] == 10
+
+
+def test_flops_give_tflops_and_mfu_from_the_peak_passed_in():
+    flops = summarize_trace(launch_bound_trace(), peak_tflops=1.0, peak_dtype="bf16").total.flops
+    assert flops["gemm"] == 2 * 128 * 256 * 512
+    assert flops["tflops_gemm_conv"] == pytest.approx(flops["gemm"] / 100e-6 / 1e12)  # GEMM kernels ran 100 us
+    assert flops["mfu_gemm_conv"] == pytest.approx(flops["tflops_gemm_conv"])
+
+
+def test_convolution_flops_follow_torch_formula_from_shapes():
+    event = HostEvent(0, 1, "aten::convolution", 1, {
+        "Input Dims": [[2, 3, 16, 16], [4, 3, 3, 3], [4], [], [], [], [], [], []],
+        "Concrete Inputs": ["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1"]})
+    assert op_flops(event) == 2 * 2 * 4 * 14 * 14 * 3 * 3 * 3
+
+
+def test_a_copy_heavy_step_points_to_the_guard():
+    builder = TraceBuilder().step(1, 0, 1000)
+    builder.kernel("Memcpy HtoD (Pageable -> Device)", launch=0, start=5, end=600, category="gpu_memcpy",
+                   nbytes=64 * 2**20)
+    builder.kernel(GEMM, launch=10, start=600, end=990)
+    summary = summarize_trace(builder.trace(), peak_bandwidth_gbs=3350.0)
+    rules = [v["rule"] for v in summary.verdicts]
+    assert "copy_bound" in rules
+    copy = next(v for v in summary.verdicts if v["rule"] == "copy_bound")
+    assert "fade watch" in copy["fix"]
+    assert summary.total.copies["HtoD"]["bytes"] == 64 * 2**20
+
+
+def test_a_rocm_backward_weight_convolution_gets_the_miopen_find_mode_advice():
+    builder = TraceBuilder(runtime_prefix="hip").step(1, 0, 1000)
+    builder.kernel("naive_conv_wrw_nchw_fp32", launch=0, start=2, end=990)
+    summary = summarize_trace(builder.trace())
+    assert summary.platform == "rocm"
+    dominant = next(v for v in summary.verdicts if v["rule"] == "one_kernel_dominates")
+    assert "MIOPEN_FIND_MODE=3" in dominant["fix"]
+
+
+def test_compare_says_which_classes_got_faster():
+    before = summarize_trace(launch_bound_trace())
+    faster = (TraceBuilder().step(1, 0.0, 400.0)
+              .kernel(GEMM, launch=1.0, start=5.0, end=55.0)
+              .kernel(ADD, launch=2.0, start=55.0, end=100.0)
+              .trace())
+    comparison = compare_profiles(before, summarize_trace(faster).to_dict())
+    classes = {row["name"]: row for row in comparison["classes"]}
+    assert classes["gemm"]["speedup"] == pytest.approx(2.0)
+    assert classes["elementwise"]["speedup"] == pytest.approx(4.0)
+    assert comparison["step"]["speedup"] == pytest.approx(2.5)
+    assert json.loads(json.dumps(comparison))["kind"] == "profile-comparison"
+
+
+def test_compare_refuses_something_that_is_not_a_summary():
+    with pytest.raises(FadeUsageError, match="not a profile summary"):
+        compare_profiles({"schema_version": 1}, summarize_trace(launch_bound_trace()))
+
+
+def test_the_summary_is_versioned_json():
+    data = json.loads(json.dumps(summarize_trace(mixed_idle_trace()).to_dict()))
+    assert data["schema_version"] == 1 and data["fade_version"] and data["device_timeline"] is True
+    assert data["thresholds"]["launch_overhead_us"] > 0
+
+
+@pytest.mark.parametrize("trace, message", [
+    ({"events": []}, "no 'traceEvents'"),
+    ({"traceEvents": {}}, "not a list"),
+    ({"traceEvents": [{"ph": "X", "name": "k", "ts": "soon", "dur": 1}]}, "no valid 'ts'/'dur'"),
+    ({"traceEvents": [{"ph": "X", "name": "k", "ts": 1.0, "dur": -5}]}, "no valid 'ts'/'dur'"),
+    ({"traceEvents": ["kernel"]}, "not an object"),
+    ("trace", "not str"),
+])
+def test_a_malformed_trace_is_one_usage_line(trace, message):
+    with pytest.raises(FadeUsageError) as error:
+        summarize_trace(trace)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_read_trace_reads_gzip_and_refuses_broken_or_oversized_files(tmp_path):
+    good = tmp_path / "trace.json.gz"
+    with gzip.open(good, "wt") as handle:
+        json.dump(launch_bound_trace(), handle)
+    assert summarize_trace(read_trace(good)).total.busy_us == 280.0
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"traceEvents": [')
+    with pytest.raises(FadeUsageError, match="not a JSON trace"):
+        read_trace(broken)
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(launch_bound_trace()))
+    with pytest.raises(FadeUsageError, match="over the .* this reader accepts"):
+        read_trace(big, max_bytes=100)
+    with pytest.raises(FadeUsageError, match="cannot read"):
+        read_trace(tmp_path / "missing.json")
+    bomb = tmp_path / "bomb.json.gz"  # small on disk, large once inflated
+    with gzip.open(bomb, "wt") as handle:
+        json.dump({"traceEvents": [{"ph": "i", "name": "x" * 100}] * 2000}, handle)
+    with pytest.raises(FadeUsageError, match="inflates to over"):
+        read_trace(bomb, max_bytes=100_000)
+
+
+def test_a_device_to_host_copy_on_rocm_counts_as_a_sync_and_its_gap_as_sync_wait():
+    """hipMemcpyWithStream of a DtoH copy blocks the host like .item(): the gap after it is sync_wait."""
+    builder = TraceBuilder(runtime_prefix="hip").step(1, 0.0, 1000.0)
+    builder.kernel("Cijk_Alik_Bljk_SB_MT64x64x8_SN_1LDSB0_APM1_ABV0", launch=1.0, start=5.0, end=400.0)
+    builder.correlation += 1
+    builder.events.append({"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyWithStream", "pid": 1, "tid": 1,
+                           "ts": 10.0, "dur": 400.0, "args": {"correlation": builder.correlation}})
+    builder.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Host)", "pid": 0,
+                           "tid": 7, "ts": 400.0, "dur": 5.0,
+                           "args": {"device": 0, "stream": 7, "correlation": builder.correlation, "bytes": 4}})
+    builder.kernel("__amd_rocclr_copyBuffer", launch=600.0, start=610.0, end=620.0)
+    step = summarize_trace(builder.trace()).total
+    assert step.syncs["by_name"] == {"hipMemcpyWithStream": 1}
+    assert step.idle_us["sync_wait"] == pytest.approx(610.0 - 405.0)
+    assert step.class_us["copy"] == pytest.approx(15.0) and step.class_us["gemm"] == pytest.approx(395.0)
