@@ -396,3 +396,44 @@ def test_an_output_larger_than_keep_bytes_is_summed_on_the_spot_and_not_kept():
     assert tracker.kept == [] and tracker.kept_bytes_max == 0 and len(tracker.pending) == 1
     with pytest.raises(InvalidRun):
         tracker.check()
+
+
+def test_the_bench_and_the_tuner_judge_an_fp16_run_with_skipped_updates_alike():
+    """fp16's GradScaler skipped two of the first four steps while it found its scale: both the bench and the
+    tuner compare the last loss with fp32's after as many updates (only the tuner did, so the bench called
+    a variant invalid that the tuner accepted)."""
+    from types import SimpleNamespace
+
+    from fade.act.tune import numerics as tune_numerics
+
+    assert tune_numerics.loss_check is numerics.loss_check  # one judge
+    reference = {"losses": [7.0, 6.0, 5.0, 4.0, 3.0], "rounded_losses": [7.0, 6.0, 5.0, 4.0, 3.0], "flops_by_op": {}}
+    losses = [7.0, 7.0, 7.0, 6.0, 5.0]
+    bench = models_case._compare_losses(losses, reference, SimpleNamespace(updates_before_last=2), training=True)
+    assert bench["ok"] and bench["fp32_loss"] == 5.0 and bench["updates_before_last"] == 2
+    assert tune_numerics.check_training({"losses": losses, "grads_finite": True, "updates_before_last": 2}, reference) is None
+
+    claimed_four = {"losses": losses, "grads_finite": True, "updates_before_last": 4}
+    with pytest.raises(InvalidRun) as caught:
+        models_case._compare_losses(losses, reference, SimpleNamespace(updates_before_last=4), training=True)
+    assert str(caught.value) == tune_numerics.check_training(claimed_four, reference)
+    assert "fp32 from the same seed after 4 updates gives 3" in str(caught.value)
+
+
+def test_the_checked_steps_count_the_updates_a_grad_scaler_let_through():
+    """The checked steps count the GradScaler's updates (its scale halves on a skipped step) and the bench's
+    loss check reads them: here a scaler that skips the first step, on the CPU."""
+    import torch
+
+    from fade.measure.step.config import StepConfig
+    from fade.measure.step.runner import StepRunner
+    from fade.measure.zoo.workload import Workload
+
+    model = torch.nn.Linear(4, 3)
+    workload = Workload(model, (torch.randn(8, 4),), torch.randint(0, 3, (8,)), torch.nn.functional.cross_entropy, 8)
+    runner = StepRunner(workload, model, StepConfig(), True, "cpu", track_finite=False)
+    scales = iter([2.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # before/after each of 3 steps: the first is skipped
+    runner.scaler = type("Scaler", (), {"get_scale": lambda self: next(scales), "scale": lambda self, loss: loss,
+                                        "step": lambda self, optimizer: optimizer.step(), "update": lambda self: None})()  # fmt: skip
+    checked = runner.checked_steps(3)
+    assert checked.updates_before_last == 1 and len(checked.losses) == 3
