@@ -85,7 +85,6 @@ Plain loop (validate=True)
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import math
