@@ -71,6 +71,11 @@ def test_amp_fp16_and_tf32_are_skipped_on_the_cpu_with_a_reason():
     assert skip_reason(Variant("amp-bf16", channels_last="on"), "cpu", CPU_SUPPORT) is None
 
 
+def test_a_gpu_knob_in_a_variant_is_skipped_on_the_cpu_with_the_tables_reason():
+    assert "a gpu knob" in skip_reason(parse_variant("cudnn_benchmark=on"), "cpu", CPU_SUPPORT)
+    assert skip_reason(parse_variant("cudnn_benchmark=on"), "cuda:0", {}) is None
+
+
 def test_compile_without_a_compiler_is_skipped(monkeypatch):
     import shutil
 
@@ -139,4 +144,35 @@ def test_pinned_flags_are_restored_when_the_block_raises():
         with fp32_math_flags("tf32", "tf32", cudnn_benchmark=not before["cudnn_benchmark"]) as inside:
             assert inside["matmul_allow_tf32"] is True and inside["cudnn_benchmark"] is not before["cudnn_benchmark"]
             raise RuntimeError("boom")
-    assert knobs_in_effect() == before
+    after = knobs_in_effect()
+    effective = ("matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark")
+    assert {name: after[name] for name in effective} == {name: before[name] for name in effective}
+
+
+def test_flags_are_pinned_and_restored_where_torch_froze_its_global_flags():
+    """torch's OpInfo harness calls disable_global_flags() (for the whole process, so a child runs it), and
+    the op probe pins fp32 math under it: setting cudnn.allow_tf32 directly raises there."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    code = textwrap.dedent(
+        """
+        import torch
+        from fade.measure.step.conditions import flags_in_effect, pinned_flags
+
+        torch.backends.disable_global_flags()
+        before = flags_in_effect()
+        with pinned_flags("ieee", "ieee", cudnn_benchmark=not before["cudnn_benchmark"]) as inside:
+            assert inside["cudnn_allow_tf32"] is False and inside["cudnn_benchmark"] is not before["cudnn_benchmark"]
+        effective = ("matmul_allow_tf32", "cudnn_allow_tf32", "float32_matmul_precision", "cudnn_benchmark")
+        after = flags_in_effect()
+        assert {name: after[name] for name in effective} == {name: before[name] for name in effective}, (after, before)
+        """
+    )
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    completed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-2000:]

@@ -38,10 +38,11 @@ def pinned_flags(matmul: Optional[str] = None, conv: Optional[str] = None, *, cu
     with contextlib.ExitStack() as stack:
         stack.enter_context(fp32)
         if cudnn_benchmark is not None:
-            stack.enter_context(_attribute(torch.backends.cudnn, "benchmark", bool(cudnn_benchmark)))
+            stack.enter_context(_pinned(lambda: torch.backends.cudnn.benchmark, lambda value: _set_cudnn("benchmark", value),
+                                        bool(cudnn_benchmark)))  # fmt: skip
         miopen = getattr(torch.backends, "miopen", None)
         if miopen_immediate and miopen is not None and hasattr(miopen, "immediate"):
-            stack.enter_context(_attribute(miopen, "immediate", True))
+            stack.enter_context(_pinned(lambda: miopen.immediate, lambda value: setattr(miopen, "immediate", value), True))
         yield flags_in_effect()
 
 
@@ -55,13 +56,28 @@ def pinned_fp32_math(dtype_name: str) -> Iterator[dict]:
 
 
 @contextlib.contextmanager
-def _attribute(owner, name: str, value) -> Iterator[None]:
-    saved = getattr(owner, name)
-    setattr(owner, name, value)
+def _pinned(get, set_to, value) -> Iterator[None]:
+    saved = get()
+    set_to(value)
     try:
         yield
     finally:
-        setattr(owner, name, saved)
+        set_to(saved)
+
+
+def _set_cudnn(name: str, value: bool) -> None:
+    """torch.backends.cudnn.<name> = value, also where torch froze its global flags (disable_global_flags, as
+    its OpInfo test harness does, which the op probe imports): then through cudnn.set_flags, which the
+    freeze does not guard, touching nothing else."""
+    import inspect
+
+    import torch
+
+    if not torch.backends.flags_frozen():
+        setattr(torch.backends.cudnn, name, value)
+        return
+    keep = {"_fp32_precision": None} if "_fp32_precision" in inspect.signature(torch.backends.cudnn.set_flags).parameters else {}
+    torch.backends.cudnn.set_flags(**{f"_{name}": value}, **keep)  # its default would reset fp32_precision
 
 
 @contextlib.contextmanager
@@ -84,11 +100,12 @@ def _fp32_math(matmul: str, conv: str) -> Iterator[None]:
         # Restoring the raw values instead leaves torch in its "mixed APIs" state, unreadable again.
         saved_precision = torch.get_float32_matmul_precision()
         matmul_backend.allow_tf32 = matmul == "tf32"
-        torch.backends.cudnn.allow_tf32 = conv == "tf32"
+        _set_cudnn("allow_tf32", conv == "tf32")
         try:
             yield
         finally:
-            matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+            matmul_backend.allow_tf32 = saved[0]
+            _set_cudnn("allow_tf32", saved[1])
             torch.set_float32_matmul_precision(saved_precision)
         return
     saved = (matmul_backend.fp32_precision, conv_backend.fp32_precision)

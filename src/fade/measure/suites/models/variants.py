@@ -82,6 +82,10 @@ def skip_reason(variant: Variant, device: str, dtype_support: dict) -> Optional[
     device_type = device.split(":", 1)[0]
     if variant.precision == "amp-fp16" and device_type == "cpu":
         return "amp-fp16 is a GPU configuration: CPU autocast to float16 has no fast kernels and no GradScaler recipe"
+    for knob_id, value in variant.changed.items():
+        where = step_knobs()[knob_id].where
+        if device_type == "cpu" and where != "any":
+            return f"{knob_id}={value} is a {where} knob (data/knobs.toml): it changes nothing on the cpu"
     if variant.precision == "tf32" and dtype_support.get("tf32"):
         return f"tf32: {dtype_support['tf32']}"
     if variant.autocast_dtype and dtype_support.get(variant.autocast_dtype):
