@@ -123,6 +123,13 @@ def test_the_record_keeps_the_fields_results_files_compare_on():
         "matmul_fp32_math": "ieee", "conv_fp32_math": "tf32", "channels_last": True, "compile": True}  # fmt: skip
 
 
+def test_a_knob_id_the_table_lacks_is_an_error_not_a_baseline():
+    from fade.measure.step.config import ConfigError
+
+    with pytest.raises(ConfigError, match="channel_last: not a knob"):
+        StepConfig.from_knobs({"channel_last": "on"})
+
+
 def test_config_defaults_are_the_knob_tables_baselines():
     assert StepConfig().knobs == {knob_id: knob.baseline for knob_id, knob in step_knobs().items()}
 

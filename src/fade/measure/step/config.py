@@ -50,11 +50,16 @@ class ConfigError(ValueError):
 
 
 @functools.lru_cache(maxsize=1)
-def step_knobs() -> dict:
-    """knob id -> Knob, for the knobs a step applies, from data/knobs.toml (read once)."""
+def table_knobs() -> dict:
+    """knob id -> Knob, every row of data/knobs.toml (read once)."""
     from fade.act.tune.knobs import load_knobs
 
-    return {knob.id: knob for knob in load_knobs() if knob.kind in STEP_KNOB_KINDS}
+    return {knob.id: knob for knob in load_knobs()}
+
+
+def step_knobs() -> dict:
+    """knob id -> Knob, for the knobs a step applies."""
+    return {knob_id: knob for knob_id, knob in table_knobs().items() if knob.kind in STEP_KNOB_KINDS}
 
 
 @dataclass(frozen=True)
@@ -81,9 +86,14 @@ class StepConfig:
 
     @classmethod
     def from_knobs(cls, knobs: Optional[dict] = None) -> "StepConfig":
-        """The step's part of a knob configuration (knob id -> value); env knobs are left to the caller."""
+        """The step's part of a knob configuration (knob id -> value); env knobs are left to the caller. A
+        knob id the table does not have is a ConfigError, not a knob silently left at its baseline."""
+        knobs = dict(knobs or {})
+        unknown = sorted(set(knobs) - set(table_knobs()))
+        if unknown:
+            raise ConfigError(f"{', '.join(unknown)}: not a knob of data/knobs.toml")
         names = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{name: value for name, value in (knobs or {}).items() if name in names})
+        return cls(**{name: value for name, value in knobs.items() if name in names})
 
     @property
     def knobs(self) -> dict:
