@@ -74,6 +74,8 @@ def test_amp_fp16_and_tf32_are_skipped_on_the_cpu_with_a_reason():
 def test_a_gpu_knob_in_a_variant_is_skipped_on_the_cpu_with_the_tables_reason():
     assert "a gpu knob" in skip_reason(parse_variant("cudnn_benchmark=on"), "cpu", CPU_SUPPORT)
     assert skip_reason(parse_variant("cudnn_benchmark=on"), "cuda:0", {}) is None
+    assert "changes nothing in infer" in skip_reason(parse_variant("optimizer_impl=fused"), "cuda:0", {}, "infer")
+    assert skip_reason(parse_variant("optimizer_impl=fused"), "cuda:0", {}, "train") is None
 
 
 def test_compile_without_a_compiler_is_skipped(monkeypatch):

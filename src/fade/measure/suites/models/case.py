@@ -148,7 +148,7 @@ def model_case(
     device = ctx.device
     parsed = parse_variant(variant)
     peaks, dtype_support = device_facts(device)
-    reason = skip_reason(parsed, device, dtype_support)
+    reason = skip_reason(parsed, device, dtype_support, mode)
     if reason:
         raise CaseSkipped(reason)
     training = mode == "train"

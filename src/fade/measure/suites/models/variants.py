@@ -76,16 +76,19 @@ def parse_variants(texts) -> list:
     return list(variants.values())
 
 
-def skip_reason(variant: Variant, device: str, dtype_support: dict) -> Optional[str]:
-    """Why `variant` cannot run on `device` (record it as skipped), or None. `dtype_support` is
-    session.supported_dtypes: dtype name -> None or the reason it is unsupported."""
+def skip_reason(variant: Variant, device: str, dtype_support: dict, mode: Optional[str] = None) -> Optional[str]:
+    """Why `variant` cannot run on `device` in `mode` (record it as skipped), or None. `dtype_support` is
+    session.supported_dtypes: dtype name -> None or the reason it is unsupported. A knob the table marks
+    for GPUs only, or for the other mode, changes nothing here."""
     device_type = device.split(":", 1)[0]
     if variant.precision == "amp-fp16" and device_type == "cpu":
         return "amp-fp16 is a GPU configuration: CPU autocast to float16 has no fast kernels and no GradScaler recipe"
     for knob_id, value in variant.changed.items():
-        where = step_knobs()[knob_id].where
-        if device_type == "cpu" and where != "any":
-            return f"{knob_id}={value} is a {where} knob (data/knobs.toml): it changes nothing on the cpu"
+        knob = step_knobs()[knob_id]
+        if device_type == "cpu" and knob.where != "any":
+            return f"{knob_id}={value} is a {knob.where} knob (data/knobs.toml): it changes nothing on the cpu"
+        if mode is not None and mode not in knob.modes:
+            return f"{knob_id}={value} is a {'/'.join(knob.modes)} knob (data/knobs.toml): it changes nothing in {mode}"
     if variant.precision == "tf32" and dtype_support.get("tf32"):
         return f"tf32: {dtype_support['tf32']}"
     if variant.autocast_dtype and dtype_support.get(variant.autocast_dtype):
