@@ -163,19 +163,13 @@ def test_cuda_graph_is_refused_off_cuda():
 def test_settle_phase_waits_out_a_clock_that_is_still_changing():
     """A call that runs at 2 ms for its first 40 calls and 1 ms after (a GPU clock walking after a load
     change) is sampled at its steady 1 ms once the settle phase runs, and at 2 ms without it."""
-    import time as _time
-
-    from fade.measure.timing import measure
-
-    def walking(calls=[0]):  # noqa: B006 - the counter is the point
-        calls[0] += 1
-        _time.sleep(0.002 if calls[0] <= 40 else 0.001)
 
     def timed(max_settle_s):
-        walking.__defaults__[0][0] = 0
-        return measure(walking, device="cpu", warmup_s=0.0, min_warmup_calls=1, min_samples=5,
+        clock = FakeClock()
+        walking, _ = costing(clock, [0.002] * 40 + [0.001])
+        return measure(walking, device="cpu", clock=clock, warmup_s=0.0, min_warmup_calls=1, min_samples=5,
                        max_samples=10, min_run_s=0.0, budget_s=1.0, min_block_s=1e-4,
-                       max_settle_s=max_settle_s)
+                       max_settle_s=max_settle_s)  # fmt: skip
 
-    assert timed(max_settle_s=0.0).median_s > 0.0017
-    assert timed(max_settle_s=1.0).median_s < 0.0015
+    assert timed(max_settle_s=0.0).median_s == pytest.approx(0.002)
+    assert timed(max_settle_s=1.0).median_s == pytest.approx(0.001)

@@ -7,6 +7,8 @@ import textwrap
 
 import pytest
 
+from fade.measure.step import numerics
+from fade.measure.step.finite import FiniteTracker, InvalidRun
 from fade.measure.suites.models import case as models_case
 from fade.measure.suites.models.suite import run_models
 from fade.results import read_records
@@ -209,8 +211,8 @@ def test_a_non_finite_loss_in_the_checked_steps_makes_the_case_invalid(workloads
 
 
 def test_a_loss_far_from_fp32_makes_the_case_invalid(workloads, monkeypatch):
-    monkeypatch.setattr(models_case, "LOSS_RELATIVE_TOLERANCE", 0.0)
-    monkeypatch.setattr(models_case, "LOSS_ROUNDING_FACTOR", 0.0)
+    monkeypatch.setattr(numerics, "LOSS_RELATIVE_TOLERANCE", 0.0)
+    monkeypatch.setattr(numerics, "LOSS_ROUNDING_FACTOR", 0.0)
     records, _ = run(workloads, ["fade_test_workloads:tiny"], variants=["amp-bf16"], mode="train")
     record = next(iter(records.values()))
     assert record["status"] == "error" and "fp32 from the same seed" in record["error"]
@@ -272,12 +274,17 @@ def test_the_plain_segment_times_every_block_and_syncs_as_often_as_the_engine(mo
     assert steps_at_sync == [1, 7, 13, 16]  # after the warm-up step, then after every 2 blocks of 3 steps
 
 
-def _busy(seconds):
-    import time
+class FakeClock:
+    """Seconds that pass only when a fake step says so: segment counts cannot depend on the machine's load."""
 
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        pass
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def _fake_runner(step, module):
@@ -286,43 +293,47 @@ def _fake_runner(step, module):
 
     workload = types.SimpleNamespace(inputs=())
     return types.SimpleNamespace(step=step, module=module, workload=workload, optimizer=None, scaler=None,
-                                 training=False, autocast=contextlib.nullcontext)  # fmt: skip
+                                 training=False, autocast=contextlib.nullcontext, sdpa_backend=None)  # fmt: skip
 
 
 SHORT_TIMING = {"budget_s": 0.3, "min_run_s": 0.06, "warmup_s": 0.01, "min_block_s": 0.004, "max_settle_s": 0.0}
+WANDER_SPELL_S = 0.12  # of the fake clock: about two segments of SHORT_TIMING
+
+
+def _wandering(clock, calls):
+    """1 ms a step for WANDER_SPELL_S of the clock, then 3 ms for as long: the host rate of a launch-bound
+    step, exaggerated; a spell is longer than a segment (SHORT_TIMING's budget / TIMING_SEGMENTS), so the
+    segments land in different spells."""
+
+    def step(*inputs):
+        calls[0] += 1
+        clock.advance(0.001 if (clock.now // WANDER_SPELL_S) % 2 == 0 else 0.003)
+
+    return step
 
 
 def test_a_wandering_step_gets_more_segments_and_a_steady_one_does_not():
-    calls = [0]
-
-    def wandering():  # 1 ms for 40 steps, then 3 ms for 40: the host rate of a launch-bound step, exaggerated
-        calls[0] += 1
-        _busy(0.001 if (calls[0] // 40) % 2 == 0 else 0.003)
-
-    def steady():
-        _busy(0.001)
-
-    _, noisy, _ = models_case._timed_segments(_fake_runner(wandering, None), 1, "cpu", SHORT_TIMING, validate=False)
-    _, calm, _ = models_case._timed_segments(_fake_runner(steady, None), 1, "cpu", SHORT_TIMING, validate=False)
+    clock = FakeClock()
+    wandering = _wandering(clock, [0])
+    _, noisy, _ = models_case._timed_segments(_fake_runner(wandering, None), 1, "cpu", SHORT_TIMING, validate=False, clock=clock)
+    _, calm, _ = models_case._timed_segments(_fake_runner(lambda: clock.advance(0.001), None), 1, "cpu", SHORT_TIMING,
+                                             validate=False, clock=clock)  # fmt: skip
     assert noisy["segments"] == models_case.MAX_TIMING_SEGMENTS and noisy["spread_pct"] > models_case.NOISY_SEGMENT_SPREAD_PCT
     assert calm["segments"] == models_case.TIMING_SEGMENTS and calm["spread_pct"] <= models_case.NOISY_SEGMENT_SPREAD_PCT
 
 
 def test_only_fades_own_segments_decide_on_more_and_the_plain_loop_follows_them():
+    clock = FakeClock()
     calls = [0]
-
-    def wandering_module(*inputs):  # the plain loop's step calls the module; FADE's step is steady
-        calls[0] += 1
-        _busy(0.001 if (calls[0] // 40) % 2 == 0 else 0.003)
-
-    runner = _fake_runner(lambda: _busy(0.001), wandering_module)
-    _, segments, plain = models_case._timed_segments(runner, 1, "cpu", SHORT_TIMING, validate=True)
+    wandering_module = _wandering(clock, calls)  # the plain loop's step calls the module; FADE's step is steady
+    runner = _fake_runner(lambda: clock.advance(0.001), wandering_module)
+    _, segments, plain = models_case._timed_segments(runner, 1, "cpu", SHORT_TIMING, validate=True, clock=clock)
     assert segments["segments"] == models_case.TIMING_SEGMENTS and segments["order"] == "FPPF" * 3
     assert plain["spread_pct"] > models_case.NOISY_SEGMENT_SPREAD_PCT  # noisy, yet it bought FADE nothing
 
     calls[0] = 0
     runner = _fake_runner(lambda: wandering_module(), wandering_module)
-    _, segments, plain = models_case._timed_segments(runner, 1, "cpu", SHORT_TIMING, validate=True)
+    _, segments, plain = models_case._timed_segments(runner, 1, "cpu", SHORT_TIMING, validate=True, clock=clock)
     assert segments["order"] == "FPPF" * (models_case.MAX_TIMING_SEGMENTS // 2)
     assert len(plain["segment_samples_per_s"]) == models_case.MAX_TIMING_SEGMENTS
 
@@ -330,11 +341,11 @@ def test_only_fades_own_segments_decide_on_more_and_the_plain_loop_follows_them(
 def test_the_finiteness_sum_sees_a_nan_in_any_step_across_folds():
     import torch
 
-    tracker = models_case._FiniteTracker("cpu")
+    tracker = FiniteTracker("cpu")
     steps = 2 * tracker.FOLD_STEPS + 5
     for index in range(steps):
         tracker.add_loss(torch.tensor(float("nan") if index == 7 else 1.0))
-    with pytest.raises(models_case.InvalidRun, match="invalid"):
+    with pytest.raises(InvalidRun, match="invalid"):
         tracker.check()
     tracker.reset()
     tracker.KEEP_BYTES = 64  # a fold of kept outputs every few steps
@@ -343,7 +354,7 @@ def test_the_finiteness_sum_sees_a_nan_in_any_step_across_folds():
     assert tracker.check() == steps and float(tracker.total) == 6 * steps
     for index in range(steps):
         tracker.add_output(torch.full((4,), float("inf") if index == 3 else 1.0))
-    with pytest.raises(models_case.InvalidRun):
+    with pytest.raises(InvalidRun):
         tracker.check()
 
 
@@ -358,7 +369,7 @@ def test_an_inference_step_launches_no_op_of_its_own_until_its_kept_outputs_fill
             CountOps.ops += not func.is_view  # a view launches nothing on a device
             return func(*args, **(kwargs or {}))
 
-    tracker = models_case._FiniteTracker("cpu")
+    tracker = FiniteTracker("cpu")
     tracker.KEEP_BYTES = 16 * 1024
     outputs = [torch.randn(8, 32) for _ in range(40)]  # 1 KB each: 16 fit, the 17th folds
     with CountOps():
@@ -377,11 +388,52 @@ def test_an_inference_step_launches_no_op_of_its_own_until_its_kept_outputs_fill
 def test_an_output_larger_than_keep_bytes_is_summed_on_the_spot_and_not_kept():
     import torch
 
-    tracker = models_case._FiniteTracker("cpu")
+    tracker = FiniteTracker("cpu")
     tracker.KEEP_BYTES = 1024
     big = torch.ones(64, 64)  # 16 KB
     big[5, 7] = float("nan")
     tracker.add_output(big)
     assert tracker.kept == [] and tracker.kept_bytes_max == 0 and len(tracker.pending) == 1
-    with pytest.raises(models_case.InvalidRun):
+    with pytest.raises(InvalidRun):
         tracker.check()
+
+
+def test_the_bench_and_the_tuner_judge_an_fp16_run_with_skipped_updates_alike():
+    """fp16's GradScaler skipped two of the first four steps while it found its scale: both the bench and the
+    tuner compare the last loss with fp32's after as many updates (only the tuner did, so the bench called
+    a variant invalid that the tuner accepted)."""
+    from types import SimpleNamespace
+
+    from fade.act.tune import numerics as tune_numerics
+
+    assert tune_numerics.loss_check is numerics.loss_check  # one judge
+    reference = {"losses": [7.0, 6.0, 5.0, 4.0, 3.0], "rounded_losses": [7.0, 6.0, 5.0, 4.0, 3.0], "flops_by_op": {}}
+    losses = [7.0, 7.0, 7.0, 6.0, 5.0]
+    bench = models_case._compare_losses(losses, reference, SimpleNamespace(updates_before_last=2), training=True)
+    assert bench["ok"] and bench["fp32_loss"] == 5.0 and bench["updates_before_last"] == 2
+    assert tune_numerics.check_training({"losses": losses, "grads_finite": True, "updates_before_last": 2}, reference) is None
+
+    claimed_four = {"losses": losses, "grads_finite": True, "updates_before_last": 4}
+    with pytest.raises(InvalidRun) as caught:
+        models_case._compare_losses(losses, reference, SimpleNamespace(updates_before_last=4), training=True)
+    assert str(caught.value) == tune_numerics.check_training(claimed_four, reference)
+    assert "fp32 from the same seed after 4 updates gives 3" in str(caught.value)
+
+
+def test_the_checked_steps_count_the_updates_a_grad_scaler_let_through():
+    """The checked steps count the GradScaler's updates (its scale halves on a skipped step) and the bench's
+    loss check reads them: here a scaler that skips the first step, on the CPU."""
+    import torch
+
+    from fade.measure.step.config import StepConfig
+    from fade.measure.step.runner import StepRunner
+    from fade.measure.zoo.workload import Workload
+
+    model = torch.nn.Linear(4, 3)
+    workload = Workload(model, (torch.randn(8, 4),), torch.randint(0, 3, (8,)), torch.nn.functional.cross_entropy, 8)
+    runner = StepRunner(workload, model, StepConfig(), True, "cpu", track_finite=False)
+    scales = iter([2.0, 1.0, 1.0, 1.0, 1.0, 1.0])  # before/after each of 3 steps: the first is skipped
+    runner.scaler = type("Scaler", (), {"get_scale": lambda self: next(scales), "scale": lambda self, loss: loss,
+                                        "step": lambda self, optimizer: optimizer.step(), "update": lambda self: None})()  # fmt: skip
+    checked = runner.checked_steps(3)
+    assert checked.updates_before_last == 1 and len(checked.losses) == 3

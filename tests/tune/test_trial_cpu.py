@@ -61,11 +61,11 @@ def test_the_optimizer_knob_rebuilds_any_torch_optimizer_with_foreach(optimizer_
     an H100: every gpt2-small optimizer_impl trial failed with a TypeError)."""
     from types import SimpleNamespace
 
-    from fade.act.tune.trial import _make_optimizer
+    from fade.measure.step.runner import make_optimizer
 
     model = torch.nn.Linear(4, 2)
     workload = SimpleNamespace(optimizer=lambda: optimizer_class(model.parameters(), lr=0.01, weight_decay=0.1))
-    rebuilt = _make_optimizer(workload, {"optimizer_impl": "foreach"})
+    rebuilt = make_optimizer(workload, "foreach")  # the optimizer_impl knob's value
     assert type(rebuilt) is optimizer_class
     assert rebuilt.defaults["foreach"] is True and rebuilt.defaults["weight_decay"] == 0.1
 

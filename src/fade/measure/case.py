@@ -7,9 +7,8 @@ pickled. The function is called as `function(ctx, **params)` and returns a `Case
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 # FADE's dtype names -> torch dtype attribute. tf32 is fp32 storage with TF32 tensor-core math allowed.
 TORCH_DTYPE_NAMES = {
@@ -104,44 +103,15 @@ def synchronize(device: str) -> None:
     module.synchronize()
 
 
-@contextlib.contextmanager
-def fp32_math(mode: str) -> Iterator[None]:
-    """Pin fp32 matmul and convolution math to "ieee" or "tf32", restoring the previous flags after.
-
-    Uses the fp32_precision API where torch has it (>= 2.9), else the legacy allow_tf32 flags; torch
-    refuses to read the legacy flags once the new API was used, so only one API is ever touched.
-    """
-    import torch
-
-    matmul = torch.backends.cuda.matmul
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if hasattr(matmul, "fp32_precision") and conv is not None and hasattr(conv, "fp32_precision"):
-        saved = (matmul.fp32_precision, conv.fp32_precision)
-        matmul.fp32_precision = mode
-        conv.fp32_precision = mode
-        try:
-            yield
-        finally:
-            matmul.fp32_precision, conv.fp32_precision = saved
-    else:
-        saved = (matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = mode == "tf32"
-        try:
-            yield
-        finally:
-            matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+def tflops_result(timing, flops: int, formula: str, dtype: str, extra: Optional[dict] = None) -> CaseResult:
+    """A compute-bound case's result: TFLOP/s = flops / median_s / 1e12 (`formula` says how `flops` is
+    counted), against the spec-table peak of `dtype`."""
+    return CaseResult(flops / timing.median_s / 1e12, "TFLOP/s", formula, timing, {"flops": flops},
+                      peak_kind="tflops", peak_dtype=dtype, extra=dict(extra or {}))  # fmt: skip
 
 
-def fp32_mode_for(dtype_name: str) -> Optional[str]:
-    """The fp32 math mode a dtype name implies: "tf32" for tf32, "ieee" for fp32, None otherwise."""
-    return {"tf32": "tf32", "fp32": "ieee"}.get(dtype_name)
-
-
-@contextlib.contextmanager
-def maybe_fp32_math(dtype_name: str) -> Iterator[None]:
-    mode = fp32_mode_for(dtype_name)
-    if mode is None:
-        yield
-    else:
-        with fp32_math(mode):
-            yield
+def bandwidth_result(timing, moved_bytes: int, formula: str, work: Optional[dict] = None) -> CaseResult:
+    """A memory-bound case's result: GB/s = moved_bytes / median_s / 1e9 (`formula` says which bytes count),
+    against the device's peak bandwidth. `work` adds facts beside {"bytes": moved_bytes}."""
+    return CaseResult(moved_bytes / timing.median_s / 1e9, "GB/s", formula, timing, {"bytes": moved_bytes, **(work or {})},
+                      peak_kind="bandwidth")  # fmt: skip

@@ -112,22 +112,24 @@ def child_main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from fade.act.tune.trial import _checked_steps
     from fade.measure.case import synchronize
-    from fade.measure.suites.models.case import WEIGHT_SEED
+    from fade.measure.step.conditions import pinned_flags
+    from fade.measure.step.config import StepConfig
+    from fade.measure.step.runner import WEIGHT_SEED, StepRunner
     from fade.measure.zoo.workload import build_workload
 
-    torch.backends.cudnn.benchmark = args.benchmark
     torch.manual_seed(WEIGHT_SEED)
     workload = build_workload(args.model, args.batch, args.size, args.device)
-    _, state = _checked_steps(workload, workload.model, {}, args.mode, args.device, 0)
+    # the baseline configuration's step, as the tuner's trials and the model bench run it
+    runner = StepRunner(workload, workload.model, StepConfig(), args.mode == "train", args.device, track_finite=False)
     times = []
-    for _ in range(max(2, args.steps)):
-        synchronize(args.device)
-        started = time.perf_counter()
-        state["step"]()
-        synchronize(args.device)
-        times.append(time.perf_counter() - started)
+    with pinned_flags(cudnn_benchmark=args.benchmark):
+        for _ in range(max(2, args.steps)):
+            synchronize(args.device)
+            started = time.perf_counter()
+            runner.step()
+            synchronize(args.device)
+            times.append(time.perf_counter() - started)
     print(json.dumps({"first_step_s": times[0], "second_step_s": times[1], "steps": len(times)}))
     return 0
 

@@ -1,35 +1,39 @@
 """One tuning trial in the benchmark worker: a network under one knob configuration, checked and timed.
 
 Runs as a model-bench-style case (fade.measure.runner, one isolated worker per env set), so a compile
-crash, an OOM or a hang becomes a failed trial, not the end of the tuner. Method:
+crash, an OOM or a hang becomes a failed trial, not the end of the tuner. The step, the checked steps, the
+fp32 reference and the pinned flags are the step core's (fade.measure.step), the same the model bench runs.
+Method:
 
 Build
-    torch.manual_seed(models_case.WEIGHT_SEED), the zoo network (or module:function) and its resident batch,
-    as the model bench builds them. Model-level knobs applied: channels_last, the optimizer's foreach/fused
-    flag, torch.compile(mode), the SDPA backend (sdpa_kernel around every step), autocast and GradScaler.
-    Torch-flag knobs (TF32 math, cudnn.benchmark, MIOpen immediate) are pinned for the trial; env knobs
-    were set by the parent before the worker started.
-Numerics (numerics.py decides in the parent)
-    Training: CHECK_STEPS steps from models_case.STEP_SEED at the workload's learning rate; the losses and
-    whether every gradient of the last step was finite are reported. fp32's losses come from
-    `tune_reference`, run once per search. Inference: one forward pass, compared here with an fp32
-    (TF32 off) forward of the same eager weights: relative RMS error and finiteness.
+    torch.manual_seed(step.runner.WEIGHT_SEED), the zoo network (or module:function) and its resident batch,
+    as the model bench builds them. The knobs become a step.config.StepConfig: channels_last and
+    torch.compile(mode) are applied by step.runner.apply_config; the optimizer's foreach/fused flag, the SDPA
+    backend (sdpa_kernel around every step), autocast and GradScaler by step.runner.StepRunner. Torch-flag
+    knobs (TF32 math by precision, cudnn.benchmark, MIOpen immediate) are pinned for the trial
+    (step.config.pinned); env knobs were set by the parent before the worker started.
+Numerics (step.numerics decides in the parent)
+    Training: step.runner.checked_step_count steps from STEP_SEED at the workload's learning rate; the losses,
+    how many optimizer updates a GradScaler let through and whether every gradient of the last step was
+    finite are reported. fp32's losses come from `tune_reference`, run once per search. Inference: one
+    forward pass, compared here with an fp32 (TF32 off) forward of the same eager weights: relative RMS
+    error and finiteness.
 Timing
-    models_case's method: learning rate 0 for the timed steps, gc frozen, fade.measure.timing.measure on
-    one step per call with the run's timing settings (median + IQR of step time). Compile time and the
-    checked steps are outside every sample; `duration_s` of the record holds them.
+    The model bench's conditions: learning rate 0 for the timed steps (StepRunner.freeze_weights), gc frozen
+    (step.conditions.gc_frozen), fade.measure.timing.measure on one step per call with the run's timing
+    settings (median + IQR of step time). Compile time and the checked steps are outside every sample;
+    `duration_s` of the record holds them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
 from typing import Optional
 
 from fade.measure.case import CaseResult
-
-CHECK_STEPS = 5  # as models_case.LOSS_CHECK_STEPS: enough for momentum to move the weights
-CHECK_STEPS_QUICK = 2
+from fade.measure.step.conditions import gc_frozen, pinned_flags
+from fade.measure.step.config import StepConfig, pinned
+from fade.measure.step.numerics import output_error, output_math_dtype
+from fade.measure.step.runner import WEIGHT_SEED, StepRunner, apply_config, checked_step_count, fp32_reference
 
 
 def tune_reference(ctx, *, model: str, mode: str, batch: int, size: Optional[int] = None) -> CaseResult:
@@ -45,19 +49,11 @@ def measure_reference(make_workload, mode: str, device: str, *, quick: bool = Fa
     """{"losses", "rounded_losses"} of fp32 from the workload `make_workload()` builds (after the weight seed)."""
     import torch
 
-    from fade.measure.suites.models.case import ROUNDING_PERTURBATION, WEIGHT_SEED, _perturb
-    from fade.measure.suites.models.variants import fp32_math_flags
-
-    steps = (CHECK_STEPS_QUICK if quick else CHECK_STEPS) if mode == "train" else 1
+    training = mode == "train"
     torch.manual_seed(WEIGHT_SEED)
     workload = make_workload()
-    initial = {name: value.clone() for name, value in workload.model.state_dict().items()}
-    with fp32_math_flags("ieee", "ieee"):
-        losses, _ = _checked_steps(workload, workload.model, {}, mode, device, steps)
-        workload.model.load_state_dict(initial)
-        _perturb(workload.model, ROUNDING_PERTURBATION)
-        rounded, _ = _checked_steps(workload, workload.model, {}, mode, device, steps)
-    return {"losses": losses, "rounded_losses": rounded}
+    reference = fp32_reference(workload, training, device, checked_step_count(training, quick), rounding=True)
+    return {"losses": reference["losses"], "rounded_losses": reference["rounded_losses"]}
 
 
 def tune_trial(ctx, *, model: str, mode: str, batch: int, knobs: dict, size: Optional[int] = None) -> CaseResult:
@@ -70,12 +66,11 @@ def tune_trial(ctx, *, model: str, mode: str, batch: int, knobs: dict, size: Opt
 def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_settings: dict, *, quick: bool = False) -> CaseResult:
     """The trial itself, on the workload `make_workload()` builds after the weight seed (in-process callers
     such as fade.tune pass their own)."""
-    from fade.measure.suites.models.case import _gc_frozen
     from fade.measure.timing import measure
 
     prepared = prepare(make_workload, mode, knobs, device, quick=quick, reset_compiler=True)
     try:
-        with _pinned_flags(knobs), _gc_frozen():
+        with pinned(StepConfig.from_knobs(knobs)), gc_frozen():
             timing = measure(prepared.step, device=device, **timing_settings)
     finally:
         prepared.release()
@@ -106,10 +101,9 @@ def side_by_side(make_workload, mode: str, configs: dict, device: str, timing_se
     round_medians_s and numerics."""
     import torch
 
-    from fade.measure.suites.models.case import _gc_frozen
-    from fade.measure.timing import measure
-
     import torch._dynamo
+
+    from fade.measure.timing import measure
 
     torch._dynamo.reset()
     names = list(configs)
@@ -121,7 +115,7 @@ def side_by_side(make_workload, mode: str, configs: dict, device: str, timing_se
         round_medians = {name: [] for name in names}
         for index in range(rounds):
             for name in names[index % len(names):] + names[: index % len(names)]:
-                with _pinned_flags(configs[name]), _gc_frozen():
+                with pinned(StepConfig.from_knobs(configs[name])), gc_frozen():
                     timing = measure(prepared[name].step, device=device, **timing_settings)
                 pooled[name].extend(timing.samples_s)
                 round_medians[name].append(timing.median_s)
@@ -148,170 +142,41 @@ class Prepared:
 
 def prepare(make_workload, mode: str, knobs: dict, device: str, *, quick: bool = False, reset_compiler: bool = True) -> Prepared:
     """Seeded workload under `knobs`: layout, compile, the checked steps (numerics), then the learning rate
-    set to models_case.TIMED_LEARNING_RATE for the timed steps."""
+    set to step.runner.TIMED_LEARNING_RATE for the timed steps."""
+    import copy
+
     import torch
 
-    from fade.measure.suites.models.case import TIMED_LEARNING_RATE, WEIGHT_SEED
-
+    config = StepConfig.from_knobs(knobs)
     training = mode == "train"
     torch.manual_seed(WEIGHT_SEED)
     workload = make_workload()
-    reference_module = None
-    if not training:  # eager fp32 weights for the output comparison, before any knob touches the module
-        import copy
-
-        reference_module = copy.deepcopy(workload.model)
-    runnable = workload.model
-    if knobs.get("channels_last") == "on":
-        runnable = runnable.to(memory_format=torch.channels_last)
-        workload.inputs = tuple(
-            value.contiguous(memory_format=torch.channels_last) if torch.is_tensor(value) and value.dim() == 4 and value.is_floating_point() else value
-            for value in workload.inputs
-        )
-    compile_mode = knobs.get("compile", "off")
-    if compile_mode != "off":
-        import torch._dynamo
-
-        if reset_compiler:
-            torch._dynamo.reset()
-        runnable = torch.compile(runnable) if compile_mode == "default" else torch.compile(runnable, mode=compile_mode)
-    steps = (CHECK_STEPS_QUICK if quick else CHECK_STEPS) if training else 1
-    with _pinned_flags(knobs):
-        losses, state = _checked_steps(workload, runnable, knobs, mode, device, steps)
-        numerics = {"mode": mode, "losses": losses, "grads_finite": state["grads_finite"], "updates_before_last": state["updates_before_last"]}
-        if not training:
-            numerics = _output_error(reference_module, runnable, workload, knobs, device)
-    if state["optimizer"] is not None:
-        for group in state["optimizer"].param_groups:
-            group["lr"] = TIMED_LEARNING_RATE
-    return Prepared(state["step"], numerics, workload.samples, [workload, runnable, state])
+    # eager fp32 weights for the output comparison, before any knob touches the module
+    reference_module = None if training else copy.deepcopy(workload.model)
+    runnable = apply_config(workload, config, reset_compiler=reset_compiler)
+    with pinned(config):
+        runner = StepRunner(workload, runnable, config, training, device, track_finite=False)
+        checked = runner.checked_steps(checked_step_count(training, quick))
+        numerics = checked.numerics(mode) if training else _output_error(reference_module, runner)
+    runner.freeze_weights()
+    return Prepared(runner.step, numerics, workload.samples, [workload, runnable, runner])
 
 
-@contextlib.contextmanager
-def _pinned_flags(knobs: dict):
-    """The torch-flag knobs for this trial: fp32 math by precision, cudnn.benchmark, MIOpen immediate."""
-    import torch
-
-    from fade.measure.suites.models.variants import FP32_MATH, cudnn_benchmark, fp32_math_flags
-
-    precision = knobs.get("precision", "default")
-    matmul, conv = FP32_MATH[precision]
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(fp32_math_flags(matmul, conv))
-        stack.enter_context(cudnn_benchmark(knobs.get("cudnn_benchmark") == "on"))
-        miopen = getattr(torch.backends, "miopen", None)
-        if knobs.get("miopen_immediate") == "on" and miopen is not None and hasattr(miopen, "immediate"):
-            saved = miopen.immediate
-            miopen.immediate = True
-            stack.callback(setattr, miopen, "immediate", saved)
-        yield
-
-
-def _sdpa_context(knobs: dict):
-    backend = knobs.get("sdpa_backend", "default")
-    if backend == "default":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    names = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
-    return sdpa_kernel(getattr(SDPBackend, names[backend]))
-
-
-def _make_optimizer(workload, knobs: dict):
-    """The workload's optimizer, rebuilt with foreach=True or fused=True when the knob asks."""
-    optimizer = workload.optimizer()
-    implementation = knobs.get("optimizer_impl", "default")
-    if implementation == "default":
-        return optimizer
-    import inspect
-
-    # Only what the constructor takes: torch 2.11's AdamW keeps `decoupled_weight_decay` in its defaults
-    # (it subclasses Adam) but AdamW(...) refuses it as an argument.
-    accepted = set(inspect.signature(type(optimizer).__init__).parameters) - {"self", "params", "foreach", "fused"}
-    groups = [{key: value for key, value in group.items() if key not in ("foreach", "fused")} for group in optimizer.param_groups]
-    defaults = {key: value for key, value in optimizer.defaults.items() if key in accepted}
-    return type(optimizer)(groups, **{**defaults, implementation: True})
-
-
-def _checked_steps(workload, module, knobs: dict, mode: str, device: str, steps: int) -> tuple:
-    """Losses of `steps` steps from STEP_SEED; returns (losses, {"step", "optimizer", "grads_finite"})."""
-    import torch
-
-    from fade.measure.suites.models.case import STEP_SEED
-
-    training = mode == "train"
-    device_type = device.split(":", 1)[0]
-    precision = knobs.get("precision", "default")
-    dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(precision)
-    module.train(training)
-    optimizer = _make_optimizer(workload, knobs) if training else None
-    scaler = torch.amp.GradScaler(device_type) if training and precision == "amp-fp16" else None
-
-    def autocast():
-        return torch.autocast(device_type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-
-    def step():
-        with _sdpa_context(knobs):
-            if not training:
-                with torch.inference_mode(), autocast():
-                    return module(*workload.inputs)
-            optimizer.zero_grad(set_to_none=True)
-            with autocast():
-                loss = workload.loss(module(*workload.inputs))
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
-            return loss
-
-    torch.manual_seed(STEP_SEED)
-    losses = []
-    applied = []  # per step: did the optimizer update (a GradScaler skips steps with inf gradients)
-    for _ in range(steps):
-        scale_before = scaler.get_scale() if scaler is not None else None  # a sync; checked steps only
-        result = step()
-        if not training:
-            with torch.inference_mode():
-                result = workload.loss(result.float())
-        losses.append(result.detach())
-        applied.append(scaler is None or scaler.get_scale() >= scale_before)  # a skipped step halves the scale
-    grads_finite = True
-    if training:
-        norms = [parameter.grad.detach().float().abs().sum() for parameter in workload.model.parameters() if parameter.grad is not None]
-        if scaler is None and norms:  # with a scaler, a skipped step's inf gradients are the recipe working
-            grads_finite = bool(torch.isfinite(torch.stack(norms).sum()))
-    values = [float(loss) for loss in losses]  # sync point, outside every timed region
-    return values, {"step": step, "optimizer": optimizer, "grads_finite": grads_finite, "updates_before_last": sum(applied[:-1])}
-
-
-def _output_error(reference_module, runnable, workload, knobs: dict, device: str) -> dict:
+def _output_error(reference_module, runner: StepRunner) -> dict:
     """Relative RMS error of the candidate's outputs against an fp32 (TF32 off) forward of the same weights."""
     import torch
     from torch.utils._pytree import tree_leaves
 
-    from fade.act.tune.numerics import PRECISION_MATH_DTYPE
-    from fade.measure.suites.models.variants import fp32_math_flags
+    def floats(output) -> list:
+        return [leaf.float() for leaf in tree_leaves(output) if torch.is_tensor(leaf) and leaf.is_floating_point()]
 
     reference_module.eval()
-    with torch.inference_mode(), fp32_math_flags("ieee", "ieee"):
-        expected = [leaf.float() for leaf in tree_leaves(reference_module(*workload.inputs)) if torch.is_tensor(leaf) and leaf.is_floating_point()]
-    precision = knobs.get("precision", "default")
-    dtype = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(precision)
-    context = torch.autocast(device.split(":", 1)[0], dtype=dtype) if dtype else contextlib.nullcontext()
-    with torch.inference_mode(), _sdpa_context(knobs), context:
-        got = [leaf.float() for leaf in tree_leaves(runnable(*workload.inputs)) if torch.is_tensor(leaf) and leaf.is_floating_point()]
-    difference = math.sqrt(sum(float(((g - e) ** 2).sum()) for g, e in zip(got, expected)))
-    scale = math.sqrt(sum(float((e**2).sum()) for e in expected)) or 1.0
-    finite = all(bool(torch.isfinite(g).all()) for g in got)
-    math_dtype = PRECISION_MATH_DTYPE[precision]
-    if math_dtype == "tf32" and device.startswith("cpu"):
-        math_dtype = "fp32"  # TF32 exists only on GPUs
-    if math_dtype == "fp32" and knobs.get("compile", "off") != "off":
-        math_dtype = "tf32"  # fused reductions reorder sums; allow TF32-sized error (admitted: generous)
-    return {"mode": "infer", "relative_rms_error": difference / scale, "math_dtype": math_dtype, "finite": finite}
+    with torch.inference_mode(), pinned_flags("ieee", "ieee"):
+        expected = floats(reference_module(*runner.workload.inputs))
+    got = floats(runner.step())  # inference mode, autocast and the SDPA backend of the candidate
+    error, finite = output_error(expected, got)
+    math_dtype = output_math_dtype(runner.config.precision, runner.config.compile_mode is not None, runner.device)
+    return {"mode": "infer", "relative_rms_error": error, "math_dtype": math_dtype, "finite": finite}
 
 
 __all__ = ["tune_trial", "tune_reference", "tune_side_by_side", "measure_trial", "measure_reference", "side_by_side", "prepare"]

@@ -64,6 +64,17 @@ def _stats(samples: list[float], work: float, unit_scale: float) -> dict:
 
 
 def measure_device(device_name: str) -> dict:
+    """GEMM per dtype, a device copy and the self-test on one device, with fp32 math pinned to IEEE ("fp32"
+    means fp32 here; TF32 is a separate figure) and restored after; `fp32_flags` records what was in effect."""
+    from fade.measure.step.conditions import pinned_flags
+
+    with pinned_flags("ieee", "ieee") as in_effect:
+        out = _measure_pinned(device_name)
+    out["fp32_flags"] = in_effect
+    return out
+
+
+def _measure_pinned(device_name: str) -> dict:
     import torch
 
     device = torch.device(device_name)
@@ -71,7 +82,6 @@ def measure_device(device_name: str) -> dict:
     timed = _timer(torch, device)
     # random data is made where it is used: 8192² randn on a CPU core alone takes ~0.5 s
     gen = torch.Generator(device=device).manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = False  # "fp32" means fp32 here; TF32 is a separate figure
     out = {"device": device_name, "gemm": {}, "copy": None, "selftest": None}
     sizes = GPU_GEMM if on_gpu else CPU_GEMM
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

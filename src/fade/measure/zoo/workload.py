@@ -81,22 +81,14 @@ def zoo_workload(entry: ZooModel, batch: int, size: int, device: str) -> Workloa
         else:
             target = torch.randint(0, entry.classes, (batch,), generator=generator, device=device)
             loss_fn = F.cross_entropy
-    make_optimizer = None
-    optimizer_text = f"SGD lr {SGD_LR} momentum {SGD_MOMENTUM}"
     if entry.optimizer == "adamw":
-        make_optimizer = _adamw
-        optimizer_text = f"AdamW lr {ADAMW_LR} weight decay {ADAMW_WEIGHT_DECAY}"
-    return Workload(
-        model=model,
-        inputs=inputs,
-        target=target,
-        loss_fn=loss_fn,
-        samples=batch,
-        make_optimizer=make_optimizer,
-        description=entry.note,
-        facts={"kind": entry.kind, "size": size, "size_unit": entry.size_unit, "optimizer": optimizer_text,
-               "loss": "next-token cross-entropy" if loss_fn is _next_token_loss else "cross-entropy"},
-    )  # fmt: skip
+        make_optimizer, optimizer_text = _adamw, f"AdamW lr {ADAMW_LR} weight decay {ADAMW_WEIGHT_DECAY}"
+    else:  # Workload.optimizer's default
+        make_optimizer, optimizer_text = None, f"SGD lr {SGD_LR} momentum {SGD_MOMENTUM}"
+    loss_text = "next-token cross-entropy" if loss_fn is _next_token_loss else "cross-entropy"
+    facts = {"kind": entry.kind, "size": size, "size_unit": entry.size_unit, "optimizer": optimizer_text, "loss": loss_text}
+    # Workload(model, inputs, target, loss_fn, samples, make_optimizer, description, facts)
+    return Workload(model, inputs, target, loss_fn, batch, make_optimizer, entry.note, facts)
 
 
 def _next_token_loss(logits, target):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-from fade.measure.case import CaseResult, CaseSkipped, random_tensor
+from fade.measure.case import CaseResult, CaseSkipped, random_tensor, tflops_result
 from fade.measure.timing import measure
 
 BACKEND_NAMES = {  # FADE's name -> torch.nn.attention.SDPBackend member
@@ -48,16 +48,8 @@ def sdpa(ctx, *, batch: int, heads: int, seq: int, head_dim: int, dtype: str, ba
             timing = measure(call, device=ctx.device, **ctx.timing)
         ran = member.name
     flops = 4 * batch * heads * seq * seq * head_dim // (2 if causal else 1)
-    return CaseResult(
-        value=flops / timing.median_s / 1e12,
-        unit="TFLOP/s",
-        formula="4*B*H*S^2*D (/2 if causal) / median_s / 1e12",
-        timing=timing,
-        work={"flops": flops},
-        peak_kind="tflops",
-        peak_dtype=dtype,
-        extra={"backend_requested": backend, "backend_ran": ran},
-    )
+    return tflops_result(timing, flops, "4*B*H*S^2*D (/2 if causal) / median_s / 1e12", dtype,
+                         {"backend_requested": backend, "backend_ran": ran})  # fmt: skip
 
 
 def _dispatch_choice(q, k, v, causal: bool) -> str:

@@ -9,7 +9,8 @@ an "fp32" figure above the fp32 peak.
 
 from __future__ import annotations
 
-from fade.measure.case import CaseResult, fp32_mode_for, maybe_fp32_math, random_tensor
+from fade.measure.case import CaseResult, random_tensor, tflops_result
+from fade.measure.step.conditions import fp32_math_for_dtype, pinned_fp32_math
 from fade.measure.timing import measure
 
 CONV_FORMULA = "2*N*K*C*R*S*Ho*Wo / median_s / 1e12"
@@ -54,16 +55,8 @@ def conv(
         )
     else:
         raise ValueError(f"unknown direction {direction!r}")
-    with maybe_fp32_math(dtype):
+    with pinned_fp32_math(dtype):
         timing = measure(call, device=ctx.device, **ctx.timing)
     flops = 2 * n * k * c * r * s * out_h * out_w
-    return CaseResult(
-        value=flops / timing.median_s / 1e12,
-        unit="TFLOP/s",
-        formula=CONV_FORMULA,
-        timing=timing,
-        work={"flops": flops},
-        peak_kind="tflops",
-        peak_dtype=dtype,
-        extra={"layer": layer, "output_hw": [out_h, out_w], "fp32_math": fp32_mode_for(dtype)},
-    )
+    return tflops_result(timing, flops, CONV_FORMULA, dtype,
+                         {"layer": layer, "output_hw": [out_h, out_w], "fp32_math": fp32_math_for_dtype(dtype)})  # fmt: skip

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fade.measure.case import CaseResult, fp32_mode_for, maybe_fp32_math, random_tensor
+from fade.measure.case import CaseResult, random_tensor, tflops_result
+from fade.measure.step.conditions import fp32_math_for_dtype, pinned_fp32_math
 from fade.measure.timing import measure
 
 GEMM_FORMULA = "2*m*n*k / median_s / 1e12"
@@ -10,27 +11,17 @@ GEMM_FORMULA = "2*m*n*k / median_s / 1e12"
 
 def gemm(ctx, *, m: int, n: int, k: int, dtype: str, shape: str = "square") -> CaseResult:
     """C[m,n] = A[m,k] @ B[k,n] with torch.matmul; fp8 through torch._scaled_mm with unit scales, bf16 out."""
-    with maybe_fp32_math(dtype):
+    with pinned_fp32_math(dtype):
         call = _gemm_call(m, n, k, dtype, ctx.device)
         timing = measure(call, device=ctx.device, **ctx.timing)
-    flops = 2 * m * n * k
-    return CaseResult(
-        value=flops / timing.median_s / 1e12,
-        unit="TFLOP/s",
-        formula=GEMM_FORMULA,
-        timing=timing,
-        work={"flops": flops},
-        peak_kind="tflops",
-        peak_dtype=dtype,
-        extra={"fp32_math": fp32_mode_for(dtype), "shape": shape},
-    )
+    return tflops_result(timing, 2 * m * n * k, GEMM_FORMULA, dtype, {"fp32_math": fp32_math_for_dtype(dtype), "shape": shape})
 
 
 def cpu_vs_gpu(ctx, *, n: int, dtype: str = "fp32") -> CaseResult:
     """The same n^3 GEMM on the CPU and on the GPU, both warm; value = CPU time / GPU time."""
     import torch
 
-    with maybe_fp32_math(dtype):
+    with pinned_fp32_math(dtype):
         gpu_timing = measure(_gemm_call(n, n, n, dtype, ctx.device), device=ctx.device, **ctx.timing)
         cpu_timing = measure(_gemm_call(n, n, n, dtype, "cpu"), device="cpu", **ctx.timing)
     flops = 2 * n * n * n
@@ -53,7 +44,7 @@ def cpu_vs_gpu(ctx, *, n: int, dtype: str = "fp32") -> CaseResult:
         extra={
             "cpu": {**side(cpu_timing), "threads": torch.get_num_threads(), "timing": cpu_timing.to_dict()},
             "gpu": side(gpu_timing),
-            "fp32_math": fp32_mode_for(dtype),
+            "fp32_math": fp32_math_for_dtype(dtype),
         },
     )
 

@@ -8,7 +8,7 @@ launch effects, which is what the bandwidth-vs-size curve is for.
 
 from __future__ import annotations
 
-from fade.measure.case import CaseResult, random_tensor, synchronize
+from fade.measure.case import CaseResult, bandwidth_result, random_tensor, synchronize
 from fade.measure.timing import measure
 
 STREAM_ARRAYS_TOUCHED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # arrays read + written per call
@@ -31,14 +31,8 @@ def stream(ctx, *, op: str, elements: int, dtype: str = "fp32") -> CaseResult:
     }
     timing = measure(calls[op], device=ctx.device, **ctx.timing)
     moved = STREAM_ARRAYS_TOUCHED[op] * elements * a.element_size()
-    return CaseResult(
-        value=moved / timing.median_s / 1e9,
-        unit="GB/s",
-        formula=BANDWIDTH_FORMULA + " (bytes = arrays read + written x array bytes)",
-        timing=timing,
-        work={"bytes": moved, "array_bytes": elements * a.element_size()},
-        peak_kind="bandwidth",
-    )
+    return bandwidth_result(timing, moved, BANDWIDTH_FORMULA + " (bytes = arrays read + written x array bytes)",
+                            {"array_bytes": elements * a.element_size()})  # fmt: skip
 
 
 def transfer(ctx, *, direction: str, memory: str, nbytes: int) -> CaseResult:

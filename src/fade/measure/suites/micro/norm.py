@@ -6,7 +6,7 @@ also reads its weight and bias). Real kernels may read twice; the % of peak then
 
 from __future__ import annotations
 
-from fade.measure.case import CaseResult, random_tensor
+from fade.measure.case import CaseResult, bandwidth_result, random_tensor
 from fade.measure.timing import measure
 
 
@@ -30,11 +30,4 @@ def norm(ctx, *, op: str, rows: int, cols: int, dtype: str) -> CaseResult:
     else:
         raise ValueError(f"unknown op {op!r}")
     timing = measure(call, device=ctx.device, **ctx.timing)
-    return CaseResult(
-        value=moved / timing.median_s / 1e9,
-        unit="GB/s",
-        formula="bytes / median_s / 1e9 (bytes = input read once + output written once)",
-        timing=timing,
-        work={"bytes": moved},
-        peak_kind="bandwidth",
-    )
+    return bandwidth_result(timing, moved, "bytes / median_s / 1e9 (bytes = input read once + output written once)")

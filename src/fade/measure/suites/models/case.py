@@ -1,30 +1,32 @@
 """One model-bench case: a network trained (or run forward) under one variant, timed per step.
 
-Method, in the order a case runs (constants below, cited by name):
+A variant is a knob configuration (fade.measure.step.config; variants.py parses the bench's names). The step,
+its checked steps, the fp32 reference, the loss check, the finiteness sum and the pinned conditions are the
+step core's (fade.measure.step, whose module docstrings give their method); this module times the step.
+Method, in the order a case runs (constants below and in the core, cited by name):
 
 Build
-    torch.manual_seed(WEIGHT_SEED), then the network is built and initialised on the device; the synthetic
-    batch is generated there once (normal images or uniform token ids, zoo.workload.DATA_SEED) and reused by
-    every step. No step copies input from the host: `extra.workload.input_copy_included` is false.
+    torch.manual_seed(runner.WEIGHT_SEED), then the network is built and initialised on the device; the
+    synthetic batch is generated there once (normal images or uniform token ids, zoo.workload.DATA_SEED) and
+    reused by every step. No step copies input from the host: `extra.workload.input_copy_included` is false.
 Reference
-    The same weights run LOSS_CHECK_STEPS eager steps (LOSS_CHECK_STEPS_QUICK with --quick; one forward pass
-    when inferring) in fp32 with TF32 off, from the RNG state STEP_SEED; the first of them runs under
-    torch.utils.flop_counter.FlopCounterMode, which gives the FLOPs of one step (forward + backward when
-    training; the optimizer's elementwise work counts 0). The weights are then reset to their initial values.
-    The `fp32` variant is its own reference.
+    runner.fp32_reference: the same weights run runner.checked_step_count eager steps (LOSS_CHECK_STEPS, or
+    LOSS_CHECK_STEPS_QUICK with --quick; one forward pass when inferring) in fp32 with TF32 off, from the RNG
+    state STEP_SEED; the first of them runs under torch.utils.flop_counter.FlopCounterMode, which gives the
+    FLOPs of one step (forward + backward when training; the optimizer's elementwise work counts 0); a
+    second fp32 run from weights perturbed by ROUNDING_PERTURBATION gives the rounding spread. The weights
+    are then reset to their initial values. The `fp32` variant is its own reference.
 Variant
-    The variant's fp32 math is pinned (models_variants.fp32_math_flags), channels-last and torch.compile applied,
-    a fresh optimizer made, and the same number of steps run from STEP_SEED. The variant's last loss may
-    differ from the reference's by at most the larger of LOSS_RELATIVE_TOLERANCE of the reference's first
-    loss and LOSS_ROUNDING_FACTOR times the spread rounding alone causes (a second fp32 run from weights
-    perturbed by ROUNDING_PERTURBATION); otherwise the case is invalid (status "error"). Inference compares
-    the loss of one forward pass against the first bound.
+    The variant's flags are pinned (step.config.pinned: fp32 math, cudnn.benchmark), channels-last and
+    torch.compile applied (runner.apply_config), a fresh optimizer made, and the same number of steps run
+    from STEP_SEED. A non-finite loss makes the case invalid (status "error"). step.numerics.loss_check, the
+    tuner's own, judges the last loss: it may differ from fp32's after as many optimizer updates (a
+    GradScaler skips some while it finds its scale) by at most the larger of LOSS_RELATIVE_TOLERANCE of the
+    reference's first loss and LOSS_ROUNDING_FACTOR times the rounding spread; otherwise the case is invalid.
+    Inference compares the loss of one forward pass against the first bound.
 Timing
-    The optimizer's learning rate is set to 0 (TIMED_LEARNING_RATE) for the timed steps: every kernel of the
-    update still runs (SGD's and AdamW's foreach updates have no zero-rate shortcut), but the weights stay
-    where the checked steps left them. Hundreds of steps on one fixed batch otherwise drive a network
-    without batch norm to divergence (VGG-16 at batch 2 and lr 0.01 reaches NaN by step 8 on the CPU), which
-    would make a healthy variant look invalid.
+    The optimizer's learning rate is set to 0 (runner.TIMED_LEARNING_RATE) for the timed steps: every kernel
+    of the update still runs, but the weights stay where the checked steps left them (runner's docstring).
     fade.measure.timing.measure on one step per call (its docstring is the method: warm-up, CUDA events per
     block, blocks of >= min_block_s, rounds, stop rule, median + IQR), run as TIMING_SEGMENTS calls whose
     samples are pooled into one Timing. The run's timing settings are totals: each segment gets
@@ -35,32 +37,32 @@ Timing
     0.6 s, then 17 ms); segments let a plain loop share every part of that wander (below), and
     `extra.timing_segments` shows it. When the first TIMING_SEGMENTS segments' figures lie more than
     NOISY_SEGMENT_SPREAD_PCT apart, further batches of segments run (up to MAX_TIMING_SEGMENTS; not with
-    --quick), so the median spans more of the wander; the rule reads FADE's segments only. A training
-    step is zero_grad(set_to_none) + autocast forward + loss + backward (through a GradScaler for
+    --quick), so the median spans more of the wander; the rule reads FADE's segments only. The segment
+    logic reads time through an injected clock (time.perf_counter unless a test passes its own). A
+    training step is zero_grad(set_to_none) + autocast forward + loss + backward (through a GradScaler for
     amp-fp16) + optimizer.step(); an inference step is a forward pass under torch.inference_mode in eval
-    mode.
+    mode (runner.StepRunner.step).
 Conditions
-    cuDNN's algorithm choice is pinned (models_variants.CUDNN_BENCHMARK: heuristics, cached per shape), so
-    the checked steps, FADE's segments and the plain loop run the same kernels. gc.freeze() parks every
-    object alive before the timing (garbage included, until the timing ends), out of the collector's way: a
-    full collection walks the whole heap (torch, the model, Inductor's graphs): 160 ms in an eager case and
-    0.9 s after torch.compile on the H100 host, all in one sample; frozen, it walks only what the steps
-    allocate. Recorded in `extra.gc`.
+    cuDNN's algorithm choice is pinned (the cudnn_benchmark knob, off: heuristics, cached per shape), so
+    the checked steps, FADE's segments and the plain loop run the same kernels; the flags in effect are in
+    `extra.in_effect`. conditions.gc_frozen parks every object alive before the timing out of the
+    collector's way (a full collection inside a sample costs 160 ms eager, 0.9 s compiled, on the H100
+    host). Recorded in `extra.gc`.
 Exclusions
     Not timed: building the network and its batch, the checked steps (torch.compile compiles there, so its
     compile time is in `duration_s`, never in a sample), the FLOP-counting step, reading the finiteness sum,
     and the plain loop. No input copy from the host happens at all.
 Finiteness
     Every step's loss (training) or output (inference) stays on the device and joins a device-side sum
-    (_FiniteTracker: outputs are kept by reference and summed 4 MB at a time, so no step launches a kernel
-    of its own); no step waits on the host for it. The sum is read after the timing: NaN or inf means some
+    (step.finite.FiniteTracker: outputs are kept by reference and summed 4 MB at a time, so no step launches
+    a kernel of its own); no step waits on the host for it. The sum is read after the timing: NaN or inf means some
     step was not finite, and the case is invalid (status "error", no throughput reported).
 Derived figures
     value = samples / median step time (samples/s). Achieved TFLOP/s = FLOPs per step / median step time;
     % of peak divides it by the spec-table peak of the dtype each FLOP ran in, weighted by FLOPs when
     convolutions and matmuls run in different dtypes (`default`: TF32 convolutions, fp32 matmuls).
     Peak memory is torch.cuda.max_memory_allocated over the timed steps and the plain loop's, the same
-    steps (model, optimizer state and activations, and in inference up to 2 x _FiniteTracker.KEEP_BYTES of
+    steps (model, optimizer state and activations, and in inference up to 2 x FiniteTracker.KEEP_BYTES of
     outputs the finiteness check holds, `extra.memory.finite_check_bytes`; memory outside the caching
     allocator is not seen); not measured on the CPU.
 Plain loop (validate=True)
@@ -83,43 +85,30 @@ Plain loop (validate=True)
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
 import functools
 import math
 import statistics
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from fade.measure.case import CaseResult, CaseSkipped
 from fade.measure import timing as engine
-from fade.measure.suites.models.variants import (
-    CUDNN_BENCHMARK,
-    Variant,
-    cudnn_benchmark,
-    fp32_math_flags,
-    knobs_in_effect,
-    parse_variant,
-    skip_reason,
+from fade.measure.step.conditions import flags_in_effect, gc_frozen
+from fade.measure.step.config import StepConfig, pinned, reference_config
+from fade.measure.step.finite import InvalidRun
+from fade.measure.step.numerics import loss_check
+from fade.measure.step.runner import (
+    TIMED_LEARNING_RATE,
+    WEIGHT_SEED,
+    StepRunner,
+    apply_config,
+    checked_step_count,
+    fp32_reference,
 )
+from fade.measure.suites.models.variants import parse_variant, skip_reason
 from fade.measure.timing import Timing, measure
 
-WEIGHT_SEED = 0  # weights; the fp32 reference and the variant start from the same ones
-STEP_SEED = 1234  # dropout masks of the checked steps: the reference and the variant draw the same stream
-LOSS_CHECK_STEPS = 5  # steps before the loss is compared; enough for momentum to move the weights
-LOSS_CHECK_STEPS_QUICK = 2
-# The loss check. Training on one fixed batch amplifies rounding, the more the smaller the batch: with batch
-# norm over a handful of values one SGD step can move the loss from 6.7 to 4.9 or to 5.5 depending on the last
-# bit (resnet18 at batch 2, 32 px, CPU). So the allowed distance from fp32 is the larger of a fixed share of the
-# starting loss and a multiple of what rounding alone does to fp32: the spread between fp32 and fp32 started
-# from weights perturbed by ROUNDING_PERTURBATION (bf16's unit roundoff). A variant that diverges, stalls or
-# computes something else lands farther away than both; one that only rounds differently does not.
-LOSS_RELATIVE_TOLERANCE = 0.05  # of fp32's starting loss: bf16 autocast stays within 1% at batch 16+ (CPU)
-ROUNDING_PERTURBATION = 2.0**-8  # relative weight noise: the unit roundoff of bfloat16
-LOSS_ROUNDING_FACTOR = 4.0  # fp16/bf16 round every activation, not only the weights once: a few times more
-TIMED_LEARNING_RATE = 0.0  # see "Timing" above: same work per step, no divergence on a fixed batch
-CHECK_SAMPLE_ELEMENTS = 2**20  # inference: outputs larger than this are checked on an evenly strided sample
 # FADE's timing in segments (see "Timing"): 6 segments of <= 0.33 s (2 s budget) are about as short as the
 # spells in which a launch-bound step's host rate holds, so both sides of the plain-loop check see each
 # spell; each later segment costs two unsampled blocks (its warm-up call and block-size trial)
@@ -135,10 +124,7 @@ PAIR_ORDER = ("fade", "plain", "plain", "fade")  # repeated: ABBA, so a linear d
 PLAIN_WARMUP_STEPS = 2  # once: the model is warm (FADE's first segment ran); a textbook loop still warms up
 PLAIN_MIN_BLOCKS = 2  # per plain segment, when FADE's segment timed fewer blocks
 CUDA_MEMORY_SOURCE = "torch.cuda.max_memory_allocated over the timed steps (caching allocator only)"
-
-
-class InvalidRun(Exception):
-    """The numbers are not trustworthy (a non-finite loss, a loss far from fp32's); the record is "error"."""
+Clock = Callable[[], float]  # seconds; time.perf_counter unless a test injects its own
 
 
 def model_case(
@@ -152,7 +138,8 @@ def model_case(
     validate: bool = False,
 ) -> CaseResult:
     """The case function run_models schedules: `model` (a zoo name or module:function) in `mode` ("train" or
-    "infer") under `variant`, `batch` samples per step, inputs of `size` (pixels or tokens; None: default)."""
+    "infer") under `variant` (a variant name, knob aliases included), `batch` samples per step, inputs of
+    `size` (pixels or tokens; None: default)."""
     import torch
 
     from fade.measure.zoo import ZOO
@@ -161,78 +148,61 @@ def model_case(
     device = ctx.device
     parsed = parse_variant(variant)
     peaks, dtype_support = device_facts(device)
-    reason = skip_reason(parsed, device, dtype_support)
+    reason = skip_reason(parsed, device, dtype_support, mode)
     if reason:
         raise CaseSkipped(reason)
     training = mode == "train"
-    check_steps = (LOSS_CHECK_STEPS_QUICK if ctx.quick else LOSS_CHECK_STEPS) if training else 1  # forwards repeat
+    check_steps = checked_step_count(training, ctx.quick)  # inference: forwards repeat, one is checked
 
     no_4d = f"channels-last changes nothing for {model}: it has no 4-D input or weight"
     entry = ZOO.get(model)
-    if parsed.channels_last and entry is not None and entry.kind != "image":
+    if parsed.uses_channels_last and entry is not None and entry.kind != "image":
         raise CaseSkipped(no_4d)
     torch.manual_seed(WEIGHT_SEED)
     workload = build_workload(model, batch, size, device)
-    if parsed.channels_last and not _has_4d(workload):
+    if parsed.uses_channels_last and not _has_4d(workload):
         raise CaseSkipped(no_4d)
-    # cuDNN's choice of algorithm stays the same from the checked steps to the last timed one
-    with cudnn_benchmark(CUDNN_BENCHMARK):
-        # The fp32 reference from the same weights and RNG stream; its first step also counts the FLOPs. The
-        # fp32 variant itself is its own reference: the same eager steps, so they run once.
-        is_reference = parsed == Variant("fp32")
-        reference_losses = flops_by_op = rounding_losses = None
-        if not is_reference:
-            initial_state = copy.deepcopy(workload.model.state_dict())
-            with fp32_math_flags("ieee", "ieee"):
-                reference = _Runner(workload, workload.model, Variant("fp32"), training, device)
-                reference_losses, flops_by_op = reference.checked_steps(check_steps, count_flops=True)
-                del reference
-                if training:  # how far rounding alone moves fp32's own trajectory: the loss check's noise
-                    workload.model.load_state_dict(initial_state)
-                    _perturb(workload.model, ROUNDING_PERTURBATION)
-                    rounded = _Runner(workload, workload.model, Variant("fp32"), training, device)
-                    rounding_losses, _ = rounded.checked_steps(check_steps)
-                    del rounded
-            workload.model.load_state_dict(initial_state)
-            del initial_state
-            _release(device)
+    # The fp32 reference from the same weights and RNG stream; its first step also counts the FLOPs. The fp32
+    # variant itself is its own reference: the same eager steps, so they run once.
+    is_reference = parsed == reference_config()
+    reference = None
+    if not is_reference:
+        reference = fp32_reference(workload, training, device, check_steps, count_flops=True)
+        _require_finite("fp32", reference["losses"])
+        _release(device)
 
-        runnable = workload.model
-        if parsed.channels_last:
-            runnable = runnable.to(memory_format=torch.channels_last)
-            workload.inputs = tuple(_channels_last(value) for value in workload.inputs)
-        if parsed.compile:
-            import torch._dynamo
-
-            torch._dynamo.reset()  # compiled code of an earlier case (same forward, other module) must not count
-            runnable = torch.compile(runnable)
-        with fp32_math_flags(parsed.matmul_math, parsed.conv_math):
-            runner = _Runner(workload, runnable, parsed, training, device)
-            losses, counted = runner.checked_steps(check_steps, count_flops=is_reference)
-            if is_reference:
-                reference_losses, flops_by_op = losses, counted
-            loss_check = _compare_losses(losses, reference_losses, rounding_losses, check_steps, training)
-            in_effect = {**knobs_in_effect(), **runner.in_effect()}
-            runner.freeze_weights()
-            runner.tracker.reset()
-            if device.startswith("cuda"):
-                torch.cuda.reset_peak_memory_stats(device)
-            with _gc_frozen() as gc_facts:
-                max_segments = TIMING_SEGMENTS if ctx.quick else MAX_TIMING_SEGMENTS  # --quick: a smoke run, kept short
-                timed = _timed_segments(runner, workload.samples, device, ctx.timing, validate=validate, max_segments=max_segments)
-            timing, segments, plain = timed
-            loss_check["finite_checked_steps"] = runner.tracker.check()
-            memory = _memory(device)
-            # inference outputs the finiteness check held at once (their concatenation briefly doubles it)
-            memory["finite_check_bytes"] = runner.tracker.kept_bytes_max
-        if parsed.compile:
-            torch._dynamo.reset()
+    runnable = apply_config(workload, parsed)  # resets the compiler first: an earlier case's code must not count
+    # flags (fp32 math, cuDNN's choice of algorithm) stay the same from the checked steps to the last timed one
+    with pinned(parsed):
+        runner = StepRunner(workload, runnable, parsed, training, device)
+        checked = runner.checked_steps(check_steps, count_flops=is_reference)
+        _require_finite(parsed.name, checked.losses)
+        runner.tracker.check()
+        if is_reference:
+            reference = {"losses": checked.losses, "rounded_losses": None, "flops_by_op": checked.flops_by_op}
+        flops_by_op = reference["flops_by_op"]
+        loss_check_facts = _compare_losses(checked.losses, reference, checked, training)
+        in_effect = {**flags_in_effect(), **runner.in_effect()}
+        runner.freeze_weights()
+        runner.tracker.reset()
+        if device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats(device)
+        with gc_frozen() as gc_facts:
+            max_segments = TIMING_SEGMENTS if ctx.quick else MAX_TIMING_SEGMENTS  # --quick: a smoke run, kept short
+            timed = _timed_segments(runner, workload.samples, device, ctx.timing, validate=validate, max_segments=max_segments)
+        timing, segments, plain = timed
+        loss_check_facts["finite_checked_steps"] = runner.tracker.check()
+        memory = _memory(device)
+        # inference outputs the finiteness check held at once (their concatenation briefly doubles it)
+        memory["finite_check_bytes"] = runner.tracker.kept_bytes_max
+    if parsed.compile_mode is not None:
+        torch._dynamo.reset()
 
     samples_per_s = workload.samples / timing.median_s
     flops_per_step = sum(flops_by_op.values())
     extra = {
         "mode": mode,
-        "variant": parsed.knobs(),
+        "variant": parsed.record(),
         "in_effect": in_effect,
         "workload": {
             "model": model,
@@ -247,7 +217,7 @@ def model_case(
         },
         "flops": _flops_summary(flops_by_op, timing.median_s, parsed, peaks, dtype_support),
         "memory": memory,
-        "loss_check": loss_check,
+        "loss_check": loss_check_facts,
         "timing_segments": segments,
         "gc": gc_facts,
     }
@@ -274,264 +244,22 @@ def device_facts(device: str) -> tuple:
     return peaks, supported_dtypes(device, peaks)
 
 
-class _Runner:
-    """Steps of one workload under one variant, with the device-side finiteness sum."""
-
-    def __init__(self, workload, module, variant: Variant, training: bool, device: str):
-        import torch
-
-        self.workload = workload
-        self.module = module
-        self.variant = variant
-        self.training = training
-        self.device = device
-        self.tracker = _FiniteTracker(device)
-        module.train(training)
-        self.autocast_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(variant.autocast_dtype)
-        self.optimizer = workload.optimizer() if training else None
-        self.scaler = None
-        self.checked_learning_rate = None  # the optimizer's rate in the checked steps, once frozen
-        if training and variant.autocast_dtype == "fp16":
-            self.scaler = torch.amp.GradScaler(device.split(":", 1)[0])
-
-    def autocast(self):
-        import torch
-
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.split(":", 1)[0], dtype=self.autocast_dtype)
-
-    def step(self):
-        """One timed step. Its loss (or output sample) joins the finiteness sum without a host sync."""
-        import torch
-
-        workload = self.workload
-        if not self.training:
-            with torch.inference_mode(), self.autocast():
-                output = self.module(*workload.inputs)
-            self.tracker.add_output(output)
-            return output
-        self.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
-            output = self.module(*workload.inputs)
-            loss = workload.loss(output)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            loss.backward()
-            self.optimizer.step()
-        self.tracker.add_loss(loss)
-        return loss
-
-    def freeze_weights(self) -> None:
-        """Learning rate TIMED_LEARNING_RATE from now on (the timed steps); see the module docstring."""
-        if self.optimizer is None:
-            return
-        self.checked_learning_rate = self.optimizer.param_groups[0]["lr"]
-        for group in self.optimizer.param_groups:
-            group["lr"] = TIMED_LEARNING_RATE
-
-    def checked_steps(self, steps: int, *, count_flops: bool = False) -> tuple:
-        """Losses of `steps` steps from STEP_SEED (inference: the loss of the forward output), and FLOPs by
-        op of the first step when `count_flops`."""
-        import torch
-
-        torch.manual_seed(STEP_SEED)
-        flops_by_op: dict = {}
-        losses = []
-        for index in range(steps):
-            if count_flops and index == 0:
-                from torch.utils.flop_counter import FlopCounterMode
-
-                with FlopCounterMode(display=False) as counter:
-                    result = self.step()
-                flops_by_op = {str(op): int(count) for op, count in counter.get_flop_counts().get("Global", {}).items()}
-            else:
-                result = self.step()
-            if not self.training:
-                with torch.inference_mode():
-                    result = self.workload.loss(result.float() if torch.is_tensor(result) else result)
-            losses.append(result.detach())
-        values = [float(loss) for loss in losses]  # sync point, outside every timed region
-        if not all(math.isfinite(value) for value in values):
-            raise InvalidRun(f"{self.variant.name}: loss is not finite in the checked steps: {values}")
-        self.tracker.check()
-        return values, flops_by_op
-
-    def in_effect(self) -> dict:
-        """What ran, read from the objects themselves."""
-        import torch
-
-        first_input = next((value for value in self.workload.inputs if torch.is_tensor(value)), None)
-        parameter = next(self.workload.model.parameters(), None)
-        memory_format = None
-        if first_input is not None and first_input.dim() == 4:
-            strided_last = first_input.is_contiguous(memory_format=torch.channels_last) and not first_input.is_contiguous()
-            memory_format = "channels_last" if strided_last else "contiguous"
-        return {
-            "autocast_dtype": None if self.autocast_dtype is None else str(self.autocast_dtype).replace("torch.", ""),
-            "grad_scaler": self.scaler is not None,
-            "parameter_dtype": None if parameter is None else str(parameter.dtype).replace("torch.", ""),
-            "input_memory_format": memory_format,
-            "compiled": type(self.module).__name__ == "OptimizedModule",
-            "training": self.training,
-        }
+def _require_finite(name: str, losses: list) -> None:
+    if not all(math.isfinite(value) for value in losses):
+        raise InvalidRun(f"{name}: loss is not finite in the checked steps: {losses}")
 
 
-class _FiniteTracker:
-    """Every step's loss (or output), kept on the device and summed once in a while: NaN or inf in any step
-    makes the sum non-finite. No step launches a kernel of its own. A training step's 0-dim loss is kept as
-    it is. An inference step's output is kept by reference, without a copy, until KEEP_BYTES of outputs are
-    held; then one concatenation and one sum fold them (two kernels per 16 steps of a 256 KB output). An
-    output larger than KEEP_BYTES belongs to a step heavy enough that one sum of a sample of it
-    (CHECK_SAMPLE_ELEMENTS) costs nothing visible, and gets one. The 0-dim sums are folded into the total
-    every FOLD_STEPS of them.
-
-    Why no kernel per step: on a launch-bound step every host microsecond counts, and more than its share.
-    H100, mobilenet_v2 compiled inference, batch 64 (benchmarks/step_overhead.py and the bench's own segments,
-    repeated): the step's host time wanders between 2.5 and 4.5 ms against a device floor of 2.85 ms, so its
-    block times are bimodal and their median sits on the edge between the modes. With one sum per step (13 us
-    of host time, 0.5% of the step), 18 repeats put FADE a median 1.9% below the plain loop, 5 of them past
-    -2.8%; FADE's timing of the same step without the sum landed within 0.8% in five of six. With outputs
-    kept instead, six of eight repeats landed within 0.6%, one at -2.4% and one at -14.3%: a 9 s slow spell
-    of the host that FADE's median fell inside and the plain loop's only touched
-    (results/models-h100/diagnostics).
-    The kept outputs are in the peak memory figure (at most 2 x KEEP_BYTES: the kept outputs and their
-    concatenation); `extra.memory.finite_check_bytes` says how much."""
-
-    FOLD_STEPS = 1024  # pending 0-dim tensors (512 bytes each in the caching allocator) before a fold
-    KEEP_BYTES = 4 * 2**20  # outputs held by reference before they are folded: 0.1-1% of a zoo model's peak memory
-
-    def __init__(self, device: str):
-        import torch
-
-        self.total = torch.zeros((), dtype=torch.float32, device=device)
-        self.pending: list = []
-        self.kept: list = []
-        self.kept_bytes = 0
-        self.kept_bytes_max = 0
-        self.steps = 0
-
-    def reset(self) -> None:
-        self.total.zero_()
-        self.pending.clear()
-        self.kept.clear()
-        self.kept_bytes = self.kept_bytes_max = 0
-        self.steps = 0
-
-    def add_loss(self, loss) -> None:
-        self.pending.append(loss.detach())
-        self._stepped()
-
-    def add_output(self, output) -> None:
-        """An inference output (a tensor or a pytree of them), made under inference_mode: no autograd graph
-        hangs off it, so keeping it holds its memory and nothing else."""
-        import torch
-
-        if torch.is_tensor(output):
-            leaves = (output,)
-        else:
-            from torch.utils._pytree import tree_leaves
-
-            leaves = tree_leaves(output)
-        for leaf in leaves:
-            if not (torch.is_tensor(leaf) and leaf.is_floating_point()):
-                continue
-            size = leaf.nbytes
-            if size > self.KEEP_BYTES:
-                sample = leaf.detach()
-                if sample.numel() > CHECK_SAMPLE_ELEMENTS and sample.is_contiguous():
-                    sample = sample.view(-1)[:: sample.numel() // CHECK_SAMPLE_ELEMENTS]
-                self.pending.append(sample.sum(dtype=torch.float32))  # one kernel: no cast of a bf16 output first
-                continue
-            if self.kept_bytes + size > self.KEEP_BYTES:
-                self._fold_kept()
-            self.kept.append(leaf)
-            self.kept_bytes += size
-        self._stepped()
-
-    def _stepped(self) -> None:
-        self.steps += 1
-        if len(self.pending) >= self.FOLD_STEPS:
-            self._fold()
-
-    def _fold_kept(self) -> None:
-        import torch
-
-        if self.kept:
-            # one concatenation (it promotes mixed dtypes) and one sum, not a kernel per kept output
-            self.pending.append(torch.cat([leaf.reshape(-1) for leaf in self.kept]).sum(dtype=torch.float32))
-            self.kept_bytes_max = max(self.kept_bytes_max, self.kept_bytes)  # held is largest just before a fold
-            self.kept.clear()
-            self.kept_bytes = 0
-
-    def _fold(self) -> None:
-        import torch
-
-        if self.pending:
-            # one stack (it promotes mixed dtypes), not a cast per value: a fold runs inside a timed block
-            self.total.add_(torch.stack(self.pending).sum(dtype=torch.float32))
-            self.pending.clear()
-
-    def check(self) -> int:
-        """Steps checked; InvalidRun if any of them was not finite. A sync point."""
-        self._fold_kept()
-        self._fold()
-        total = float(self.total)
-        if not math.isfinite(total):
-            raise InvalidRun(
-                f"a loss or output was {total} in one of {self.steps} timed steps: the run is invalid and its speed is not reported"
-            )
-        return self.steps
-
-
-def _compare_losses(losses: list, reference: list, rounding: Optional[list], steps: int, training: bool) -> dict:
-    """The loss check (module docstring): InvalidRun when the variant's last loss is farther from fp32's than
-    both LOSS_RELATIVE_TOLERANCE of the starting loss and LOSS_ROUNDING_FACTOR x the rounding spread."""
-    last, reference_last, start = losses[-1], reference[-1], abs(reference[0])
-    rounding_spread = 0.0 if rounding is None else abs(rounding[-1] - reference_last)
-    allowed = max(LOSS_RELATIVE_TOLERANCE * start, LOSS_ROUNDING_FACTOR * rounding_spread)
-    difference = abs(last - reference_last)
-    result = {
-        "steps": steps if training else 0,
-        "loss": last,
-        "fp32_loss": reference_last,
-        "fp32_first_loss": reference[0],
-        "fp32_rounded_loss": None if rounding is None else rounding[-1],
-        "difference": difference,
-        "allowed": allowed,
-        "formula": "ok when |loss - fp32_loss| <= max(tolerance * |fp32_first_loss|, rounding_factor * |fp32_rounded_loss - fp32_loss|)",
-        "tolerance": LOSS_RELATIVE_TOLERANCE,
-        "rounding_factor": LOSS_ROUNDING_FACTOR,
-        "losses": losses,
-        "fp32_losses": reference,
-        "ok": difference <= allowed,
-    }
+def _compare_losses(losses: list, reference: dict, checked, training: bool) -> dict:
+    """The loss check (step.numerics.loss_check, the tuner's too) on finite losses; InvalidRun with its reason
+    when the variant's last loss is too far from fp32's after as many optimizer updates."""
+    result = loss_check(losses, reference["losses"], reference["rounded_losses"], training=training,
+                        updates_before_last=checked.updates_before_last if training else None)  # fmt: skip
     if not result["ok"]:
-        what = f"after {steps} steps" if training else "of the forward pass"
-        raise InvalidRun(
-            f"loss {what} is {last:.5g}, fp32 from the same seed gives {reference_last:.5g}: {difference:.3g} apart, "
-            f"more than {allowed:.3g} ({100 * LOSS_RELATIVE_TOLERANCE:g}% of the starting loss {start:.5g}, or "
-            f"{LOSS_ROUNDING_FACTOR:g}x the {rounding_spread:.3g} that rounding alone moves fp32): the variant computes something else"
-        )
+        raise InvalidRun(result["reason"])
     return result
 
 
-def _perturb(model, relative: float) -> None:
-    """Multiply every floating parameter by (1 + relative * N(0, 1)): rounding-sized noise, from STEP_SEED."""
-    import torch
-
-    generator = torch.Generator(device="cpu").manual_seed(STEP_SEED)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.is_floating_point():
-                noise = torch.randn(parameter.shape, generator=generator).to(parameter.device, parameter.dtype)
-                parameter.mul_(1 + relative * noise)
-
-
-def _flops_summary(flops_by_op: dict, median_s: float, variant: Variant, peaks: Optional[dict], dtype_support: dict) -> dict:
+def _flops_summary(flops_by_op: dict, median_s: float, variant: StepConfig, peaks: Optional[dict], dtype_support: dict) -> dict:
     """FLOPs per step, achieved TFLOP/s and % of the peak of the dtype(s) the FLOPs ran in."""
     total = sum(flops_by_op.values())
     summary = {
@@ -594,11 +322,12 @@ def _memory(device: str) -> dict:
     }
 
 
-def _timed_segments(runner: _Runner, samples: int, device: str, settings: dict, *, validate: bool,
-                    max_segments: int = MAX_TIMING_SEGMENTS) -> tuple:
+def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dict, *, validate: bool,
+                    max_segments: int = MAX_TIMING_SEGMENTS, clock: Clock = time.perf_counter) -> tuple:
     """FADE's timing as batches of TIMING_SEGMENTS measure() calls (more batches while their spread exceeds
     NOISY_SEGMENT_SPREAD_PCT, up to `max_segments`) and, when `validate`, the plain loop's segments between
-    them in PAIR_ORDER. Returns (the pooled Timing, extra.timing_segments, extra.plain_loop or None)."""
+    them in PAIR_ORDER. Returns (the pooled Timing, extra.timing_segments, extra.plain_loop or None). `clock`
+    is the host clock of both sides (device events keep their own)."""
     batch = (PAIR_ORDER * TIMING_SEGMENTS)[: 2 * TIMING_SEGMENTS] if validate else ("fade",) * TIMING_SEGMENTS
     plain_step = _plain_step(runner)
     fade_segments: list = []
@@ -608,10 +337,11 @@ def _timed_segments(runner: _Runner, samples: int, device: str, settings: dict, 
         for side in batch:
             order.append(side)
             if side == "fade":
-                fade_segments.append(_fade_segment(runner.step, device, settings, fade_segments[0] if fade_segments else None))
+                fade_segments.append(_fade_segment(runner.step, device, settings, fade_segments[0] if fade_segments else None, clock))
                 continue
             warmup_steps = 0 if plain_segments else PLAIN_WARMUP_STEPS  # PAIR_ORDER starts with FADE
-            plain_segments.append(_plain_segment_after(plain_step, device, fade_segments[-1], fade_segments[0].calls_per_sample, warmup_steps))
+            plain_segments.append(_plain_segment_after(plain_step, device, fade_segments[-1], fade_segments[0].calls_per_sample,
+                                                       warmup_steps, clock))  # fmt: skip
         fade_rates = [samples / segment.median_s for segment in fade_segments]
         # another batch only while FADE's own segments disagree (see "Timing")
         if len(fade_rates) >= max_segments or _spread_pct(fade_rates) <= NOISY_SEGMENT_SPREAD_PCT:
@@ -672,18 +402,18 @@ def _segment_settings(settings: dict, first: bool) -> dict:
     return segment
 
 
-def _fade_segment(step, device: str, settings: dict, first: Optional[Timing]) -> Timing:
+def _fade_segment(step, device: str, settings: dict, first: Optional[Timing], clock: Clock = time.perf_counter) -> Timing:
     """One measure() call. After the first, one call is a block of the first segment's k steps, so every
     segment's samples are blocks of the same size; samples are rescaled to seconds per step."""
     if first is None:
-        return measure(step, device=device, **_segment_settings(settings, True))
+        return measure(step, device=device, clock=clock, **_segment_settings(settings, True))
     calls = first.calls_per_sample
 
     def block() -> None:
         for _ in range(calls):
             step()
 
-    timing = measure(block, device=device, **_segment_settings(settings, False))
+    timing = measure(block, device=device, clock=clock, **_segment_settings(settings, False))
     return dataclasses.replace(
         timing,
         samples_s=tuple(value / calls for value in timing.samples_s),
@@ -717,7 +447,7 @@ def _spread_pct(rates: list) -> float:
     return 100.0 * (max(rates) - min(rates)) / statistics.median(rates)
 
 
-def _plain_step(runner: _Runner):
+def _plain_step(runner: StepRunner):
     """A textbook step over the same model: no FADE timing code, no finiteness sum. Kept deliberately plain:
     it is the independent check of FADE's figure."""
     import torch
@@ -740,21 +470,31 @@ def _plain_step(runner: _Runner):
         with torch.inference_mode(), runner.autocast():
             module(*workload.inputs)
 
-    return train_step if runner.training else infer_step
+    step = train_step if runner.training else infer_step
+    if runner.sdpa_backend is None:
+        return step
+
+    def with_backend():  # the sdpa_backend knob: the same backend context as FADE's step
+        with runner.sdpa():
+            step()
+
+    return with_backend
 
 
-def _plain_segment_after(step, device: str, fade_segment: Timing, calls: int, warmup_steps: int) -> list:
+def _plain_segment_after(step, device: str, fade_segment: Timing, calls: int, warmup_steps: int,
+                         clock: Clock = time.perf_counter) -> list:  # fmt: skip
     """A plain segment matched to `fade_segment`: blocks of `calls` steps filling its timed work (at least
     PLAIN_MIN_BLOCKS), a sync per the engine's round (timing.ROUND_S) of blocks."""
     block_s = calls * fade_segment.median_s
     blocks = max(PLAIN_MIN_BLOCKS, round(_timed_s(fade_segment) / block_s))
     per_sync = max(1, math.ceil(engine.ROUND_S / block_s))
-    return _plain_segment(step, device, calls, blocks, per_sync, warmup_steps)
+    return _plain_segment(step, device, calls, blocks, per_sync, warmup_steps, clock)
 
 
-def _plain_segment(step, device: str, calls: int, blocks: int, per_sync: int, warmup_steps: int) -> list:
+def _plain_segment(step, device: str, calls: int, blocks: int, per_sync: int, warmup_steps: int,
+                   clock: Clock = time.perf_counter) -> list:  # fmt: skip
     """Seconds per step of each of `blocks` back-to-back blocks of `calls` steps, after `warmup_steps`; a
-    sync after every `per_sync` blocks."""
+    sync after every `per_sync` blocks. The host `clock` times blocks on the CPU, CUDA events on a GPU."""
     import torch
 
     for _ in range(warmup_steps):
@@ -762,10 +502,10 @@ def _plain_segment(step, device: str, calls: int, blocks: int, per_sync: int, wa
     if not device.startswith("cuda"):
         per_step_s = []
         for _ in range(blocks):
-            started = time.perf_counter()
+            started = clock()
             for _ in range(calls):
                 step()
-            per_step_s.append((time.perf_counter() - started) / calls)
+            per_step_s.append((clock() - started) / calls)
         return per_step_s
     torch.cuda.synchronize(device)
     per_step_s = []
@@ -782,36 +522,12 @@ def _plain_segment(step, device: str, calls: int, blocks: int, per_sync: int, wa
     return per_step_s
 
 
-@contextlib.contextmanager
-def _gc_frozen():
-    """gc.freeze() until the block ends (see "Conditions"); yields extra.gc."""
-    import gc
-
-    gc.freeze()  # O(1): moves every tracked object to the permanent generation
-    facts = {
-        "frozen_objects": gc.get_freeze_count(),
-        "method": "gc.freeze() for the timing: the collector stays on but walks only objects made since",
-    }
-    try:
-        yield facts
-    finally:
-        gc.unfreeze()
-
-
 def _has_4d(workload) -> bool:
     import torch
 
     inputs_4d = any(torch.is_tensor(value) and value.dim() == 4 for value in workload.inputs)
     weights_4d = any(parameter.dim() == 4 for parameter in workload.model.parameters())
     return inputs_4d or weights_4d
-
-
-def _channels_last(value):
-    import torch
-
-    if torch.is_tensor(value) and value.dim() == 4 and value.is_floating_point():
-        return value.contiguous(memory_format=torch.channels_last)
-    return value
 
 
 def _release(device: str) -> None:

@@ -1,12 +1,18 @@
-"""Model-bench variants: one precision plus optional channels-last and torch.compile, joined with `+`.
+"""Model-bench variants: a variant name is an alias of a knob configuration (fade.measure.step.config), a
+precision plus optional modifiers joined with `+`, and whether this device can run it.
 
 A variant name is explicit about every knob it turns (`amp-bf16+channels-last+compile`); a name without a
-precision uses `default`. `fp32_math_flags` pins the fp32 math in a context manager and restores it after, and
-`knobs_in_effect` reads back what torch actually has, for the record. `cudnn_benchmark` pins cuDNN's
-algorithm choice (CUDNN_BENCHMARK) for every variant alike.
+precision uses `default`. Each part maps onto knobs.toml's names (the table is step.config's docstring):
 
-Precisions (fp32 math is "ieee" or "tf32", set through torch's fp32_precision API where it exists):
-    fp32      matmul ieee, cuDNN convolutions ieee: no TF32 anywhere
+    fp32 | default | tf32 | amp-fp16 | amp-bf16    precision=<the same>
+    channels-last                                 channels_last=on
+    compile                                       compile=default
+    <knob>=<value>                                that knob: compile=max-autotune, sdpa_backend=flash, ...
+
+so `parse_variant("amp-bf16+channels-last+compile")` is the configuration precision=amp-bf16,
+channels_last=on, compile=default, whose canonical name (the case id's part) is the same string again.
+Precisions (fp32 math is "ieee" or "tf32", pinned by step.config.pinned):
+    fp32      matmul ieee, cuDNN convolutions ieee: no TF32 anywhere (the numerics reference)
     default   PyTorch's defaults, pinned: matmul ieee, cuDNN convolutions tf32 (torch has let cuDNN use TF32
               for fp32 convolutions since 1.7, and not cuBLAS since 1.12)
     tf32      matmul tf32, cuDNN convolutions tf32
@@ -16,88 +22,49 @@ Precisions (fp32 math is "ieee" or "tf32", set through torch's fp32_precision AP
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 
 from fade.errors import FadeUsageError
+from fade.measure.step.config import FP32_MATH, VARIANT_MODIFIERS, ConfigError, StepConfig, step_knobs
 
-PRECISIONS = ("fp32", "default", "tf32", "amp-fp16", "amp-bf16")
-MODIFIERS = ("channels-last", "compile")  # applied in this order: memory format first, then compile
-# (matmul, convolution) fp32 math per precision; AMP's fp32 leftovers run as PyTorch's defaults do
-FP32_MATH = {
-    "fp32": ("ieee", "ieee"),
-    "default": ("ieee", "tf32"),
-    "tf32": ("tf32", "tf32"),
-    "amp-fp16": ("ieee", "tf32"),
-    "amp-bf16": ("ieee", "tf32"),
-}
-AUTOCAST_DTYPE = {"amp-fp16": "fp16", "amp-bf16": "bf16"}
-# cuDNN algorithm choice for every variant: PyTorch's default, heuristics. torch caches the chosen plan per
-# convolution shape, so a case's checked steps, timed steps and plain loop all run the same kernels; pinned
-# so that a workload which turns benchmark mode on cannot make one case's sides differ in what they ran.
-CUDNN_BENCHMARK = False
+PRECISIONS = tuple(FP32_MATH)  # fp32, default, tf32, amp-fp16, amp-bf16
+MODIFIERS = tuple(VARIANT_MODIFIERS)  # channels-last, compile
+Variant = StepConfig  # a variant is a knob configuration
 
 
-@dataclass(frozen=True)
-class Variant:
-    precision: str
-    channels_last: bool = False
-    compile: bool = False
-
-    @property
-    def name(self) -> str:
-        """Canonical spelling: precision first (left out when `default` has company), then modifiers."""
-        modifiers = [name for name, on in (("channels-last", self.channels_last), ("compile", self.compile)) if on]
-        parts = modifiers if modifiers and self.precision == "default" else [self.precision] + modifiers
-        return "+".join(parts)
-
-    @property
-    def autocast_dtype(self) -> Optional[str]:
-        return AUTOCAST_DTYPE.get(self.precision)
-
-    @property
-    def matmul_math(self) -> str:
-        return FP32_MATH[self.precision][0]
-
-    @property
-    def conv_math(self) -> str:
-        return FP32_MATH[self.precision][1]
-
-    def knobs(self) -> dict:
-        """What this variant asks for (the record's `extra.variant`)."""
-        return {
-            "name": self.name,
-            "precision": self.precision,
-            "autocast": self.autocast_dtype,
-            "matmul_fp32_math": self.matmul_math,
-            "conv_fp32_math": self.conv_math,
-            "channels_last": self.channels_last,
-            "compile": self.compile,
-        }
-
-
-def parse_variant(text: str) -> Variant:
-    """"amp-bf16+channels-last" -> Variant. FadeUsageError for an unknown part, a repeat or two precisions."""
-    parts = [part.strip().lower().replace("_", "-") for part in text.split("+")]
-    precision = None
-    modifiers = set()
-    for part in parts:
-        if part in PRECISIONS:
-            if precision is not None:
-                raise FadeUsageError(f"--variants {text!r}: two precisions ({precision} and {part}); pick one")
-            precision = part
-        elif part in MODIFIERS:
-            if part in modifiers:
-                raise FadeUsageError(f"--variants {text!r}: {part} is given twice")
-            modifiers.add(part)
+def parse_variant(text: str) -> StepConfig:
+    """"amp-bf16+channels-last" -> StepConfig. FadeUsageError for an unknown part, a repeat, two precisions
+    or a knob value the table does not have."""
+    knobs: dict = {}
+    for raw in text.split("+"):
+        if "=" in raw:
+            name, value = (piece.strip().lower() for piece in raw.split("=", 1))
+            name = name.replace("-", "_")
         else:
-            close = difflib.get_close_matches(part, PRECISIONS + MODIFIERS, n=1, cutoff=0.5)
+            part = raw.strip().lower().replace("_", "-")
+            if part in PRECISIONS:
+                name, value = "precision", part
+            elif part in MODIFIERS:
+                name, value = VARIANT_MODIFIERS[part]
+            else:
+                close = difflib.get_close_matches(part, PRECISIONS + MODIFIERS, n=1, cutoff=0.5)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                known = ", ".join(PRECISIONS + MODIFIERS)
+                raise FadeUsageError(f"--variants {text!r}: unknown part {part!r}{hint} (known: {known}, or knob=value; join with +)")
+        if name in knobs:
+            if name == "precision":
+                raise FadeUsageError(f"--variants {text!r}: two precisions ({knobs[name]} and {value}); pick one")
+            raise FadeUsageError(f"--variants {text!r}: {name} is given twice")
+        if name not in step_knobs():
+            close = difflib.get_close_matches(name, list(step_knobs()), n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            known = ", ".join(PRECISIONS + MODIFIERS)
-            raise FadeUsageError(f"--variants {text!r}: unknown part {part!r}{hint} (known: {known}; join with +)")
-    return Variant(precision or "default", "channels-last" in modifiers, "compile" in modifiers)
+            raise FadeUsageError(f"--variants {text!r}: {name!r} is not a knob a step applies{hint} (knobs: {', '.join(step_knobs())})")
+        knobs[name] = value
+    try:
+        return StepConfig.from_knobs(knobs)
+    except ConfigError as error:
+        raise FadeUsageError(f"--variants {text!r}: {error}") from None
 
 
 def parse_variants(texts) -> list:
@@ -109,17 +76,24 @@ def parse_variants(texts) -> list:
     return list(variants.values())
 
 
-def skip_reason(variant: Variant, device: str, dtype_support: dict) -> Optional[str]:
-    """Why `variant` cannot run on `device` (record it as skipped), or None. `dtype_support` is
-    session.supported_dtypes: dtype name -> None or the reason it is unsupported."""
+def skip_reason(variant: Variant, device: str, dtype_support: dict, mode: Optional[str] = None) -> Optional[str]:
+    """Why `variant` cannot run on `device` in `mode` (record it as skipped), or None. `dtype_support` is
+    session.supported_dtypes: dtype name -> None or the reason it is unsupported. A knob the table marks
+    for GPUs only, or for the other mode, changes nothing here."""
     device_type = device.split(":", 1)[0]
     if variant.precision == "amp-fp16" and device_type == "cpu":
         return "amp-fp16 is a GPU configuration: CPU autocast to float16 has no fast kernels and no GradScaler recipe"
+    for knob_id, value in variant.changed.items():
+        knob = step_knobs()[knob_id]
+        if device_type == "cpu" and knob.where != "any":
+            return f"{knob_id}={value} is a {knob.where} knob (data/knobs.toml): it changes nothing on the cpu"
+        if mode is not None and mode not in knob.modes:
+            return f"{knob_id}={value} is a {'/'.join(knob.modes)} knob (data/knobs.toml): it changes nothing in {mode}"
     if variant.precision == "tf32" and dtype_support.get("tf32"):
         return f"tf32: {dtype_support['tf32']}"
     if variant.autocast_dtype and dtype_support.get(variant.autocast_dtype):
         return f"{variant.precision}: {dtype_support[variant.autocast_dtype]}"
-    if variant.compile:
+    if variant.compile_mode is not None:
         return compile_unavailable_reason(device_type)
     return None
 
@@ -147,77 +121,3 @@ def compile_unavailable_reason(device_type: str) -> Optional[str]:
     except Exception as error:
         return f"torch.compile: cannot check for Triton ({type(error).__name__}: {error})".splitlines()[0]
     return None
-
-
-@contextlib.contextmanager
-def fp32_math_flags(matmul: str, conv: str) -> Iterator[None]:
-    """Pin matmul and convolution fp32 math ("ieee" or "tf32") separately; restore after.
-
-    Through the legacy allow_tf32 flags where torch has them, else the fp32_precision API (>= 2.9), never
-    both. Legacy first because Inductor still reads them (torch 2.11's max-autotune GEMM lowering): once
-    the new API holds different values for matmul and conv, that read raises "you have used mix of the
-    legacy and new APIs" and the compile fails. Set through the legacy flags, both APIs read back alike.
-    """
-    import torch
-
-    matmul_backend = torch.backends.cuda.matmul
-    conv_backend = getattr(torch.backends.cudnn, "conv", None)
-    try:
-        saved = (matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32)
-    except (AttributeError, RuntimeError):  # no legacy flags, or the new API was already used in a mix
-        saved = None
-    if saved is not None:
-        # Restored through the same legacy flags, plus the float32 matmul precision they also move. The new
-        # API's raw values may then read "ieee" where they read "none" (inherit) before: the same math.
-        # Restoring the raw values instead leaves torch in its "mixed APIs" state, unreadable again.
-        saved_precision = torch.get_float32_matmul_precision()
-        matmul_backend.allow_tf32 = matmul == "tf32"
-        torch.backends.cudnn.allow_tf32 = conv == "tf32"
-        try:
-            yield
-        finally:
-            matmul_backend.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-            torch.set_float32_matmul_precision(saved_precision)
-        return
-    saved = (matmul_backend.fp32_precision, conv_backend.fp32_precision)
-    matmul_backend.fp32_precision, conv_backend.fp32_precision = matmul, conv
-    try:
-        yield
-    finally:
-        matmul_backend.fp32_precision, conv_backend.fp32_precision = saved
-
-
-@contextlib.contextmanager
-def cudnn_benchmark(enabled: bool) -> Iterator[None]:
-    """Pin torch.backends.cudnn.benchmark to `enabled`; restore it after."""
-    import torch
-
-    saved = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.benchmark = saved
-
-
-def knobs_in_effect() -> dict:
-    """The fp32 math flags torch has right now (read inside fp32_math_flags), for the record. A flag torch
-    refuses to read (it does once the legacy and the new precision APIs were mixed) reads as its error."""
-    import torch
-
-    def read(getter):
-        try:
-            return getter()
-        except Exception as error:
-            return f"unreadable: {type(error).__name__}: {error}".splitlines()[0][:160]
-
-    found = {"cudnn_benchmark": torch.backends.cudnn.benchmark}
-    matmul_backend = torch.backends.cuda.matmul
-    conv_backend = getattr(torch.backends.cudnn, "conv", None)
-    if hasattr(matmul_backend, "fp32_precision") and conv_backend is not None:  # "none" = inherits a parent setting
-        found["matmul_fp32_precision"] = read(lambda: matmul_backend.fp32_precision)
-        found["cudnn_conv_fp32_precision"] = read(lambda: conv_backend.fp32_precision)
-    found["matmul_allow_tf32"] = read(lambda: matmul_backend.allow_tf32)  # what cuBLAS and Inductor act on
-    found["cudnn_allow_tf32"] = read(lambda: torch.backends.cudnn.allow_tf32)
-    found["float32_matmul_precision"] = read(torch.get_float32_matmul_precision)
-    return found

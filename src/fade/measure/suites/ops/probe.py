@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from fade.measure.case import CaseResult, fp32_math, synchronize
+from fade.measure.case import CaseResult, synchronize
+from fade.measure.step.conditions import pinned_flags
 from fade.measure.suites.ops import opdb
 from fade.measure.suites.ops.closeness import compare_outputs
 from fade.analyze.ops.curated import curated_rows_for
@@ -130,7 +131,7 @@ def run_op(
     outcomes: list = []
     timed = None
     counted = 0  # samples that count towards `samples`: failed, or ran in this dtype
-    with fp32_math("ieee"), _torch_threads(threads):
+    with pinned_flags("ieee", "ieee"), _torch_threads(threads):
         extra["cpu_threads"] = torch.get_num_threads()
         sample_iterator = _sample_inputs(info, device, torch_dtype, samples * SAMPLE_SCAN_FACTOR)
         for index in itertools.count():

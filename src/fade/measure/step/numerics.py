@@ -1,0 +1,150 @@
+"""Whether a configuration still computes the same thing as fp32: its loss after the checked steps against
+fp32's from the same weights and seed, or its inference outputs against fp32's. One judge for the model
+bench and the tuner, so a variant the bench accepts, the tuner accepts too.
+
+The loss check. Training on one fixed batch amplifies rounding, the more the smaller the batch: with batch
+norm over a handful of values one SGD step can move the loss from 6.7 to 4.9 or to 5.5 depending on the last
+bit (resnet18 at batch 2, 32 px, CPU). So the allowed distance from fp32 is the larger of a fixed share of the
+starting loss (LOSS_RELATIVE_TOLERANCE) and a multiple (LOSS_ROUNDING_FACTOR) of what rounding alone does to
+fp32: the spread between fp32 and fp32 started from weights perturbed by reference.ROUNDING_PERTURBATION
+(bf16's unit roundoff). A variant that diverges, stalls or computes something else lands farther away than
+both; one that only rounds differently does not. The last loss follows as many optimizer updates as were
+applied: fewer than the steps when a GradScaler skipped steps while it searched for a scale (fp16; resnet50
+on an H100: 6.81 after 5 steps against fp32's 4.86, yet only 2 updates had happened), so it is compared with
+fp32's loss after as many updates. An inference case compares the loss of one forward pass against the first
+bound alone.
+
+The output check (the tuner's inference trials): the outputs against fp32's from the same weights and batch,
+as a relative RMS error ||out - ref|| / ||ref||, must stay within OUTPUT_TOLERANCE of the dtype the math ran
+in. These bounds are engineering margins for deep networks (a few times each format's unit roundoff, grown
+over ~50 layers), not derived bounds; a wrong kernel or an overflow lands orders of magnitude beyond them.
+
+Deciding needs only plain numbers, so tests need no torch; output_error measures (torch, lazily).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+LOSS_RELATIVE_TOLERANCE = 0.05  # of fp32's starting loss: bf16 autocast stays within 1% at batch 16+ (CPU)
+LOSS_ROUNDING_FACTOR = 4.0  # fp16/bf16 round every activation, not only the weights once: a few times more
+# relative RMS error allowed for inference outputs, by the dtype the math ran in
+OUTPUT_TOLERANCE = {
+    "fp32": 1e-4,  # IEEE fp32 with a different summation order (compile fusions): a few ulps x depth
+    "tf32": 1e-2,  # 10-bit mantissa (unit roundoff 4.9e-4), ~20x over a deep network
+    "fp16": 1e-2,  # same mantissa as TF32
+    "bf16": 5e-2,  # 7-bit mantissa (unit roundoff 3.9e-3), ~10x over a deep network
+}
+PRECISION_MATH_DTYPE = {"fp32": "fp32", "default": "tf32", "tf32": "tf32", "amp-fp16": "fp16", "amp-bf16": "bf16"}
+LOSS_FORMULA = ("ok when |loss - fp32_loss| <= max(tolerance * |fp32_first_loss|, rounding_factor * "
+                "|fp32_rounded_loss - fp32_loss|); fp32_loss and fp32_rounded_loss after updates_before_last updates")  # fmt: skip
+
+
+def loss_check(losses: list, fp32_losses: list, fp32_rounded_losses: Optional[list], *, training: bool = True,
+               updates_before_last: Optional[int] = None) -> dict:  # fmt: skip
+    """The loss check (module docstring) of finite losses: the bench's `extra.loss_check`, with "ok" and
+    "reason" (None when ok). updates_before_last: optimizer updates before the last step (None: every step
+    updated); fp32's losses after as many updates are the reference."""
+    steps = len(losses)
+    updates = steps - 1 if updates_before_last is None else updates_before_last
+    index = min(max(updates, 0), len(fp32_losses) - 1)
+    last, reference_last, start = losses[-1], fp32_losses[index], abs(fp32_losses[0])
+    rounded = None if not fp32_rounded_losses else fp32_rounded_losses[index]
+    rounding_spread = 0.0 if rounded is None else abs(rounded - reference_last)
+    allowed = max(LOSS_RELATIVE_TOLERANCE * start, LOSS_ROUNDING_FACTOR * rounding_spread)
+    difference = abs(last - reference_last)
+    result = {
+        "steps": steps if training else 0,
+        "updates_before_last": updates if training else 0,
+        "loss": last,
+        "fp32_loss": reference_last,
+        "fp32_first_loss": fp32_losses[0],
+        "fp32_rounded_loss": rounded,
+        "difference": difference,
+        "allowed": allowed,
+        "formula": LOSS_FORMULA,
+        "tolerance": LOSS_RELATIVE_TOLERANCE,
+        "rounding_factor": LOSS_ROUNDING_FACTOR,
+        "losses": list(losses),
+        "fp32_losses": list(fp32_losses),
+        "ok": difference <= allowed,
+        "reason": None,
+    }
+    if not result["ok"]:
+        skipped = steps - 1 - updates
+        what = f"after {steps} steps" + (f" ({skipped} skipped by the grad scaler)" if skipped > 0 else "") if training else "of the forward pass"
+        after = f" after {index} updates" if training else ""
+        result["reason"] = (
+            f"loss {what} is {last:.5g}, fp32 from the same seed{after} gives {reference_last:.5g}: {difference:.3g} apart, "
+            f"more than the {allowed:.3g} allowed ({100 * LOSS_RELATIVE_TOLERANCE:g}% of the starting loss {start:.5g}, or "
+            f"{LOSS_ROUNDING_FACTOR:g}x the {rounding_spread:.3g} that rounding alone moves fp32): the configuration computes something else"
+        )
+    return result
+
+
+def check_training(numerics: dict, reference: dict) -> Optional[str]:
+    """None if the candidate trains soundly, else the reason: every loss finite, every gradient finite, and
+    loss_check passed.
+
+    numerics: {"losses": [...], "grads_finite": bool, "updates_before_last": int}; reference: {"losses":
+    fp32's, "rounded_losses": fp32's from perturbed weights, or None}.
+    """
+    losses = numerics.get("losses") or []
+    if not losses:
+        return "no loss was reported"
+    if not all(math.isfinite(value) for value in losses):
+        return f"loss is not finite: {losses}"
+    if not numerics.get("grads_finite", True):
+        return "a gradient is not finite"
+    return loss_check(losses, reference["losses"], reference.get("rounded_losses"),
+                      updates_before_last=numerics.get("updates_before_last"))["reason"]  # fmt: skip
+
+
+def check_inference(numerics: dict) -> Optional[str]:
+    """None if the outputs match fp32's within OUTPUT_TOLERANCE of their math dtype, else the reason.
+
+    numerics: {"relative_rms_error": float, "math_dtype": "bf16", "finite": bool}.
+    """
+    if not numerics.get("finite", True):
+        return "an output is not finite"
+    error = numerics.get("relative_rms_error")
+    if error is None or not math.isfinite(error):
+        return f"output error could not be computed ({error})"
+    dtype = numerics.get("math_dtype", "fp32")
+    allowed = OUTPUT_TOLERANCE[dtype]
+    if error > allowed:
+        return f"outputs differ from fp32 by {error:.3g} (relative RMS), more than the {allowed:g} allowed for {dtype}"
+    return None
+
+
+def check(numerics: Optional[dict], reference: Optional[dict]) -> Optional[str]:
+    """Dispatch on numerics["mode"] ("train" needs `reference`). None: sound."""
+    if numerics is None:
+        return "no numerics were reported"
+    if numerics.get("mode") == "train":
+        if reference is None:
+            return "no fp32 reference to compare the loss with"
+        return check_training(numerics, reference)
+    return check_inference(numerics)
+
+
+def output_math_dtype(precision: str, compiled: bool, device: str) -> str:
+    """The dtype whose OUTPUT_TOLERANCE applies: the precision's math dtype, fp32 where TF32 does not exist
+    (the CPU), and TF32-sized error for compiled fp32 (fused reductions reorder sums; admitted: generous)."""
+    math_dtype = PRECISION_MATH_DTYPE[precision]
+    if math_dtype == "tf32" and device.startswith("cpu"):
+        math_dtype = "fp32"  # TF32 exists only on GPUs
+    if math_dtype == "fp32" and compiled:
+        math_dtype = "tf32"
+    return math_dtype
+
+
+def output_error(expected: list, got: list) -> tuple:
+    """(relative RMS error, all finite) of the float tensors `got` against `expected` (same order)."""
+    import torch
+
+    difference = math.sqrt(sum(float(((g - e) ** 2).sum()) for g, e in zip(got, expected)))
+    scale = math.sqrt(sum(float((e**2).sum()) for e in expected)) or 1.0
+    finite = all(bool(torch.isfinite(g).all()) for g in got)
+    return difference / scale, finite
