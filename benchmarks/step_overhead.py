@@ -36,27 +36,26 @@ def main(argv=None) -> int:
 
     import torch
 
+    from fade.measure.step.conditions import gc_frozen
+    from fade.measure.step.config import pinned
+    from fade.measure.step.runner import LOSS_CHECK_STEPS, WEIGHT_SEED, StepRunner, apply_config
     from fade.measure.suites.models import case as mc
-    from fade.measure.suites.models.variants import CUDNN_BENCHMARK, cudnn_benchmark, fp32_math_flags, parse_variant
+    from fade.measure.suites.models.variants import parse_variant
     from fade.measure.zoo.workload import build_workload
 
     device, training = args.device, args.mode == "train"
     variant = parse_variant(args.variant)
-    torch.manual_seed(mc.WEIGHT_SEED)
+    torch.manual_seed(WEIGHT_SEED)
     workload = build_workload(args.model, args.batch, args.size, device)
-    runnable = workload.model
-    if variant.channels_last:
-        runnable = runnable.to(memory_format=torch.channels_last)
-        workload.inputs = tuple(mc._channels_last(value) for value in workload.inputs)
-    if variant.compile:
-        runnable = torch.compile(runnable)
+    runnable = apply_config(workload, variant)
     settings = {"budget_s": 2.0}
-    with cudnn_benchmark(CUDNN_BENCHMARK), fp32_math_flags(variant.matmul_math, variant.conv_math):
-        runner = mc._Runner(workload, runnable, variant, training, device)
-        runner.checked_steps(mc.LOSS_CHECK_STEPS if training else 1)
+    # The model case's segment helpers are its internals: this diagnostic reaches into them on purpose.
+    with pinned(variant):
+        runner = StepRunner(workload, runnable, variant, training, device)
+        runner.checked_steps(LOSS_CHECK_STEPS if training else 1)
         runner.freeze_weights()
         plain_step = mc._plain_step(runner)
-        with mc._gc_frozen():
+        with gc_frozen():
             first = mc._fade_segment(runner.step, device, settings, None)  # sizes the block, warms up
             calls = first.calls_per_sample
 
