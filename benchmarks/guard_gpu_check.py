@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from fade import __version__
-from fade.guard import GuardViolation, guard
+from fade.hostwork import GuardViolation, guard
 
 SCHEMA_VERSION = 1
 ROOT = Path(__file__).resolve().parents[1]

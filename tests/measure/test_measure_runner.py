@@ -42,7 +42,7 @@ def test_hang_abort_and_exception_are_recorded_and_the_suite_goes_on(tmp_path):
         case("last", "fine", value=2.0),
     ]
     started = time.monotonic()
-    summary = run_cases(cases, executor=IsolatedExecutor("cpu", timeout_s=3), out=out, show_progress=False)
+    summary = run_cases(cases, executor=IsolatedExecutor("cpu", timeout_s=3), out=out)
     assert time.monotonic() - started < 40
     records = {record["case_id"]: record for record in read_lines_strictly(out)}
     assert [r["case_id"] for r in read_lines_strictly(out)] == [c.case_id for c in cases]
@@ -64,7 +64,7 @@ def test_hang_abort_and_exception_are_recorded_and_the_suite_goes_on(tmp_path):
 
 def test_out_of_memory_is_its_own_status(tmp_path):
     out = tmp_path / "results.jsonl"
-    run_cases([case("oom", "out_of_memory")], executor=InProcessExecutor("cpu"), out=out, show_progress=False)
+    run_cases([case("oom", "out_of_memory")], executor=InProcessExecutor("cpu"), out=out)
     (record,) = read_lines_strictly(out)
     assert record["status"] == "oom"
     assert "out of memory" in record["error"]
@@ -72,14 +72,13 @@ def test_out_of_memory_is_its_own_status(tmp_path):
 
 def test_resume_skips_finished_cases_and_retries_failed_ones(tmp_path):
     out = tmp_path / "results.jsonl"
-    first = run_cases([case("a", "fine"), case("b", "raise_error")], executor=InProcessExecutor("cpu"), out=out, show_progress=False)
+    first = run_cases([case("a", "fine"), case("b", "raise_error")], executor=InProcessExecutor("cpu"), out=out)
     assert first.statuses == {"ok": 1, "error": 1}
     second = run_cases(
         [case("a", "fine"), case("b", "raise_error"), case("c", "fine")],
         executor=InProcessExecutor("cpu"),
         out=out,
         resume=True,
-        show_progress=False,
     )
     assert second.resumed == 1
     assert [r["case_id"] for r in second.records] == ["test/b", "test/c"]
@@ -91,7 +90,7 @@ import json, sys
 from fade.measure.case import Case
 from fade.measure.runner import IsolatedExecutor, run_cases
 cases = [Case.from_dict(item) for item in json.loads(sys.argv[1])]
-summary = run_cases(cases, executor=IsolatedExecutor("cpu", timeout_s=120), out=sys.argv[2], show_progress=False)
+summary = run_cases(cases, executor=IsolatedExecutor("cpu", timeout_s=120), out=sys.argv[2])
 print(json.dumps(summary.to_dict()))
 sys.exit(130 if summary.interrupted else 0)
 """

@@ -13,9 +13,9 @@ Layout: callsite (the user's line) -> classify (is this op an offence?) -> sessi
 Importing this package does not import torch: `fade.guard` is exported by `import fade`.
 """
 
-from fade.guard.process import enable_process_guard, run_watched
-from fade.guard.report import KINDS, GuardReport, SiteRecord
-from fade.guard.session import DEFAULT_SAMPLE_EVERY, MODES, FadeGuardWarning, Guard, GuardViolation, guard
+from fade.hostwork.process import enable_process_guard, run_watched
+from fade.hostwork.report import KINDS, GuardReport, SiteRecord
+from fade.hostwork.session import DEFAULT_SAMPLE_EVERY, MODES, FadeGuardWarning, Guard, GuardViolation, guard
 
 __all__ = ["guard", "Guard", "GuardReport", "SiteRecord", "GuardViolation", "FadeGuardWarning",
            "enable_process_guard", "run_watched", "KINDS", "MODES", "DEFAULT_SAMPLE_EVERY"]
