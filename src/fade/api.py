@@ -186,7 +186,8 @@ def bench(
     suite: "micro" (GEMM, bandwidth, transfers, launch, conv, attention, norms, CPU vs GPU, as % of the
         device's peaks) or "models" (train/infer throughput of real networks per variant).
     device: a torch device (None: cuda:0 if available, else cpu). quick: small sizes and short timing.
-    only: micro: comma-separated case globs or substrings ("gemm/bf16/*"). dtypes: micro: dtypes to keep.
+    only: comma-separated case patterns: micro: globs or substrings ("gemm/bf16/*"); models: globs of case
+        ids ("models/*/train/compile/*"). dtypes: micro: dtypes to keep.
     models, batch, mode ("train", "infer", "both"), variants, image_size, sequence_length, validate: the
         model suite's selection (fade.measure.suites.models.suite.run_models says each default).
     out: JSONL results file, appended to (default results/micro.jsonl or results/models.jsonl).
@@ -218,9 +219,10 @@ def bench(
     from fade.measure.suites.models.suite import run_models
     from fade.report.console import model_rows
 
+    patterns = [part.strip() for part in only.split(",") if part.strip()] if only else None
     run = run_models(device, models=models, batch=batch, mode=mode, variants=variants, quick=quick,
                      image_size=image_size, sequence_length=sequence_length, validate=validate, out=out,
-                     resume=resume, timeout_s=timeout_s, isolate=isolate, progress=watcher)
+                     resume=resume, timeout_s=timeout_s, isolate=isolate, progress=watcher, only=patterns)
     return BenchResult("models", run, summary=model_rows(run.records))
 
 

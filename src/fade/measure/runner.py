@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Protocol, Sequence, Union
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext
@@ -35,7 +35,6 @@ from fade.results import (
     FAILED_STATUSES,
     RESUME_SKIPS_STATUSES,
     JsonlAppender,
-    make_record,
     now_iso,
     read_records,
 )
@@ -112,7 +111,7 @@ class RunSummary:
 
 
 def run_cases(
-    cases: Sequence[Case],
+    cases: Union[Sequence[Case], Callable[[dict], Sequence[Case]]],
     *,
     executor,
     out,
@@ -123,15 +122,26 @@ def run_cases(
     progress: Optional[RunProgress] = None,
     started: Optional[float] = None,
 ) -> RunSummary:
-    """Run `cases` through `executor` (started here if it is not yet), appending records to `out`.
+    """Every suite's run: check `out` (check_output_path), start `executor` if it is not yet, and run
+    `cases` through it, appending one record per case to `out`.
 
-    The executor is closed when this returns. `timing` holds keyword arguments for timing.measure that
-    every case receives through its CaseContext. `progress` hears of each case (RunProgress). `started`
-    (a time.monotonic() reading) dates the run's wall time from the caller's set-up instead of from here.
+    `cases` is a list, or a plan `cases(session) -> list` asked once the worker has started and reported
+    its session (Session.describe(): the device, its dtypes), since a suite's catalog depends on them. The
+    executor is closed when this returns, or raises (a usage error found by the plan; WorkerStartError when
+    the worker does not start). `timing` holds keyword arguments for timing.measure that every case
+    receives through its CaseContext. `progress` hears of each case (RunProgress). `started` (a
+    time.monotonic() reading) dates the run's wall time from the caller's set-up instead of from here.
     """
     wall_start = time.monotonic() if started is None else started
+    out = check_output_path(out)
     run_id = run_id or new_run_id()
-    session = executor.start()
+    try:
+        session = executor.start()
+        if callable(cases):
+            cases = list(cases(session))
+    except BaseException:
+        executor.close()
+        raise
     device = session["device"]
     summary = RunSummary(out=str(out), run_id=run_id, device=device, selected=len(cases), resumed=0)
     finished = set()
@@ -196,33 +206,6 @@ def make_executor(device: Optional[str], *, isolate: bool = True, timeout_s: Opt
     if isolate:
         return IsolatedExecutor(device, timeout_s=timeout_s or default_timeout_s)
     return InProcessExecutor(device)
-
-
-def run_suite(
-    plan: Callable[[dict], Sequence[Case]],
-    *,
-    executor,
-    out,
-    run_id: Optional[str] = None,
-    quick: bool = False,
-    timing: Optional[dict] = None,
-    resume: bool = False,
-    progress: Optional[RunProgress] = None,
-    started: Optional[float] = None,
-) -> RunSummary:
-    """Every suite's run: check `out`, start `executor`, ask `plan(session)` (the worker's Session.describe())
-    for the cases, and run them (run_cases). The executor is closed when `plan` raises, e.g. a usage error
-    found once the device is known. WorkerStartError when the worker does not start."""
-    started = time.monotonic() if started is None else started
-    out_path = check_output_path(out)
-    try:
-        session = executor.start()
-        cases = list(plan(session))
-    except BaseException:
-        executor.close()
-        raise
-    return run_cases(cases, executor=executor, out=out_path, run_id=run_id, quick=quick, timing=timing,
-                     resume=resume, progress=progress, started=started)
 
 
 class InProcessExecutor:
@@ -432,23 +415,12 @@ class IsolatedExecutor:
         self._process = None
 
     def _failure(self, case, ctx, status, error, detail, started, started_clock) -> dict:
-        session = self.session or {}
-        return make_record(
-            case=case,
-            run_id=ctx.run_id,
-            torch_device=ctx.device,
-            status=status,
-            started=started,
-            finished=now_iso(),
-            duration_s=time.monotonic() - started_clock,
-            device=session.get("device_info") or {},
-            stack=session.get("stack") or {},
-            peaks=session.get("peaks"),
-            telemetry={"available": False, "source": "none", "reason": "the case did not finish"},
-            error=error,
-            error_detail=detail,
-        )
+        from fade.measure.session import case_record  # the worker's module; imports torch only when a case runs
 
+        telemetry = {"available": False, "source": "none", "reason": "the case did not finish"}
+        described = {**(self.session or {}), "device": ctx.device}
+        return case_record(case, ctx, described, status=status, started=started, started_clock=started_clock,
+                           telemetry=telemetry, error=error, error_detail=detail)
 
 def _signal_name(number: int) -> str:
     try:

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import GEMM_DTYPES, Case
-from fade.measure.runner import CASE_TIMEOUT_S, RunProgress, RunSummary, check_output_path, make_executor, run_suite
+from fade.measure.runner import CASE_TIMEOUT_S, RunProgress, RunSummary, check_output_path, make_executor, run_cases
 
 SUITE = "micro"
 FAMILIES = ("gemm", "memory", "transfer", "launch", "conv", "sdpa", "norm", "cpu_vs_gpu")
@@ -385,7 +385,7 @@ def run_micro(
 
     executor = make_executor(device, isolate=isolate, timeout_s=timeout_s,
                              default_timeout_s=QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S)
-    summary = run_suite(plan, executor=executor, out=out, run_id=run_id, quick=quick,
+    summary = run_cases(plan, executor=executor, out=out, run_id=run_id, quick=quick,
                         timing=QUICK_TIMING if quick else FULL_TIMING, resume=resume, progress=progress)
     summary.unsupported = unsupported
     return summary

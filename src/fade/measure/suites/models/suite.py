@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from fade.errors import FadeUsageError
 from fade.measure.case import Case
 from fade.measure.suites.models.variants import Variant, parse_variants
-from fade.measure.runner import RunProgress, RunSummary, check_output_path, make_executor, new_run_id, run_suite
+from fade.measure.runner import RunProgress, RunSummary, check_output_path, make_executor, new_run_id, run_cases
 from fade.measure.zoo import SEED_NETWORKS, ZOO
 from fade.measure.zoo.workload import import_function, is_user_spec
 
@@ -200,7 +200,7 @@ def run_models(
         return RunSummary(out=str(out_path), run_id=run_id or new_run_id(), device=device, selected=0, resumed=0)
     executor = make_executor(device, isolate=isolate, timeout_s=timeout_s,
                              default_timeout_s=QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S)
-    return run_suite(lambda session: cases, executor=executor, out=out_path, run_id=run_id, quick=quick,
+    return run_cases(cases, executor=executor, out=out_path, run_id=run_id, quick=quick,
                      timing=QUICK_TIMING if quick else FULL_TIMING, resume=resume, progress=progress)
 
 

@@ -29,7 +29,7 @@ from fade.measure.runner import (
     check_output_path,
     make_executor,
     new_run_id,
-    run_suite,
+    run_cases,
 )
 
 PROBE_MODULE = "fade.measure.suites.ops.probe"
@@ -274,7 +274,7 @@ def run_ops_sweep(
         return plan_found["cases"]
 
     try:
-        run = run_suite(plan, executor=warming, out=out_path, run_id=run_id, resume=resume, progress=progress,
+        run = run_cases(plan, executor=warming, out=out_path, run_id=run_id, resume=resume, progress=progress,
                         started=started)
     except WorkerStartError as error:  # the worker would not start (FadeUsageError for a bad device passes)
         raise OpsCannotRun(str(error)) from None
