@@ -1,5 +1,6 @@
-"""Make silent host work in a GPU region visible, per line of the user's code: CPU compute, host<->device copies,
-syncs, device mixing and backends' CPU fallbacks.
+"""Host work inside GPU regions, made visible per line of the user's code: CPU compute, host<->device copies,
+syncs, device mixing and backends' CPU fallbacks. This package is the machinery behind the `fade.guard()`
+function (named for what it finds, so that `fade.guard` is only ever the function, never this package).
 
     with fade.guard():                  # or @fade.guard(mode="strict"), or mode="sampled"
         train_one_epoch()
@@ -7,10 +8,11 @@ syncs, device mixing and backends' CPU fallbacks.
     fade watch -- python train.py       # an unmodified script
 
 Layout: callsite (the user's line) -> classify (is this op an offence?) -> session (Guard, the dispatch path)
--> report (records, JSON) -> render (rich table); hooks (warnings, synchronize, optimizer steps), process
+-> report (records, JSON); fade.report.guard renders the table; hooks (warnings, synchronize, optimizer steps), process
 (process-wide guard and `fade watch`'s runner), standin (a host-backed device for tests), pytest_plugin.
 
-Importing this package does not import torch: `fade.guard` is exported by `import fade`.
+Importing this package does not import torch. `import fade` does not import it either: fade.api imports it
+when `fade.guard()` is first called.
 """
 
 from fade.hostwork.process import enable_process_guard, run_watched
