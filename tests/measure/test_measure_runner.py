@@ -173,3 +173,64 @@ def test_a_bad_device_is_a_usage_error_from_the_worker():
 
     with pytest.raises(FadeUsageError, match="unknown device 'gpu7'"):
         IsolatedExecutor("gpu7").start()
+
+
+class FakeExecutor:
+    """An executor whose `run` raises after `fine` cases; it records whether it was closed."""
+
+    def __init__(self, fine: int = 0):
+        self.fine = fine
+        self.closed = False
+
+    def start(self) -> dict:
+        return {"device": "cpu"}
+
+    def run(self, case, ctx) -> dict:
+        if self.fine <= 0:
+            raise RuntimeError("executor bug")
+        self.fine -= 1
+        return {"case_id": case.case_id, "status": "ok"}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Heard:
+    def __init__(self):
+        self.calls = []
+
+    def start(self, total, device):
+        self.calls.append(("start", total, device))
+
+    def case_started(self, case_id):
+        self.calls.append(("case_started", case_id))
+
+    def case_finished(self, record):
+        self.calls.append(("case_finished", record["case_id"]))
+
+    def finished(self, summary):
+        self.calls.append(("finished", len(summary.records)))
+
+
+def test_progress_hears_the_end_even_when_the_executor_raises(tmp_path):
+    heard, executor = Heard(), FakeExecutor(fine=1)
+    with pytest.raises(RuntimeError, match="executor bug"):
+        run_cases([case("a", "fine"), case("b", "fine")], executor=executor, out=tmp_path / "r.jsonl", progress=heard)
+    assert heard.calls == [("start", 2, "cpu"), ("case_started", "test/a"), ("case_finished", "test/a"),
+                           ("case_started", "test/b"), ("finished", 1)]
+    assert executor.closed
+
+
+def test_a_plan_gets_the_session_and_its_usage_error_closes_the_executor(tmp_path):
+    from fade.errors import FadeUsageError
+
+    seen = []
+
+    def plan(session):
+        seen.append(session["device"])
+        raise FadeUsageError("--only 'x' matches no case on cpu")
+
+    executor = FakeExecutor()
+    with pytest.raises(FadeUsageError):
+        run_cases(plan, executor=executor, out=tmp_path / "sub" / "r.jsonl")
+    assert seen == ["cpu"] and executor.closed and (tmp_path / "sub").is_dir()

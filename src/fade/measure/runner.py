@@ -177,9 +177,9 @@ def run_cases(
         summary.interrupted = True
     finally:
         executor.close()
-    summary.wall_s = time.monotonic() - wall_start
-    if progress is not None:
-        progress.finished(summary)
+        summary.wall_s = time.monotonic() - wall_start
+        if progress is not None:
+            progress.finished(summary)  # also when a case raised past the executor: a bar never outlives its run
     return summary
 
 
