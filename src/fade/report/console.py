@@ -1,6 +1,7 @@
-"""Render reports for a terminal with rich: the doctor's device table, findings and measurements.
+"""Render reports for a terminal with rich: the doctor's device table, findings and measurements, and a bench
+run's one-row-per-case table.
 
-Reads report data only (the dicts that `fade.analyze.doctor.diagnose` returns). Styles are semantic
+Reads report data only (the dicts that `fade.analyze.doctor.diagnose` returns, result records). Styles are semantic
 names from THEME, never raw colours. The text layout is not a contract: use --json for machines.
 """
 
