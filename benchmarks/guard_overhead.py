@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fade import __version__
-from fade.guard import Guard
+from fade.hostwork import Guard
 
 SCHEMA_VERSION = 1
 WARMUP_STEPS = 15  # cuDNN autotuning and allocator growth settle within a few steps of resnet50
@@ -177,7 +177,7 @@ def summarize(samples: list[float]) -> dict:
 
 def run(args) -> dict:
     if args.device == "standin":
-        from fade.guard import standin
+        from fade.hostwork import standin
 
         standin.register()
     device = torch.device(args.device)

@@ -37,6 +37,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
     import fade
 
 from fade.measure.suites.models.suite import run_models
+from fade.report.progress import ProgressBar
 from fade.results import latest_records, read_records
 from fade.measure.runner import new_run_id
 from fade.analyze.compare import compare_sets, result_sets
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
     run_id = new_run_id()
     started = time.monotonic()
     common = {"models": NETWORKS, "batch": BATCH, "mode": "both", "validate": True, "out": out, "run_id": run_id,
-              "only": args.only}  # fmt: skip
+              "only": args.only, "progress": ProgressBar()}  # fmt: skip
     if args.smoke:
         common.update(batch=2, image_size=64, quick=True)
     eager = ("fp32", "amp-bf16+channels-last") if args.smoke else EAGER_VARIANTS

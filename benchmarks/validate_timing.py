@@ -40,6 +40,7 @@ except ImportError:  # run from a checkout without `pip install -e .`
 from fade.measure.case import CaseContext, random_tensor
 from fade.measure.suites.micro.gemm import gemm
 from fade.measure.suites.micro.suite import FULL_TIMING, QUICK_TIMING, SUSTAINED_TIMING, run_micro
+from fade.report.progress import ProgressBar
 from fade.results import latest_records, now_iso, read_records
 from fade.measure.timing import DEFAULT_FLUSH_BYTES, measure
 
@@ -169,7 +170,7 @@ def main(argv=None) -> int:
         for index in (1, 2):
             out = results_dir / f"run{index}.jsonl"
             started = time.monotonic()
-            summary = run_micro(device, quick=quick, out=out, console=console)
+            summary = run_micro(device, quick=quick, out=out, progress=ProgressBar(console))
             walls.append(time.monotonic() - started)
             runs.append({record["case_id"]: record for record in latest_records(read_records(out).records)})
             shutil.copy(out, Path(args.out).with_name(f"suite-run{index}.jsonl"))  # keep the raw records

@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=256)
     args = parser.parse_args()
     if args.device == "standin":
-        from fade.guard import standin
+        from fade.hostwork import standin
 
         standin.register()
     device, classes, drop = torch.device(args.device), 10, 0.1

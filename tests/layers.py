@@ -25,7 +25,7 @@ LAYER_FORBIDS = {
     "fade.report": ("torch", "fade.collect", "fade.measure", "fade.act"),
     "fade.measure": ("fade.report", "fade.cli"),
     "fade.collect": ("fade.report", "fade.cli"),
-    "fade.guard": ("fade.report", "fade.cli"),
+    "fade.hostwork": ("fade.report", "fade.cli"),
     "fade.act": ("fade.cli",),
     "fade.results": ("torch", "fade.collect", "fade.measure", "fade.act", "fade.report", "fade.cli"),
 }

@@ -30,7 +30,7 @@ def _plant(tmp_path, files: dict) -> Path:
          "fade.report imports fade.measure.timing"),
         ({"fade/measure/x.py": "from fade.report import console\n", "fade/report/console.py": ""},
          "fade.measure imports fade.report"),
-        ({"fade/guard/x.py": "import fade.cli\n", "fade/cli/__init__.py": ""}, "fade.guard imports fade.cli"),
+        ({"fade/hostwork/x.py": "import fade.cli\n", "fade/cli/__init__.py": ""}, "fade.hostwork imports fade.cli"),
         ({"fade/collect/x.py": "from fade import device_truth\n"}, "imports the facade: fade.device_truth"),
         ({"fade/collect/x.py": "import fade\nfade.tune()\n"}, "uses the facade: fade.tune"),
         ({"fade/act/x.py": "from fade.measure.y import _helper\n", "fade/measure/y.py": ""},

@@ -8,7 +8,8 @@ import textwrap
 import pytest
 
 import fade.act.patches as patches
-from fade.act.patches import APPLIED_MARKER, apply_fade_patches
+from fade import apply_fade_patches  # the facade: it reports each change on stderr
+from fade.act.patches import APPLIED_MARKER
 
 WHEEL_ARCHES = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx1030", "gfx1100", "gfx942"]
 

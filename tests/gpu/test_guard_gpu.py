@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fade.guard import GuardViolation, guard
+from fade.hostwork import GuardViolation, guard
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (torch.cuda.is_available() is False)")]

@@ -1,4 +1,4 @@
-"""Fixtures for the guard tests. CI has no GPU, so the accelerator is fade.guard.standin: see the docstring of
+"""Fixtures for the guard tests. CI has no GPU, so the accelerator is fade.hostwork.standin: see the docstring of
 test_guard_dispatch.py for why that device, and not synthetic events, and what it leaves uncovered.
 
 Registering the stand-in names torch's PrivateUse1 backend "standin" for the rest of this pytest process (torch
@@ -11,7 +11,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def device() -> str:
-    from fade.guard import standin
+    from fade.hostwork import standin
 
     standin.register()
     return standin.NAME

@@ -1,6 +1,6 @@
 """fade.guard on the real dispatch path, with no GPU: what it reports, where, and what it leaves alone.
 
-The accelerator here is fade.guard.standin, a PrivateUse1 device registered from Python whose every ATen
+The accelerator here is fade.hostwork.standin, a PrivateUse1 device registered from Python whose every ATen
 kernel is one boxed fallback that computes on host memory. Why this stand-in, rather than the alternatives:
 - synthetic events would test the bookkeeping but not what the dispatcher actually delivers (autograd's
   decompositions, `.item()` lowering to `_local_scalar_dense`, `.to()` becoming `_to_copy`, backward ops
@@ -24,8 +24,8 @@ import pytest
 import torch
 
 from fade.errors import FadeUsageError
-from fade.guard import FadeGuardWarning, Guard, GuardReport, GuardViolation, guard, standin
-from fade.guard import hooks
+from fade.hostwork import FadeGuardWarning, Guard, GuardReport, GuardViolation, guard, standin
+from fade.hostwork import hooks
 
 from .helpers import at, found
 
@@ -373,7 +373,7 @@ def test_torch_compiles_own_syncs_are_not_charged_to_the_users_line(device):
     """Inductor times its kernels with device syncs at their first launch (and Dynamo/Inductor may sync while
     compiling); a compiled backward's kernels are timed on autograd's thread, below no user frame at all.
     Here functions defined as if in torch.compile's modules sync and warn, and nothing is reported."""
-    from fade.guard.callsite import COMPILER_MODULES
+    from fade.hostwork.callsite import COMPILER_MODULES
 
     compiler = {"__name__": COMPILER_MODULES[0], "torch": torch, "warnings": warnings,
                 "message": SYNC_DEBUG_WARNING, "device": device}
@@ -393,7 +393,7 @@ def test_torch_compiles_own_syncs_are_not_charged_to_the_users_line(device):
 def test_guard_over_a_region_already_holding_gpu_memory_arms_the_sync_debug_mode_at_entry(monkeypatch):
     """No op in such a region is the accelerator's "first use", so arming cannot wait for one (it did, and
     the H100 check found the mode never armed). Re-entering the same guard arms it again."""
-    from fade.guard import session
+    from fade.hostwork import session
 
     calls = []
     monkeypatch.setattr(session, "_accelerator_memory_in_use", lambda device_type: True)

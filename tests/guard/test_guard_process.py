@@ -1,5 +1,5 @@
-"""A guard over a whole process: `enable_process_guard` (what `apply_fade_patches(guard=True)` calls) prints
-its summary at exit, after the script's own exit code is set; and `import fade.guard` stays cheap."""
+"""A guard over a whole process: `fade.api.enable_process_guard` (what `apply_fade_patches(guard=True)` turns
+on) prints its summary at exit, after the script's own exit code is set; and `import fade.hostwork` stays cheap."""
 
 import json
 import subprocess
@@ -19,7 +19,8 @@ def test_process_guard_summarizes_at_exit_and_keeps_the_exit_code(tmp_path):
     script.write_text(textwrap.dedent("""\
         import sys
         import torch
-        from fade.guard import enable_process_guard, standin
+        from fade.api import enable_process_guard  # the facade's: it prints the summary table at exit
+        from fade.hostwork import standin
         standin.register()
         enable_process_guard(device="standin", json_path=sys.argv[1])
         torch.randn(4, device="standin").sum().item()  # SITE process-item
@@ -38,7 +39,7 @@ def test_process_guard_summarizes_at_exit_and_keeps_the_exit_code(tmp_path):
 def test_importing_fade_guard_does_not_import_torch_and_no_accelerator_means_nothing_to_watch():
     result = run_python("""
         import json, sys
-        from fade.guard import guard
+        from fade.hostwork import guard
         torch_loaded_by_import = "torch" in sys.modules
         import torch
         with guard() as watched:

@@ -56,11 +56,11 @@ def test_own_failure_is_kept():
 
 
 def _plugin_args() -> list[str]:
-    """`-p fade.guard.pytest_plugin` unless the pytest11 entry point already loads it."""
+    """`-p fade.hostwork.pytest_plugin` unless the pytest11 entry point already loads it."""
     autoload = not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
-    registered = any(entry.value.startswith("fade.guard.pytest_plugin")
+    registered = any(entry.value.startswith("fade.hostwork.pytest_plugin")
                      for entry in importlib.metadata.entry_points(group="pytest11"))
-    return [] if autoload and registered else ["-p", "fade.guard.pytest_plugin"]
+    return [] if autoload and registered else ["-p", "fade.hostwork.pytest_plugin"]
 
 
 def test_fade_guard_fails_hidden_work_and_honours_fade_allow(device, pytester):

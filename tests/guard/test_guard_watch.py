@@ -102,7 +102,7 @@ def test_crashing_script_keeps_its_exit_code_and_still_gets_a_summary(device, tm
     assert fade_watch("--device", device, "--quiet", "--json", str(report_path), "--", "python", str(script)) == 1
     err = capsys.readouterr().err
     assert "ValueError: boom" in err and f"line {at('crash', script)[1]}" in err  # Python's own traceback
-    assert "Traceback" in err and "fade/guard" not in err.split("ValueError")[0]  # without the runner's frames
+    assert "Traceback" in err and "fade/hostwork" not in err.split("ValueError")[0]  # without the runner's frames
     assert "fade guard (warn" in err  # the summary
     report = json.loads(report_path.read_text())
     assert report["exit_code"] == 1
@@ -168,11 +168,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, argv, m
 
 
 def test_fade_cli_registers_watch():
-    """The lead wires cli_guard.add_verbs into fade.cli.build_parser; until then this is skipped."""
+    """fade.cli.main runs `fade watch`: a missing script is a usage error."""
     from fade import cli
 
-    parser = cli.build_parser()
-    verbs = next(action for action in parser._actions if action.dest == "verb")
-    if "watch" not in verbs.choices:
-        pytest.skip("fade.cli does not register `fade watch` yet (fade.cli.watch.add_verbs)")
     assert cli.main(["watch", "--", "python", "no_such_script.py"]) == 2

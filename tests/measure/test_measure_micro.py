@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import fade
 from fade.errors import FadeUsageError
 from fade.measure.suites.micro import suite as micro
 from fade.results import read_records
@@ -19,7 +20,7 @@ SRC_ROOT = str(Path(__file__).resolve().parents[2] / "src")
 
 def usage_error(**kwargs) -> str:
     with pytest.raises(FadeUsageError) as raised:
-        micro.run_micro(**{"show_progress": False, "isolate": False, **kwargs})
+        micro.run_micro(**{"isolate": False, **kwargs})
     message = str(raised.value)
     assert "\n" not in message  # one line for `fade: error: ...`
     return message
@@ -109,17 +110,18 @@ def test_selection_drops_unsupported_dtypes_and_says_why():
 
 def test_small_selection_runs_in_process_and_plots(tmp_path):
     out = tmp_path / "r.jsonl"
-    summary = micro.run_micro(
-        "cpu", quick=True, only="gemm/fp32/256x256x256,memory/copy/4MiB,sdpa/fp32/math", out=out,
-        isolate=False, plot=True, show_progress=False,
+    result = fade.bench(
+        "micro", "cpu", quick=True, only="gemm/fp32/256x256x256,memory/copy/4MiB,sdpa/fp32/math", out=out,
+        isolate=False, plot=True, progress=False,
     )  # fmt: skip
+    summary = result.run
     assert summary.statuses == {"ok": 3}
     records = read_records(out, strict=True).records
     assert {r["unit"] for r in records} == {"TFLOP/s", "GB/s"}
     sdpa = next(r for r in records if r["case_id"].startswith("sdpa"))
     assert sdpa["extra"]["backend_ran"] == "MATH"
-    assert [path.name for path in summary.plots] == ["gemm.png", "bandwidth.png", "sdpa.png"]
-    assert all(path.read_bytes()[:4] == b"\x89PNG" for path in summary.plots)
+    assert [path.name for path in result.plots] == ["gemm.png", "bandwidth.png", "sdpa.png"]
+    assert all(path.read_bytes()[:4] == b"\x89PNG" for path in result.plots)
 
 
 def test_importing_fade_measure_does_not_import_torch():

@@ -42,7 +42,7 @@ def test_hang_abort_and_exception_are_recorded_and_the_suite_goes_on(tmp_path):
         case("last", "fine", value=2.0),
     ]
     started = time.monotonic()
-    summary = run_cases(cases, executor=IsolatedExecutor("cpu", timeout_s=3), out=out, show_progress=False)
+    summary = run_cases(cases, executor=IsolatedExecutor("cpu", timeout_s=3), out=out)
     assert time.monotonic() - started < 40
     records = {record["case_id"]: record for record in read_lines_strictly(out)}
     assert [r["case_id"] for r in read_lines_strictly(out)] == [c.case_id for c in cases]
@@ -64,7 +64,7 @@ def test_hang_abort_and_exception_are_recorded_and_the_suite_goes_on(tmp_path):
 
 def test_out_of_memory_is_its_own_status(tmp_path):
     out = tmp_path / "results.jsonl"
-    run_cases([case("oom", "out_of_memory")], executor=InProcessExecutor("cpu"), out=out, show_progress=False)
+    run_cases([case("oom", "out_of_memory")], executor=InProcessExecutor("cpu"), out=out)
     (record,) = read_lines_strictly(out)
     assert record["status"] == "oom"
     assert "out of memory" in record["error"]
@@ -72,14 +72,13 @@ def test_out_of_memory_is_its_own_status(tmp_path):
 
 def test_resume_skips_finished_cases_and_retries_failed_ones(tmp_path):
     out = tmp_path / "results.jsonl"
-    first = run_cases([case("a", "fine"), case("b", "raise_error")], executor=InProcessExecutor("cpu"), out=out, show_progress=False)
+    first = run_cases([case("a", "fine"), case("b", "raise_error")], executor=InProcessExecutor("cpu"), out=out)
     assert first.statuses == {"ok": 1, "error": 1}
     second = run_cases(
         [case("a", "fine"), case("b", "raise_error"), case("c", "fine")],
         executor=InProcessExecutor("cpu"),
         out=out,
         resume=True,
-        show_progress=False,
     )
     assert second.resumed == 1
     assert [r["case_id"] for r in second.records] == ["test/b", "test/c"]
@@ -91,7 +90,7 @@ import json, sys
 from fade.measure.case import Case
 from fade.measure.runner import IsolatedExecutor, run_cases
 cases = [Case.from_dict(item) for item in json.loads(sys.argv[1])]
-summary = run_cases(cases, executor=IsolatedExecutor("cpu", timeout_s=120), out=sys.argv[2], show_progress=False)
+summary = run_cases(cases, executor=IsolatedExecutor("cpu", timeout_s=120), out=sys.argv[2])
 print(json.dumps(summary.to_dict()))
 sys.exit(130 if summary.interrupted else 0)
 """
@@ -174,3 +173,64 @@ def test_a_bad_device_is_a_usage_error_from_the_worker():
 
     with pytest.raises(FadeUsageError, match="unknown device 'gpu7'"):
         IsolatedExecutor("gpu7").start()
+
+
+class FakeExecutor:
+    """An executor whose `run` raises after `fine` cases; it records whether it was closed."""
+
+    def __init__(self, fine: int = 0):
+        self.fine = fine
+        self.closed = False
+
+    def start(self) -> dict:
+        return {"device": "cpu"}
+
+    def run(self, case, ctx) -> dict:
+        if self.fine <= 0:
+            raise RuntimeError("executor bug")
+        self.fine -= 1
+        return {"case_id": case.case_id, "status": "ok"}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Heard:
+    def __init__(self):
+        self.calls = []
+
+    def start(self, total, device):
+        self.calls.append(("start", total, device))
+
+    def case_started(self, case_id):
+        self.calls.append(("case_started", case_id))
+
+    def case_finished(self, record):
+        self.calls.append(("case_finished", record["case_id"]))
+
+    def finished(self, summary):
+        self.calls.append(("finished", len(summary.records)))
+
+
+def test_progress_hears_the_end_even_when_the_executor_raises(tmp_path):
+    heard, executor = Heard(), FakeExecutor(fine=1)
+    with pytest.raises(RuntimeError, match="executor bug"):
+        run_cases([case("a", "fine"), case("b", "fine")], executor=executor, out=tmp_path / "r.jsonl", progress=heard)
+    assert heard.calls == [("start", 2, "cpu"), ("case_started", "test/a"), ("case_finished", "test/a"),
+                           ("case_started", "test/b"), ("finished", 1)]
+    assert executor.closed
+
+
+def test_a_plan_gets_the_session_and_its_usage_error_closes_the_executor(tmp_path):
+    from fade.errors import FadeUsageError
+
+    seen = []
+
+    def plan(session):
+        seen.append(session["device"])
+        raise FadeUsageError("--only 'x' matches no case on cpu")
+
+    executor = FakeExecutor()
+    with pytest.raises(FadeUsageError):
+        run_cases(plan, executor=executor, out=tmp_path / "sub" / "r.jsonl")
+    assert seen == ["cpu"] and executor.closed and (tmp_path / "sub").is_dir()

@@ -6,26 +6,14 @@ import json
 import pytest
 
 from fade import cli
-from fade.cli import bench as cli_bench, models as cli_models
 from fade.errors import ExitCode
 
 from .records import model_record, record, write_jsonl
 
 
 @pytest.fixture
-def fade(monkeypatch, capsys):
-    """Run `fade ARGS...` in-process -> (exit code, stdout, stderr). Registers compare/report if fade.cli does
-    not yet (they land through cli_models.add_verbs)."""
-    parser = cli.build_parser()
-    verbs = next(action for action in parser._subparsers._group_actions)
-    if "compare" not in verbs.choices:
-        original = cli_bench.add_verbs
-
-        def add_verbs(subparsers):
-            original(subparsers)
-            cli_models.add_verbs(subparsers)
-
-        monkeypatch.setattr(cli_bench, "add_verbs", add_verbs)
+def fade(capsys):
+    """Run `fade ARGS...` in-process -> (exit code, stdout, stderr)."""
 
     def run(*argv):
         code = cli.main([str(arg) for arg in argv])

@@ -81,7 +81,6 @@ def workloads(tmp_path, monkeypatch):
 def run(tmp_path, models, **options):
     options.setdefault("isolate", False)
     options.setdefault("quick", True)
-    options.setdefault("show_progress", False)
     out = tmp_path / "models.jsonl"
     summary = run_models("cpu", models=models, out=out, **options)
     return {record["case_id"]: record for record in summary.records}, out

@@ -44,13 +44,9 @@ def test_an_unknown_device_is_one_line_and_exit_2(fade_main, capsys, tmp_path):
 def cpu_file(tmp_path_factory):
     """A small CPU sweep written through the CLI, shared by the compare tests."""
     from fade import cli
-    from fade.cli import ops as cli_ops
 
     out = tmp_path_factory.mktemp("cli") / "cpu.jsonl"
     parser = cli.build_parser()
-    subparsers = next(action for action in parser._actions if action.__class__.__name__ == "_SubParsersAction")
-    if "ops" not in subparsers.choices:
-        cli_ops.add_verbs(subparsers)
     args = parser.parse_args(["ops", "--device", "cpu", "--in-process", "--only", "sum,mean", "--no-curated",
                               "--dtypes", "fp32", "bf16", "-o", str(out), "--quiet", "--json", str(out) + ".summary"])
     assert args.func(args) == 0

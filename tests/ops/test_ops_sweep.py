@@ -20,7 +20,7 @@ DTYPES = ["float32", "bfloat16", "int64"]
 @pytest.fixture(scope="module")
 def cpu_sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("ops") / "cpu.jsonl"
-    sweep = run_ops_sweep("cpu", dtypes=DTYPES, only=",".join(OPS), curated=False, isolate=False, out=out, show_progress=False)
+    sweep = run_ops_sweep("cpu", dtypes=DTYPES, only=",".join(OPS), curated=False, isolate=False, out=out)
     return sweep, out
 
 
@@ -78,7 +78,7 @@ def test_every_op_that_ran_was_timed_on_both_sides(cpu_sweep):
 def test_sized_probes_run_and_match_in_low_precision(tmp_path):
     sweep = run_ops_sweep(
         "cpu", dtypes=["float32", "bfloat16", "int64"], only="fade.grid_sample_bilinear,fade.sparse_coo_mm",
-        curated=False, isolate=False, out=tmp_path / "sized.jsonl", show_progress=False,
+        curated=False, isolate=False, out=tmp_path / "sized.jsonl",
     )
     classes = {(row["op"], row["dtype"]): row["class"] for row in sweep.rows}
     assert classes == {
@@ -93,9 +93,9 @@ def test_sized_probes_run_and_match_in_low_precision(tmp_path):
 
 def test_resume_skips_what_the_file_already_holds(tmp_path):
     out = tmp_path / "ops.jsonl"
-    first = run_ops_sweep("cpu", dtypes=["float32"], only="sum", curated=False, isolate=False, out=out, show_progress=False)
+    first = run_ops_sweep("cpu", dtypes=["float32"], only="sum", curated=False, isolate=False, out=out)
     assert first.run.selected == 1 and first.run.resumed == 0
-    second = run_ops_sweep("cpu", dtypes=["float32"], only="sum,mean", curated=False, isolate=False, out=out, resume=True, show_progress=False)
+    second = run_ops_sweep("cpu", dtypes=["float32"], only="sum,mean", curated=False, isolate=False, out=out, resume=True)
     assert second.run.selected == 2 and second.run.resumed == 1
     assert [record["case_id"] for record in second.run.records] == ["opinfo/mean/float32"]
     assert {row["op"] for row in second.rows} == {"sum", "mean"}

@@ -16,6 +16,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 from fade.analyze.doctor import evaluate
 from fade.collect.snapshot import collect_snapshot
@@ -72,14 +73,18 @@ def planned_env(snapshot: dict) -> list[tuple[str, str, str, str]]:
 
 def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = None,
                        verbose: bool = True, guard: bool | str = False,
-                       profile: str | os.PathLike | None = None) -> list[EnvChange]:
+                       profile: str | os.PathLike | None = None,
+                       on_message: Callable[[str], None] | None = None,
+                       guard_at_exit: Callable | None = None) -> list[EnvChange]:
     """Set the safe env fixes for this machine's GPUs. Call it before the first torch.cuda call.
 
     Returns every change considered, including the ones skipped because you set the variable.
     profile: a `fade tune` profile; its env lines follow the doctor's fixes (a profile from another
     device warns and applies nothing). Model-level knobs come back from fade.load_tuning(profile).
-    guard: True (or "warn"/"strict"/"sampled") also turns fade.guard on for this thread until exit and
-    prints its summary then; it never starts the GPU runtime, so the env fixes still take effect.
+    guard: True (or "warn"/"strict"/"sampled") also turns fade.guard on for this thread until exit, when
+    `guard_at_exit(report)` receives its report; it never starts the GPU runtime, so the env fixes still
+    take effect. on_message: receives one line per change and per profile warning when `verbose` (fade.api
+    writes them to stderr); this function itself prints nothing.
     """
     environ = os.environ if environ is None else environ
     if _gpu_runtime_started():
@@ -110,16 +115,16 @@ def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = N
         for name, value, status in tuning.env:
             status = {"already-set": "already-set-by-fade"}.get(status, status)
             changes.append(EnvChange(name, value, status, "TUNE", "tuning profile"))
-        if verbose:
+        if verbose and on_message is not None:
             for message in tuning.warnings:
-                print(message, file=sys.stderr)
-    if verbose:
+                on_message(message)
+    if verbose and on_message is not None:
         for change in changes:
-            print(change, file=sys.stderr)
+            on_message(str(change))
     if guard:
-        from fade.guard import enable_process_guard
+        from fade.hostwork import enable_process_guard
 
-        enable_process_guard(mode=guard if isinstance(guard, str) else "warn")
+        enable_process_guard(mode=guard if isinstance(guard, str) else "warn", at_exit=guard_at_exit)
     return changes
 
 

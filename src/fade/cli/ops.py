@@ -8,10 +8,10 @@ the data); 2 bad usage or input file; 3 this machine cannot sweep (op_db not imp
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from fade.errors import ExitCode, FadeUsageError
+from fade.cli.args import add_device_flag, add_json_flag, write_json
+from fade.errors import ExitCode
 
 INTERRUPTED = 130  # what fade.cli returns for Ctrl-C
 
@@ -27,7 +27,7 @@ def add_verbs(verbs) -> None:
         description="Run every OpInfo op × dtype on DEVICE and on the CPU and classify each: ok, mismatch, "
         "unsupported, error, crash, hang or slow. `fade ops compare A.jsonl B.jsonl` prints the gap table.",
     )
-    ops.add_argument("--device", metavar="D", help="torch device: cuda, cuda:1, cpu (default: the first GPU, else cpu)")
+    add_device_flag(ops, help="torch device: cuda, cuda:1, cpu (default: the first GPU, else cpu)", metavar="D")
     ops.add_argument(
         "--dtypes",
         nargs="+",
@@ -40,7 +40,7 @@ def add_verbs(verbs) -> None:
     ops.add_argument("--resume", action="store_true", help="skip op × dtypes that FILE already holds for this device")
     ops.add_argument("--timeout", type=float, default=None, metavar="S", help="seconds per op × dtype before it counts as a hang (default: 60)")
     ops.add_argument("--no-curated", action="store_true", help="with --only: do not add the curated ops (grid_sample, sparse, attention)")
-    ops.add_argument("--json", nargs="?", const="-", metavar="FILE", help="write the summary as JSON (stdout if no FILE)")
+    add_json_flag(ops, "the summary")
     ops.add_argument("--quiet", action="store_true", help="no progress lines")
     ops.add_argument("--inject", metavar="FILE", help=argparse.SUPPRESS)  # tests: a file with wrap_op(op_id, call)
     ops.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # tests: no worker process
@@ -50,17 +50,16 @@ def add_verbs(verbs) -> None:
     compare = sub.add_parser("compare", help="the gap table between two `fade ops` result files")
     compare.add_argument("a", metavar="A.jsonl")
     compare.add_argument("b", metavar="B.jsonl")
-    compare.add_argument("--json", dest="compare_json", nargs="?", const="-", metavar="FILE", help="write the gap as JSON (stdout if no FILE)")
+    add_json_flag(compare, "the gap", dest="compare_json")
     compare.set_defaults(func=cmd_ops_compare)
 
 
 def cmd_ops(args) -> int:
     from fade.measure.suites.ops import OpsCannotRun, run_ops_sweep
-    from fade.report.ops import render_sweep
     from fade.measure.suites.ops.sweep import DEFAULT_SAMPLES
     from fade.report.console import make_console
+    from fade.report.ops import ops_progress, render_sweep
 
-    console = make_console(stderr=True)
     try:
         sweep = run_ops_sweep(
             args.device,
@@ -73,14 +72,13 @@ def cmd_ops(args) -> int:
             curated=not args.no_curated,
             isolate=not args.in_process,
             inject=args.inject,
-            console=console,
-            show_progress=not args.quiet,
+            progress=None if args.quiet else ops_progress(make_console(stderr=True)),
         )
     except OpsCannotRun as error:
         print(f"fade: cannot run here: {error}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
     if args.json:
-        _write_json(sweep.to_dict(), args.json)
+        write_json(sweep.to_dict(), args.json)
     if args.json != "-":
         render_sweep(sweep, make_console())
     return INTERRUPTED if sweep.run.interrupted else ExitCode.OK
@@ -93,19 +91,8 @@ def cmd_ops_compare(args) -> int:
 
     gap = compare_ops(args.a, args.b)
     if args.compare_json:
-        _write_json(gap, args.compare_json)
+        write_json(gap, args.compare_json)
     if args.compare_json != "-":
         render_gap(gap, make_console())
     return ExitCode.OK
 
-
-def _write_json(data, path: str) -> None:
-    text = json.dumps(data, indent=2, default=str)
-    if path == "-":
-        print(text)
-        return
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text + "\n")
-    except OSError as error:
-        raise FadeUsageError(f"--json {path}: cannot write ({error.strerror or error})") from None

@@ -8,29 +8,10 @@ from __future__ import annotations
 import json
 import sys
 
+from fade.cli.args import add_device_flag, positive_float, positive_int
 from fade.errors import ExitCode, FadeUsageError
 
 DEFAULT_PROFILE = "fade-tuning.json"
-
-
-def _budget(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise FadeUsageError(f"--budget {text!r}: not a number of minutes") from None
-    if not value > 0:
-        raise FadeUsageError(f"--budget {text}: the budget in minutes must be > 0")
-    return value
-
-
-def _batch(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise FadeUsageError(f"--batch {text!r}: not an integer") from None
-    if value <= 0:
-        raise FadeUsageError(f"--batch {text}: must be a positive integer")
-    return value
 
 
 def cmd_tune(args) -> int:
@@ -108,10 +89,13 @@ def add_verbs(verbs) -> None:
     tune = verbs.add_parser("tune", help="search the fastest sound knobs for a model on this device; write a profile")
     tune.add_argument("model", nargs="?", help="a zoo model (resnet50, ...) or module:function")
     tune.add_argument("--mode", default="train", choices=("train", "infer"))
-    tune.add_argument("--batch", type=_batch, default=64)
-    tune.add_argument("--budget", type=_budget, default=5.0, metavar="MIN", help="search time in minutes (default 5)")
-    tune.add_argument("--size", type=_batch, default=None, help="image side in px or sequence length (default: the model's)")
-    tune.add_argument("--device", default=None)
+    tune.add_argument("--batch", type=positive_int("--batch"), default=64)
+    tune.add_argument("--budget", type=positive_float("--budget", not_a_number="not a number of minutes",
+                                                      too_small="the budget in minutes must be > 0"),
+                      default=5.0, metavar="MIN", help="search time in minutes (default 5)")  # fmt: skip
+    tune.add_argument("--size", type=positive_int("--size"), default=None,
+                      help="image side in px or sequence length (default: the model's)")
+    add_device_flag(tune, help=None)
     tune.add_argument("--exhaustive", action="store_true", help="measure every combination (verification; slow)")
     tune.add_argument("--quick", action="store_true", help="short timing (CPU smoke runs)")
     tune.add_argument("--fresh", action="store_true", help="ignore an interrupted search's journal and start over")

@@ -9,8 +9,9 @@ when it raises or calls sys.exit().
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 
+from fade.cli.args import check_writable, write_json
 from fade.errors import FadeUsageError
 
 WATCH_EXAMPLE = "fade watch -- python train.py ARGS"
@@ -29,14 +30,14 @@ def add_verbs(verbs) -> None:
     watch.add_argument("--device", metavar="TYPE",
                        help="the accelerator's device type: cuda (NVIDIA and ROCm), xpu, mps, ...; default: "
                             "torch's current accelerator. 'standin' is FADE's host-backed test device")
-    watch.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    watch.add_argument("--json", metavar="FILE", help="also write the report as JSON")  # a file only: stdout is the script's
     watch.add_argument("--quiet", action="store_true", help="no warning per new offence, only the summary")
     watch.add_argument("command", nargs=argparse.REMAINDER, help=f"-- python SCRIPT ARGS (e.g. {WATCH_EXAMPLE})")
     watch.set_defaults(func=cmd_watch)
 
 
 def cmd_watch(args) -> int:
-    from fade.guard.process import parse_command, run_watched
+    from fade.hostwork.process import parse_command, run_watched
     from fade.report.guard import print_summary
 
     command = args.command
@@ -46,12 +47,10 @@ def cmd_watch(args) -> int:
     if args.sampled is not None and args.sampled < 1:
         raise FadeUsageError(f"fade watch: --sampled needs a positive step count, got {args.sampled}")
     if args.json:
-        from fade.cli import check_writable  # lazy: fade.cli imports this module while building its parser
-
         check_writable(args.json)
     parse_command(command[1:])  # a missing script is a usage error before anything runs
     if args.device == "standin":
-        from fade.guard import standin
+        from fade.hostwork import standin
 
         standin.register()
     mode = "strict" if args.strict else "sampled" if args.sampled else "warn"
@@ -59,12 +58,11 @@ def cmd_watch(args) -> int:
     if args.quiet:
         options["quiet"] = True
     result = run_watched(command[1:], mode=mode, device=args.device, **options)
+    sys.stderr.write(result.exit_text)  # the script's traceback or sys.exit message, as Python would print it
     print_summary(result.report)
     if args.json:
         data = result.report.to_dict()
         data["command"] = result.command
         data["exit_code"] = result.exit_code
-        with open(args.json, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+        write_json(data, args.json)
     return result.exit_code

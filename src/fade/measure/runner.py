@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Protocol, Sequence, Union
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext
@@ -35,7 +35,6 @@ from fade.results import (
     FAILED_STATUSES,
     RESUME_SKIPS_STATUSES,
     JsonlAppender,
-    make_record,
     now_iso,
     read_records,
 )
@@ -45,6 +44,23 @@ STARTUP_TIMEOUT_S = 180.0  # torch import plus GPU runtime init; ROCm with a col
 EXIT_GRACE_S = 5.0  # time a worker gets to exit on request before it is killed
 STDERR_TAIL_LINES = 40  # worker stderr lines kept in a failed case's `error_detail`
 END_OF_STREAM = {"event": "end-of-stream"}  # what the stdout reader queues when the worker's stdout closes
+
+
+class WorkerStartError(RuntimeError):
+    """The worker process did not start on this device: a valid request this machine cannot run."""
+
+
+class RunProgress(Protocol):
+    """What a run tells whoever watches it, in this order: `start` once, `case_started` and `case_finished`
+    per case, `finished` once (also after Ctrl-C). fade.report.progress.ProgressBar draws it; None is silent."""
+
+    def start(self, total: int, device: str) -> None: ...
+
+    def case_started(self, case_id: str) -> None: ...
+
+    def case_finished(self, record: dict) -> None: ...
+
+    def finished(self, summary: "RunSummary") -> None: ...
 
 
 def new_run_id() -> str:
@@ -95,7 +111,7 @@ class RunSummary:
 
 
 def run_cases(
-    cases: Sequence[Case],
+    cases: Union[Sequence[Case], Callable[[dict], Sequence[Case]]],
     *,
     executor,
     out,
@@ -103,17 +119,29 @@ def run_cases(
     quick: bool = False,
     timing: Optional[dict] = None,
     resume: bool = False,
-    console=None,
-    show_progress: bool = True,
+    progress: Optional[RunProgress] = None,
+    started: Optional[float] = None,
 ) -> RunSummary:
-    """Run `cases` through `executor` (started here if it is not yet), appending records to `out`.
+    """Every suite's run: check `out` (check_output_path), start `executor` if it is not yet, and run
+    `cases` through it, appending one record per case to `out`.
 
-    The executor is closed when this returns. `timing` holds keyword arguments for timing.measure that
-    every case receives through its CaseContext.
+    `cases` is a list, or a plan `cases(session) -> list` asked once the worker has started and reported
+    its session (Session.describe(): the device, its dtypes), since a suite's catalog depends on them. The
+    executor is closed when this returns, or raises (a usage error found by the plan; WorkerStartError when
+    the worker does not start). `timing` holds keyword arguments for timing.measure that every case
+    receives through its CaseContext. `progress` hears of each case (RunProgress). `started` (a
+    time.monotonic() reading) dates the run's wall time from the caller's set-up instead of from here.
     """
-    wall_start = time.monotonic()
+    wall_start = time.monotonic() if started is None else started
+    out = check_output_path(out)
     run_id = run_id or new_run_id()
-    session = executor.start()
+    try:
+        session = executor.start()
+        if callable(cases):
+            cases = list(cases(session))
+    except BaseException:
+        executor.close()
+        raise
     device = session["device"]
     summary = RunSummary(out=str(out), run_id=run_id, device=device, selected=len(cases), resumed=0)
     finished = set()
@@ -128,11 +156,13 @@ def run_cases(
     todo = [case for case in cases if case.case_id not in finished]
     summary.resumed = len(cases) - len(todo)
     ctx = CaseContext(device=device, run_id=run_id, quick=quick, timing=dict(timing or {}))
-    progress = _Progress(console, show_progress, total=len(todo), device=device)
+    if progress is not None:
+        progress.start(len(todo), device)
     try:
-        with JsonlAppender(out) as appender, progress:
+        with JsonlAppender(out) as appender:
             for case in todo:
-                progress.begin(case)
+                if progress is not None:
+                    progress.case_started(case.case_id)
                 record = executor.run(case, ctx)
                 summary.records.append(record)
                 appender.append(record)  # a Ctrl-C during the write is held until the line is on disk
@@ -141,14 +171,41 @@ def run_cases(
                     summary.failures.append(
                         {"case_id": case.case_id, "status": record["status"], "error": record.get("error")}
                     )
-                progress.end(record)
+                if progress is not None:
+                    progress.case_finished(record)
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
         executor.close()
-    summary.wall_s = time.monotonic() - wall_start
-    progress.final(summary)
+        summary.wall_s = time.monotonic() - wall_start
+        if progress is not None:
+            progress.finished(summary)  # also when a case raised past the executor: a bar never outlives its run
     return summary
+
+
+def check_output_path(out) -> Path:
+    """Create the parent directory and make sure `out` can be appended to; FadeUsageError if not."""
+    path = Path(out)
+    if path.is_dir():
+        raise FadeUsageError(f"-o {out}: is a directory; give a file such as {path / 'micro.jsonl'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise FadeUsageError(f"-o {out}: cannot create directory {path.parent} ({error.strerror or error})") from None
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise FadeUsageError(f"-o {out}: cannot write there ({error.strerror or error})") from None
+    return path
+
+
+def make_executor(device: Optional[str], *, isolate: bool = True, timeout_s: Optional[float] = None,
+                  default_timeout_s: float = CASE_TIMEOUT_S):
+    """An IsolatedExecutor with `timeout_s` (or the suite's default) per case, or an InProcessExecutor."""
+    if isolate:
+        return IsolatedExecutor(device, timeout_s=timeout_s or default_timeout_s)
+    return InProcessExecutor(device)
 
 
 class InProcessExecutor:
@@ -214,7 +271,7 @@ class IsolatedExecutor:
             self._kill()
             if message is not None and message.get("event") == "fatal" and message.get("usage"):
                 raise FadeUsageError(message["error"])
-            raise RuntimeError(f"the benchmark worker did not start: {reason}")
+            raise WorkerStartError(f"the benchmark worker did not start: {reason}")
         if self.session is None:
             self.session = message["session"]
         return self.session
@@ -358,103 +415,15 @@ class IsolatedExecutor:
         self._process = None
 
     def _failure(self, case, ctx, status, error, detail, started, started_clock) -> dict:
-        session = self.session or {}
-        return make_record(
-            case=case,
-            run_id=ctx.run_id,
-            torch_device=ctx.device,
-            status=status,
-            started=started,
-            finished=now_iso(),
-            duration_s=time.monotonic() - started_clock,
-            device=session.get("device_info") or {},
-            stack=session.get("stack") or {},
-            peaks=session.get("peaks"),
-            telemetry={"available": False, "source": "none", "reason": "the case did not finish"},
-            error=error,
-            error_detail=detail,
-        )
+        from fade.measure.session import case_record  # the worker's module; imports torch only when a case runs
 
+        telemetry = {"available": False, "source": "none", "reason": "the case did not finish"}
+        described = {**(self.session or {}), "device": ctx.device}
+        return case_record(case, ctx, described, status=status, started=started, started_clock=started_clock,
+                           telemetry=telemetry, error=error, error_detail=detail)
 
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-class _Progress:
-    """A rich progress bar plus one line per finished case; silent when `enabled` is False."""
-
-    def __init__(self, console, enabled: bool, *, total: int, device: str):
-        self.enabled = enabled
-        self.total = total
-        self.device = device
-        self.done = 0
-        if not enabled:
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        self.console = console or Console(stderr=True)
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=self.console,
-            transient=True,
-        )
-        self.task = self.progress.add_task(f"{device}", total=total)
-
-    def __enter__(self) -> "_Progress":
-        if self.enabled:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self.enabled:
-            self.progress.stop()
-
-    def begin(self, case: Case) -> None:
-        if self.enabled:
-            self.progress.update(self.task, description=f"{self.device} {case.case_id}")
-
-    def end(self, record: dict) -> None:
-        self.done += 1
-        if not self.enabled:
-            return
-        self.progress.advance(self.task)
-        self.progress.console.print(_one_line(record), markup=False, highlight=False, soft_wrap=True)
-
-    def final(self, summary: RunSummary) -> None:
-        if not self.enabled:
-            return
-        state = "interrupted" if summary.interrupted else "done"
-        counts = ", ".join(f"{count} {status}" for status, count in sorted(summary.statuses.items())) or "nothing run"
-        resumed = f", {summary.resumed} already finished" if summary.resumed else ""
-        self.console.print(
-            f"{state}: {self.done} of {self.total} cases ({counts}{resumed}) in {summary.wall_s:.1f} s"
-            f" -> {summary.out}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
-
-
-def _one_line(record: dict) -> str:
-    status = record.get("status")
-    text = f"{status:>8}  {record.get('case_id')}"
-    if status == "ok" and record.get("value") is not None:
-        text += f"  {record['value']:.4g} {record.get('unit')}"
-        peak = record.get("peak") or {}
-        if peak.get("pct_of_peak") is not None:
-            text += f"  ({peak['pct_of_peak']:.0f}% of peak)"
-        if (record.get("stats") or {}).get("noisy"):
-            text += "  noisy"
-        if (record.get("telemetry") or {}).get("throttled"):
-            text += "  throttled"
-    elif record.get("error"):
-        text += f"  {record['error']}"
-    return text

@@ -1,7 +1,7 @@
 """The measuring process's view of its device: which device, what it supports, its peaks, and running a case.
 
 One Session per process (the worker, or the caller's process when cases run in-process). It reads device
-truth and peaks from `fade.device_truth` (the doctor's spec table), the stack fingerprint, and opens
+truth and peaks from `fade.act.patches.device_truth` (the doctor's spec table), the stack fingerprint, and opens
 telemetry once; `execute_case` then turns one Case into one record.
 """
 
@@ -244,6 +244,30 @@ def _tiny_scaled_mm(torch, device: str) -> None:
     torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16).float().sum().item()
 
 
+def case_record(case: Case, ctx: CaseContext, described: dict, *, status: str, started: str, started_clock: float,
+                telemetry: dict, result=None, error: Optional[str] = None, error_detail: Optional[str] = None,
+                warnings=()) -> dict:
+    """make_record for `case`, run on the session `described` (Session.describe(), or {} when no worker
+    started): its device, stack and peaks; the duration is the time since `started_clock` (monotonic)."""
+    return make_record(
+        case=case,
+        run_id=ctx.run_id,
+        torch_device=described.get("device") or ctx.device,
+        status=status,
+        started=started,
+        finished=now_iso(),
+        duration_s=time.monotonic() - started_clock,
+        device=described.get("device_info") or {},
+        stack=described.get("stack") or {},
+        peaks=described.get("peaks"),
+        telemetry=telemetry,
+        result=result,
+        error=error,
+        error_detail=error_detail,
+        warnings=warnings,
+    )
+
+
 def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
     """Run one case in this process and return its record; exceptions become failure records."""
     started = now_iso()
@@ -272,23 +296,9 @@ def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
     finally:
         if not _release_memory(session.device, collect_cycles=status != "ok"):
             session.broken = True
-    return make_record(
-        case=case,
-        run_id=ctx.run_id,
-        torch_device=session.device,
-        status=status,
-        started=started,
-        finished=now_iso(),
-        duration_s=time.monotonic() - started_clock,
-        device=session.device_info,
-        stack=session.stack,
-        peaks=session.peaks,
-        telemetry=sampler.summary(),
-        result=result,
-        error=error,
-        error_detail=error_detail,
-        warnings=_distinct_messages(caught_warnings),
-    )
+    return case_record(case, ctx, session.describe(), status=status, started=started, started_clock=started_clock,
+                       telemetry=sampler.summary(), result=result, error=error, error_detail=error_detail,
+                       warnings=_distinct_messages(caught_warnings))
 
 
 def _distinct_messages(caught: list) -> list:

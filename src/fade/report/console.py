@@ -1,6 +1,7 @@
-"""Render reports for a terminal with rich: the doctor's device table, findings and measurements.
+"""Render reports for a terminal with rich: the doctor's device table, findings and measurements, and a bench
+run's one-row-per-case table.
 
-Reads report data only (the dicts that `fade.analyze.doctor.diagnose` returns). Styles are semantic
+Reads report data only (the dicts that `fade.analyze.doctor.diagnose` returns, result records). Styles are semantic
 names from THEME, never raw colours. The text layout is not a contract: use --json for machines.
 """
 
@@ -188,3 +189,30 @@ def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> N
                        style="fade.fail" if summary.get("failed") else "fade.ok"))
     for plot in summary.get("plots") or []:
         console.print(Text(f"plot: {plot}", style="fade.dim"))
+
+
+def model_rows(records: list) -> list:
+    """fade.results.summarize's rows, with a model record's % of peak and its TFLOP/s, peak memory and
+    plain-loop difference in the note (they live in `extra` for the model suite)."""
+    from fade.results import summarize
+
+    extras = {record["case_id"]: record.get("extra") or {} for record in records}
+    rows = summarize(records)
+    for row in rows:
+        extra = extras.get(row["case_id"], {})
+        flops = extra.get("flops") or {}
+        row["pct_of_peak"] = flops.get("pct_of_peak")
+        if row["status"] != "ok":
+            continue
+        parts = []
+        if flops.get("achieved_tflops"):
+            dtype = f" ({flops['peak_dtype']} peak)" if flops.get("peak_dtype") else ""
+            parts.append(f"{flops['achieved_tflops']:.3g} TFLOP/s{dtype}")
+        peak_bytes = (extra.get("memory") or {}).get("peak_allocated_bytes")
+        if peak_bytes:
+            parts.append(f"{peak_bytes / 2**30:.1f} GiB peak")
+        plain = extra.get("plain_loop") or {}
+        if plain.get("fade_vs_plain_pct") is not None:
+            parts.append(f"plain loop {plain['fade_vs_plain_pct']:+.1f}%")
+        row["note"] = "; ".join(parts + ([row["note"]] if row.get("note") else [])) or None
+    return rows

@@ -5,13 +5,11 @@ The table layout is not a contract; the JSON (`GuardReport.to_dict`) is.
 
 from __future__ import annotations
 
-import json
-
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from fade.guard.report import KINDS, GuardReport
+from fade.hostwork.report import KINDS, GuardReport
 
 MAX_OPS_SHOWN = 3  # op names per row; the JSON has them all
 
@@ -73,8 +71,3 @@ def print_summary(report: GuardReport, console: Console | None = None) -> None:
         console = make_console(stderr=True)
     console.print(render_report(report))
 
-
-def write_json(report: GuardReport, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(report.to_dict(), f, indent=2)
-        f.write("\n")

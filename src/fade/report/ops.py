@@ -5,6 +5,8 @@ JSON of `--json` is).
 
 from __future__ import annotations
 
+from typing import Optional
+
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -12,6 +14,7 @@ from rich.text import Text
 from fade.analyze.ops.families import FAMILIES
 from fade.analyze.ops.outcome import CLASSES
 from fade.analyze.ops.rows import ops_row
+from fade.report.progress import ProgressBar
 
 CLASS_STYLES = {
     "ok": "fade.ok",
@@ -28,62 +31,12 @@ GAP_ROWS_SHOWN = 40  # rows per gap list on the terminal; --json has all
 MESSAGE_WIDTH = 90
 
 
-class SweepProgress:
-    """A progress bar, plus one line per notable op × dtype (NOTABLE classes) as it finishes."""
-
-    def __init__(self, console, enabled: bool, *, total: int, device: str):
-        self.enabled = enabled
-        self.total = total
-        self.counts: dict = {}
-        if not enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        from fade.report.console import make_console
-
-        self.console = console or make_console(stderr=True)
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=self.console,
-            transient=True,
-        )
-        self.task = self.progress.add_task(f"ops on {device}", total=total)
-
-    def __enter__(self) -> "SweepProgress":
-        if self.enabled:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self.enabled:
-            self.progress.stop()
-
-    def record(self, record: dict) -> None:
-        row = ops_row(record)
-        self.counts[row["class"]] = self.counts.get(row["class"], 0) + 1
-        if not self.enabled:
-            return
-        self.progress.advance(self.task)
-        if row["class"] in NOTABLE or row["claim_finding"] == "claimed_fails":
-            self.console.print(_row_line(row), soft_wrap=True)
-
-    def final(self, sweep) -> None:
-        if not self.enabled:
-            return
-        run = sweep.run
-        state = "interrupted" if run.interrupted else "done"
-        counts = ", ".join(f"{count} {name}" for name, count in sorted(self.counts.items())) or "nothing run"
-        resumed = f", {run.resumed} already in the file" if run.resumed else ""
-        self.console.print(
-            Text(f"{state}: {sum(self.counts.values())} op × dtypes ({counts}{resumed}) in {run.wall_s:.0f} s -> {run.out}", style="fade.dim"),
-            soft_wrap=True,
-        )
-
-
-def _row_line(row: dict) -> Text:
+def ops_line(record: dict) -> Optional[Text]:
+    """The progress line of a notable op × dtype (NOTABLE classes, or a dtype claim that failed); None for
+    the others."""
+    row = ops_row(record)
+    if row["class"] not in NOTABLE and row["claim_finding"] != "claimed_fails":
+        return None
     line = Text.assemble((f"{row['class']:>11}  ", CLASS_STYLES.get(row["class"], "")), f"{row['op']} {row['dtype']}")
     detail = row.get("slow_reason") or row.get("message") or row.get("note")
     if row["class"] == "mismatch" and row.get("mismatch_reason"):
@@ -93,6 +46,25 @@ def _row_line(row: dict) -> Text:
     if detail:
         line.append("  " + _cut(detail), style="fade.dim")
     return line
+
+
+def ops_done_line(summary, records: list, total: int) -> Text:
+    """`done: N op × dtypes (per-class counts, R already in the file) in S s -> FILE`."""
+    counts: dict = {}
+    for record in records:
+        name = ops_row(record)["class"]
+        counts[name] = counts.get(name, 0) + 1
+    state = "interrupted" if summary.interrupted else "done"
+    listed = ", ".join(f"{count} {name}" for name, count in sorted(counts.items())) or "nothing run"
+    resumed = f", {summary.resumed} already in the file" if summary.resumed else ""
+    return Text(f"{state}: {len(records)} op × dtypes ({listed}{resumed}) in {summary.wall_s:.0f} s -> {summary.out}",
+                style="fade.dim")
+
+
+def ops_progress(console=None) -> ProgressBar:
+    """The sweep's progress (fade.report.progress.ProgressBar): `ops on DEVICE`, a line per notable op × dtype
+    as it finishes, per-class counts at the end."""
+    return ProgressBar(console, label="ops on {device}", show_case=False, line=ops_line, done_line=ops_done_line)
 
 
 def render_sweep(sweep, console) -> None:

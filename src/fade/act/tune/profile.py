@@ -14,11 +14,10 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from fade import __version__
 from fade.act.tune import device as device_facts
@@ -235,12 +234,14 @@ def load_tuning(
     fingerprint: Optional[dict] = None,
     set_torch_flags: bool = True,
     verbose: bool = True,
+    on_message: Optional[Callable[[str], None]] = None,
 ) -> Tuning:
     """Apply the profile at `path` to this process: env (user values win) and process-wide torch flags.
 
     Call it before the first torch.cuda call: TunableOp and MIOpen read their variables once. ProfileError
     for an unreadable or corrupt profile; a profile from another device warns and applies nothing.
-    `fingerprint` defaults to device.static_fingerprint (no GPU runtime started).
+    `fingerprint` defaults to device.static_fingerprint (no GPU runtime started). When `verbose`,
+    `on_message` receives one line per env variable and per warning (fade.api writes them to stderr).
     """
     profile = load_profile(path)
     environ = os.environ if environ is None else environ
@@ -272,11 +273,11 @@ def load_tuning(
         environ[APPLIED_MARKER] = ",".join(sorted(applied_before))
     if set_torch_flags:
         tuning.torch_flags = _set_torch_flags(knobs)
-    if verbose:
+    if verbose and on_message is not None:
         for name, value, status in tuning.env:
-            print(f"fade: {'set' if status == 'set' else status.replace('-', ' ')} {name}={value}  (tuning profile)", file=sys.stderr)
+            on_message(f"fade: {'set' if status == 'set' else status.replace('-', ' ')} {name}={value}  (tuning profile)")
         for message in tuning.warnings:
-            print(message, file=sys.stderr)
+            on_message(message)
     return tuning
 
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import GEMM_DTYPES, Case
-from fade.results import read_records
-from fade.measure.runner import CASE_TIMEOUT_S, InProcessExecutor, IsolatedExecutor, RunSummary, run_cases
+from fade.measure.runner import CASE_TIMEOUT_S, RunProgress, RunSummary, check_output_path, make_executor, run_cases
 
 SUITE = "micro"
 FAMILIES = ("gemm", "memory", "transfer", "launch", "conv", "sdpa", "norm", "cpu_vs_gpu")
@@ -345,23 +343,6 @@ def _did_you_mean(text: str, candidates: Sequence[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def check_output_path(out) -> Path:
-    """Create the parent directory and make sure `out` can be appended to; FadeUsageError if not."""
-    path = Path(out)
-    if path.is_dir():
-        raise FadeUsageError(f"-o {out}: is a directory; give a file such as {path / 'micro.jsonl'}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise FadeUsageError(f"-o {out}: cannot create directory {path.parent} ({error.strerror or error})") from None
-    try:
-        with open(path, "a", encoding="utf-8"):
-            pass
-    except OSError as error:
-        raise FadeUsageError(f"-o {out}: cannot write there ({error.strerror or error})") from None
-    return path
-
-
 def run_micro(
     device: Optional[str] = None,
     *,
@@ -369,12 +350,10 @@ def run_micro(
     only: Optional[str] = None,
     out="results.jsonl",
     resume: bool = False,
-    plot: bool = False,
     timeout_s: Optional[float] = None,
     isolate: bool = True,
     dtypes: Optional[Sequence[str]] = None,
-    console=None,
-    show_progress: bool = True,
+    progress: Optional[RunProgress] = None,
     run_id: Optional[str] = None,
 ) -> RunSummary:
     """Run the micro suite on `device` (None: the first GPU, else the CPU) and append records to `out`.
@@ -382,25 +361,18 @@ def run_micro(
     `only` is a comma-separated list of case-id patterns (globs, or substrings such as "gemm/bf16");
     `dtypes` keeps only cases of those dtypes (cases without a dtype stay). Usage errors raise
     FadeUsageError before any case runs: an unwritable `out`, a pattern that matches no case, a dtype or a
-    device that is unknown or unsupported here. `isolate` runs cases in a worker process with `timeout_s`
-    per case. Progress goes to `console` (a rich Console; stderr by default) unless `show_progress` is
-    False. Returns the RunSummary; `plot=True` also writes PNGs to `<out stem>-plots/` beside `out`.
+    device that is unknown or unsupported here. `isolate` runs cases in a worker process with `timeout_s` per
+    case. `progress` hears of each case (fade.measure.runner.RunProgress). Returns the RunSummary.
     """
-    out_path = check_output_path(out)
+    check_output_path(out)
     patterns = split_patterns(only)
     check_patterns_exist(patterns)
     check_dtype_names(dtypes or ())
-    if plot:
-        _check_matplotlib()
-    if isolate:
-        default_timeout_s = QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S
-        executor = IsolatedExecutor(device, timeout_s=timeout_s or default_timeout_s)
-    else:
-        executor = InProcessExecutor(device)
-    try:
-        session = executor.start()
+    unsupported: dict = {}
+
+    def plan(session: dict) -> list:
         catalog = build_catalog(session["device"], quick=quick)
-        cases, unsupported = select_cases(
+        cases, left_out = select_cases(
             catalog,
             device=session["device"],
             dtype_support=session["dtypes"],
@@ -408,31 +380,12 @@ def run_micro(
             dtypes=dtypes,
             quick=quick,
         )
-    except BaseException:
-        executor.close()
-        raise
-    summary = run_cases(
-        cases,
-        executor=executor,
-        out=out_path,
-        run_id=run_id,
-        quick=quick,
-        timing=QUICK_TIMING if quick else FULL_TIMING,
-        resume=resume,
-        console=console,
-        show_progress=show_progress,
-    )
+        unsupported.update(left_out)
+        return cases
+
+    executor = make_executor(device, isolate=isolate, timeout_s=timeout_s,
+                             default_timeout_s=QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S)
+    summary = run_cases(plan, executor=executor, out=out, run_id=run_id, quick=quick,
+                        timing=QUICK_TIMING if quick else FULL_TIMING, resume=resume, progress=progress)
     summary.unsupported = unsupported
-    if plot:
-        from fade.report.plots import plot_micro
-
-        records = [record for record in read_records(out_path).records if record.get("torch_device") == summary.device]
-        summary.plots = plot_micro(records, out_path.parent / f"{out_path.stem}-plots")
     return summary
-
-
-def _check_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise FadeUsageError("--plot needs matplotlib: pip install 'torch-fade[plot]'") from None

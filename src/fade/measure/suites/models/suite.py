@@ -14,9 +14,8 @@ from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case
-from fade.measure.suites.micro.suite import check_output_path
 from fade.measure.suites.models.variants import Variant, parse_variants
-from fade.measure.runner import InProcessExecutor, IsolatedExecutor, RunSummary, new_run_id, run_cases
+from fade.measure.runner import RunProgress, RunSummary, check_output_path, make_executor, new_run_id, run_cases
 from fade.measure.zoo import SEED_NETWORKS, ZOO
 from fade.measure.zoo.workload import import_function, is_user_spec
 
@@ -170,8 +169,7 @@ def run_models(
     resume: bool = False,
     timeout_s: Optional[float] = None,
     isolate: bool = True,
-    console=None,
-    show_progress: bool = True,
+    progress: Optional[RunProgress] = None,
     run_id: Optional[str] = None,
     only: Optional[Sequence[str]] = None,
 ) -> RunSummary:
@@ -183,7 +181,7 @@ def run_models(
     (zoo.workload). `validate` re-times every case with a plain event-timed loop (`extra.plain_loop`).
     `only` keeps the cases whose id matches one of its fnmatch patterns (`models/*/train/compile/*`); when
     it keeps none, nothing starts and the summary selects 0 cases. Bad requests raise FadeUsageError before
-    anything runs. Returns the RunSummary.
+    anything runs. `progress` hears of each case (fade.measure.runner.RunProgress). Returns the RunSummary.
     """
     models = list(models or (QUICK_MODELS if quick else ZOO))
     batch = (QUICK_BATCH if quick else DEFAULT_BATCH) if batch is None else batch
@@ -200,22 +198,10 @@ def run_models(
     cases = select_cases(cases, only)
     if not cases:  # no worker to start for nothing
         return RunSummary(out=str(out_path), run_id=run_id or new_run_id(), device=device, selected=0, resumed=0)
-    if isolate:
-        default_timeout_s = QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S
-        executor = IsolatedExecutor(device, timeout_s=timeout_s or default_timeout_s)
-    else:
-        executor = InProcessExecutor(device)
-    return run_cases(
-        cases,
-        executor=executor,
-        out=out_path,
-        run_id=run_id,
-        quick=quick,
-        timing=QUICK_TIMING if quick else FULL_TIMING,
-        resume=resume,
-        console=console,
-        show_progress=show_progress,
-    )
+    executor = make_executor(device, isolate=isolate, timeout_s=timeout_s,
+                             default_timeout_s=QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S)
+    return run_cases(cases, executor=executor, out=out_path, run_id=run_id, quick=quick,
+                     timing=QUICK_TIMING if quick else FULL_TIMING, resume=resume, progress=progress)
 
 
 __all__ = ["run_models", "build_cases", "select_cases", "case_id", "SEED_NETWORKS", "DEFAULT_VARIANTS", "SUITE"]

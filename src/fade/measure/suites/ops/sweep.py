@@ -13,16 +13,24 @@ import difflib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext
-from fade.measure.suites.micro.suite import check_output_path, split_patterns
+from fade.measure.suites.micro.suite import split_patterns
 from fade.measure.suites.micro.suite import matches as matches_glob_or_substring
 from fade.analyze.ops.curated import is_always_swept
 from fade.analyze.ops.gap import sweep_summary
 from fade.analyze.ops.rows import SUITE, case_id, load_ops_file
-from fade.measure.runner import InProcessExecutor, IsolatedExecutor, RunSummary, new_run_id, run_cases
+from fade.measure.runner import (
+    RunProgress,
+    RunSummary,
+    WorkerStartError,
+    check_output_path,
+    make_executor,
+    new_run_id,
+    run_cases,
+)
 
 PROBE_MODULE = "fade.measure.suites.ops.probe"
 DEFAULT_DTYPES = ("float32", "float16", "bfloat16", "int64")  # the issue's sweep: 3 floats and the index int
@@ -174,16 +182,15 @@ def catalog_case(dtypes: Sequence[str], inject: Optional[str]) -> Case:
 
 class WarmingExecutor:
     """A runner executor that warms each fresh worker with `warmup` (the catalog case, which imports op_db)
-    under WARMUP_TIMEOUT_S before its first op, and hands each op's record to `on_record`.
+    under WARMUP_TIMEOUT_S before its first op.
 
     A worker is fresh at the start, after an op crashed or hung (the runner replaced it) and after an op
     left the device broken (extra.device_broken: the worker exits after that op).
     """
 
-    def __init__(self, inner, warmup: Case, on_record: Optional[Callable] = None):
+    def __init__(self, inner, warmup: Case):
         self.inner = inner
         self.warmup = warmup
-        self.on_record = on_record
         self.needs_warmup = True
         self.warmups = 0  # workers warmed, the first included
 
@@ -209,8 +216,6 @@ class WarmingExecutor:
         record = self.inner.run(case, ctx)
         broken = bool((record.get("extra") or {}).get("device_broken"))
         self.needs_warmup = record.get("status") in ("crashed", "timeout") or broken
-        if self.on_record is not None:
-            self.on_record(record)
         return record
 
     def close(self) -> None:
@@ -229,8 +234,7 @@ def run_ops_sweep(
     curated: bool = True,
     isolate: bool = True,
     inject: Optional[str] = None,
-    console=None,
-    show_progress: bool = True,
+    progress: Optional[RunProgress] = None,
     run_id: Optional[str] = None,
 ) -> OpsSweep:
     """Sweep every OpInfo op × dtype on `device` (None: the first GPU, else the CPU) against the CPU,
@@ -239,8 +243,9 @@ def run_ops_sweep(
     `only`: comma-separated globs or substrings of op ids; the curated ops (curated.py) are swept too
     unless `curated` is False. `samples`: sample inputs per op × dtype. `timeout_s`: per op × dtype, in
     the isolated worker (`isolate`). `inject`: a Python file with `wrap_op(op_id, call) -> call | None`
-    that replaces device calls (fault-injection tests). Usage errors raise FadeUsageError before any op
-    runs; OpsCannotRun when op_db cannot be loaded here.
+    that replaces device calls (fault-injection tests). `progress` hears of each op × dtype
+    (fade.measure.runner.RunProgress). Usage errors raise FadeUsageError before any op runs; OpsCannotRun
+    when op_db cannot be loaded here.
     """
     dtype_names = parse_dtypes(dtypes)
     patterns = split_patterns(only)
@@ -254,37 +259,29 @@ def run_ops_sweep(
         inject = str(Path(inject).resolve())
     out_path = check_output_path(out)
     run_id = run_id or new_run_id()
-    started = time.monotonic()
-    executor = IsolatedExecutor(device, timeout_s=timeout_s or OP_TIMEOUT_S) if isolate else InProcessExecutor(device)
-    warming = WarmingExecutor(executor, catalog_case(dtype_names, inject))
-    try:
-        try:
-            session = executor.start()
-        except RuntimeError as error:  # the worker would not start (FadeUsageError for a bad device passes)
-            raise OpsCannotRun(str(error)) from None
-        ctx = CaseContext(device=session["device"], run_id=run_id)
-        catalog_record = warming.warm(ctx)
+    started = time.monotonic()  # the run's wall time includes the catalog warm-up
+    warming = WarmingExecutor(make_executor(device, isolate=isolate, timeout_s=timeout_s, default_timeout_s=OP_TIMEOUT_S),
+                              catalog_case(dtype_names, inject))
+    plan_found: dict = {}
+
+    def plan(session: dict) -> list:
+        catalog_record = warming.warm(CaseContext(device=session["device"], run_id=run_id))
         if catalog_record.get("status") != "ok":
             reason = catalog_record.get("error") or catalog_record.get("status")
             raise OpsCannotRun(f"cannot load torch's OpInfo database on {session['device']}: {reason}")
-        catalog = catalog_record["extra"]["ops"]
-        selected = select_ops(catalog, patterns, curated=curated)
-    except BaseException:
-        executor.close()
-        raise
-    cases = build_cases(selected, dtype_names, samples=samples, inject=inject)
-    from fade.report.ops import SweepProgress
+        plan_found["selected"] = select_ops(catalog_record["extra"]["ops"], patterns, curated=curated)
+        plan_found["cases"] = build_cases(plan_found["selected"], dtype_names, samples=samples, inject=inject)
+        return plan_found["cases"]
 
-    progress = SweepProgress(console, show_progress, total=len(cases), device=session["device"])
-    warming.on_record = progress.record
-    with progress:
-        run = run_cases(cases, executor=warming, out=out_path, run_id=run_id, resume=resume, show_progress=False)
-    run.wall_s = time.monotonic() - started  # include the catalog warm-up
-    loaded = load_ops_file(out_path, strict=False, device=session["device"], allow_empty=True)
+    try:
+        run = run_cases(plan, executor=warming, out=out_path, run_id=run_id, resume=resume, progress=progress,
+                        started=started)
+    except WorkerStartError as error:  # the worker would not start (FadeUsageError for a bad device passes)
+        raise OpsCannotRun(str(error)) from None
+    loaded = load_ops_file(out_path, strict=False, device=run.device, allow_empty=True)
     run.problems = sorted(set(run.problems) | set(loaded["problems"]))
-    wanted = {case.case_id for case in cases}
+    wanted = {case.case_id for case in plan_found["cases"]}
     rows = [row for row in loaded["rows"] if case_id(row["op"], row["dtype"]) in wanted]
-    sweep = OpsSweep(run=run, device=session["device"], dtypes=dtype_names, ops_selected=len(selected), rows=rows)
+    sweep = OpsSweep(run=run, device=run.device, dtypes=dtype_names, ops_selected=len(plan_found["selected"]), rows=rows)
     sweep.summary = sweep_summary(rows)
-    progress.final(sweep)
     return sweep

@@ -16,8 +16,8 @@ from torch.utils._python_dispatch import (
     _push_mode,
 )
 
-from fade.guard import hooks
-from fade.guard.classify import classify, op_name
+from fade.hostwork import hooks
+from fade.hostwork.classify import classify, op_name
 
 
 class GuardMode(TorchDispatchMode):

@@ -16,18 +16,21 @@ import runpy
 import sys
 import traceback
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 from fade.errors import FadeUsageError
-from fade.guard.report import GuardReport
-from fade.guard.session import DEFAULT_SAMPLE_EVERY, Guard
+from fade.hostwork.report import GuardReport
+from fade.hostwork.session import DEFAULT_SAMPLE_EVERY, Guard
 
 _process_guard: Guard | None = None
 
 
 def enable_process_guard(mode: str = "warn", device=None, *, sample_every: int = DEFAULT_SAMPLE_EVERY,
-                         json_path: str | None = None) -> Guard:
-    """Guard the calling thread (normally the main one) until the interpreter exits, then print the summary
-    table to stderr (and write the JSON report to `json_path` if given). A second call returns the same guard.
+                         json_path: str | None = None,
+                         at_exit: Optional[Callable[[GuardReport], None]] = None) -> Guard:
+    """Guard the calling thread (normally the main one) until the interpreter exits, then hand the report to
+    `at_exit` (fade.api passes the summary table's renderer) and write the JSON report to `json_path` if
+    given. A second call returns the same guard.
 
     Call it before the training loop; it does not start the GPU runtime, so it is safe next to
     `apply_fade_patches()`, which must run before that.
@@ -37,18 +40,17 @@ def enable_process_guard(mode: str = "warn", device=None, *, sample_every: int =
         return _process_guard
     process_guard = Guard(mode, device, sample_every=sample_every)
     process_guard.__enter__()
-    atexit.register(_summarize_at_exit, process_guard, json_path)
+    atexit.register(_summarize_at_exit, process_guard, json_path, at_exit)
     _process_guard = process_guard
     return process_guard
 
 
-def _summarize_at_exit(process_guard: Guard, json_path: str | None) -> None:
-    from fade.report.guard import print_summary, write_json
-
+def _summarize_at_exit(process_guard: Guard, json_path: str | None, at_exit) -> None:
     report = process_guard.report
-    print_summary(report)
+    if at_exit is not None:
+        at_exit(report)
     if json_path:
-        write_json(report, json_path)
+        report.write_json(json_path)
 
 
 @dataclass
@@ -56,6 +58,9 @@ class WatchResult:
     exit_code: int  # what the script's process would have exited with
     report: GuardReport
     command: list[str]
+    # what Python would have written to stderr as the script ended: its traceback (without the runner's
+    # frames) or the message of sys.exit("message"); the caller writes it before the summary
+    exit_text: str = ""
 
 
 def _is_python(word: str) -> bool:
@@ -91,29 +96,28 @@ def parse_command(command: list[str]) -> tuple[str, str, list[str]]:
     return "path", script, words
 
 
-def _exit_status(code) -> int:
-    """What the interpreter would exit with for sys.exit(code)."""
+def _exit_status(code) -> tuple[int, str]:
+    """What the interpreter would exit with for sys.exit(code), and what it would write to stderr."""
     if code is None:
-        return 0
+        return 0, ""
     if isinstance(code, int):  # bool included: sys.exit(True) exits 1
-        return int(code)
-    print(code, file=sys.stderr)
-    return 1
+        return int(code), ""
+    return 1, f"{code}\n"
 
 
-def _print_script_traceback(exc: BaseException) -> None:
+def _script_traceback(exc: BaseException) -> str:
     """The traceback Python would print, without the runner's own frames on top."""
     tb = exc.__traceback__
     while tb is not None and (tb.tb_frame.f_globals.get("__name__", "").partition(".")[0]
                               in ("fade", "runpy", "contextlib")):
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def run_watched(command: list[str], *, mode: str = "warn", device=None,
                 sample_every: int = DEFAULT_SAMPLE_EVERY, quiet: bool = False) -> WatchResult:
     """Run `python SCRIPT ARGS` (or `python -m MODULE ARGS`) here under a guard; never raises for the
-    script's own errors: they are printed as Python would, and become the exit code."""
+    script's own errors: they become the exit code, and the text Python would print for them `exit_text`."""
     kind, target, argv = parse_command(command)
     watched = Guard(mode, device, sample_every=sample_every, quiet=quiet)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
@@ -122,7 +126,7 @@ def run_watched(command: list[str], *, mode: str = "warn", device=None,
         sys.path[0:1] = [os.path.dirname(os.path.abspath(target))]  # as `python SCRIPT` sets it
     else:
         sys.path[0:1] = [os.getcwd()]  # as `python -m` sets it
-    exit_code = 0
+    exit_code, exit_text = 0, ""
     try:
         with watched:
             if kind == "path":
@@ -130,13 +134,11 @@ def run_watched(command: list[str], *, mode: str = "warn", device=None,
             else:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
-        exit_code = _exit_status(exc.code)
+        exit_code, exit_text = _exit_status(exc.code)
     except KeyboardInterrupt as exc:
-        _print_script_traceback(exc)
-        exit_code = 130  # as a shell reports a SIGINT death
+        exit_code, exit_text = 130, _script_traceback(exc)  # 130: as a shell reports a SIGINT death
     except BaseException as exc:  # noqa: BLE001 - the script's own error: shown as Python would, then exit 1
-        _print_script_traceback(exc)
-        exit_code = 1
+        exit_code, exit_text = 1, _script_traceback(exc)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
         for stream in (sys.stdout, sys.stderr):
@@ -144,4 +146,4 @@ def run_watched(command: list[str], *, mode: str = "warn", device=None,
                 stream.flush()
             except (OSError, ValueError):
                 pass
-    return WatchResult(exit_code, watched.report, list(command))
+    return WatchResult(exit_code, watched.report, list(command), exit_text)

@@ -41,7 +41,7 @@ MASK_DTYPES = (torch.bool, torch.uint8)
 
 
 class Finding(NamedTuple):
-    kind: str  # a key of fade.guard.report.KINDS
+    kind: str  # a key of fade.hostwork.report.KINDS
     direction: str  # copies: "h2d" | "d2h" | "d2d"; otherwise ""
     nbytes: int
     syncs: bool = False  # copies: a blocking host<->device copy, so the host waited for it too

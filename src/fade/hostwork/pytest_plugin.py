@@ -75,7 +75,7 @@ def failure_message(records: list) -> str:
 def pytest_runtest_call(item):
     if not item.config.getoption("fade_guard"):
         return (yield)
-    from fade.guard.session import Guard
+    from fade.hostwork.session import Guard
 
     watched = Guard("warn", item.config.getoption("fade_guard_device"), quiet=True, memory_counts_as_use=False)
     with watched:

@@ -52,7 +52,7 @@ def guards_here() -> list:
         return [guard for guard in state.entered if guard.inspecting]
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-    from fade.guard.mode import GuardMode
+    from fade.hostwork.mode import GuardMode
 
     return [mode.guard for mode in _get_current_dispatch_mode_stack()
             if isinstance(mode, GuardMode) and mode.guard.inspecting]

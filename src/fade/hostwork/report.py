@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from fade.guard.callsite import display_path
+from fade.hostwork.callsite import display_path
 
 SCHEMA_VERSION = 1
 
@@ -92,6 +92,14 @@ class GuardReport:
             raw["site"] = record.site
         data["offence_count"] = self.offence_count
         return data
+
+    def write_json(self, path: str) -> None:
+        """Write `to_dict()` to `path` as indented JSON."""
+        import json
+
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=2)
+            f.write("\n")
 
     @classmethod
     def from_dict(cls, data: dict) -> GuardReport:

@@ -1,8 +1,8 @@
 """`fade.guard`: a context manager and decorator that reports host work, copies and syncs inside a GPU region.
 
-How it works: entering pushes a TorchDispatchMode (fade.guard.mode) on the thread; every ATen op then passes
-through it: it runs the op, times it on the host clock and asks fade.guard.classify whether it was an
-offence, which `Guard._record` files per (kind, the user's file:line, copy direction). fade.guard.hooks adds
+How it works: entering pushes a TorchDispatchMode (fade.hostwork.mode) on the thread; every ATen op then passes
+through it: it runs the op, times it on the host clock and asks fade.hostwork.classify whether it was an
+offence, which `Guard._record` files per (kind, the user's file:line, copy direction). fade.hostwork.hooks adds
 what a mode cannot see: backends' CPU-fallback warnings, explicit synchronize calls, optimizer steps.
 
 Syncs are counted once per host wait. On CUDA, warn and strict also switch on the sync debug mode, which
@@ -38,9 +38,9 @@ import weakref
 from dataclasses import dataclass, field
 
 from fade.errors import FadeUsageError
-from fade.guard import hooks
-from fade.guard.callsite import current_call_site, display_path
-from fade.guard.report import GuardReport, SiteRecord
+from fade.hostwork import hooks
+from fade.hostwork.callsite import current_call_site, display_path
+from fade.hostwork.report import GuardReport, SiteRecord
 
 MODES = ("warn", "strict", "sampled")
 # Sampled mode inspects one step in this many, so its overhead is about the full mode's divided by it
@@ -226,7 +226,7 @@ class Guard(contextlib.ContextDecorator):
     def __enter__(self) -> Guard:
         import torch
 
-        from fade.guard.mode import GuardMode, top_mode
+        from fade.hostwork.mode import GuardMode, top_mode
 
         with self._lock:
             if not self._resolved:
@@ -264,7 +264,7 @@ class Guard(contextlib.ContextDecorator):
         return self
 
     def __exit__(self, exc_type, exc_value, traceback) -> None:
-        from fade.guard.mode import remove_buried_mode, top_mode
+        from fade.hostwork.mode import remove_buried_mode, top_mode
 
         entry = self._entries().pop()
         if entry.pushed:
@@ -312,7 +312,7 @@ class Guard(contextlib.ContextDecorator):
     def _toggle_here(self, inspect: bool) -> None:
         """Push or pop this thread's modes at a step boundary, only where that keeps the mode stack in order;
         an entry that cannot be toggled stays as it is, and `inspecting` makes it pass ops straight through."""
-        from fade.guard.mode import top_mode
+        from fade.hostwork.mode import top_mode
 
         entries = self._entries()
         if inspect:
@@ -343,7 +343,7 @@ class Guard(contextlib.ContextDecorator):
         fallback is its own finding; a sync-debug warning adds a sync only if the op is not already counted as
         a host wait (a sync, or a blocking copy: then it is the same event). Also returns whether a sync-debug
         warning came, so no warning is left due for this op."""
-        from fade.guard.classify import Finding
+        from fade.hostwork.classify import Finding
 
         findings = list(findings)
         host_waits = any(finding.host_waits for finding in findings)
@@ -361,7 +361,7 @@ class Guard(contextlib.ContextDecorator):
     def _on_warning(self, kind: str, text: str) -> None:
         """A captured warning outside any op's dispatch: a backend warning from Python code, or a CUDA sync-debug
         warning, which arrives when the Python call that caused it returns (see the module docstring)."""
-        from fade.guard.classify import Finding
+        from fade.hostwork.classify import Finding
 
         match = hooks.OP_IN_WARNING.search(text)
         if kind == "backend_fallback":
@@ -379,7 +379,7 @@ class Guard(contextlib.ContextDecorator):
                          site=site)
 
     def _on_explicit_sync(self, label: str, elapsed_ns: int) -> None:
-        from fade.guard.classify import Finding
+        from fade.hostwork.classify import Finding
 
         if self.inspecting:
             self._record([Finding("sync", "", 0)], label, elapsed_ns)
@@ -428,7 +428,7 @@ class Guard(contextlib.ContextDecorator):
 
 
 def _describe(record: SiteRecord, op: str, strict: bool = False) -> str:
-    from fade.guard.report import OP_HINTS
+    from fade.hostwork.report import OP_HINTS
 
     hint = OP_HINTS.get(op) or OP_HINTS.get(op.split(".")[0])
     text = f"fade.guard: {record.what} at {record.site}: {op}"

@@ -102,7 +102,7 @@ def to_host(tensor: torch.Tensor) -> torch.Tensor:
     storage = tensor.untyped_storage()
     entry = _host_storage.get(storage._cdata)
     if entry is None or entry[0].expired():
-        raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.guard.standin?)")
+        raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.hostwork.standin?)")
     host = torch.empty(0, dtype=tensor.dtype)
     host.set_(entry[1], tensor.storage_offset(), tensor.size(), tensor.stride())
     return host

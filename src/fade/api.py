@@ -1,0 +1,404 @@
+"""FADE's public Python API: one function per thing FADE does, each with its real parameters, returning data
+(result dataclasses with `to_dict()`); `import fade` re-exports these names and the `fade` CLI calls them.
+
+This module is the facade layer: it may write to stderr (the messages `apply_fade_patches` and
+`load_tuning` have always printed, progress bars, the guard's summary at exit), and it imports every
+library module inside the function that needs it, so `import fade` stays light and never imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+from fade import __version__
+
+DOCTOR_SCHEMA_VERSION = 1  # `fade doctor --json`: bump only on an incompatible change of the report's keys
+BENCH_SCHEMA_VERSION = 1  # BenchResult.to_dict(): the same rule
+SUITES = ("micro", "models")
+DEFAULT_OUTPUTS = {"micro": "results/micro.jsonl", "models": "results/models.jsonl"}  # the CLI's -o defaults
+INTERRUPTED = 130  # the exit status of a run stopped by Ctrl-C, as a shell reports a SIGINT death
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+# -- doctor -----------------------------------------------------------------------------------------------
+@dataclass
+class DoctorResult:
+    """What `fade doctor` found: the devices as the hardware has them, the findings with their fixes, and the
+    quick measurements (None when not measured). `exit_status`: 0 no `fail` finding, 1 at least one."""
+
+    devices: list
+    findings: list
+    measurements: Optional[dict]
+    stack: dict
+    snapshot_source: Optional[str]
+    probe: dict
+    collection_errors: dict
+    elapsed_s: float
+    exit_status: int
+    live: bool = True  # False when a saved snapshot was diagnosed
+
+    def to_dict(self) -> dict:
+        """The JSON of `fade doctor --json`: `schema_version` and `fade_version` first."""
+        return {
+            "schema_version": DOCTOR_SCHEMA_VERSION,
+            "fade_version": __version__,
+            "devices": self.devices,
+            "findings": self.findings,
+            "measurements": self.measurements,
+            "stack": self.stack,
+            "snapshot_source": self.snapshot_source,
+            "probe": self.probe,
+            "collection_errors": self.collection_errors,
+            "elapsed_s": self.elapsed_s,
+        }
+
+
+def doctor(
+    *,
+    measure: bool = True,
+    snapshot: Union[str, os.PathLike, dict, None] = None,
+    fresh: bool = False,
+    rules: Union[str, os.PathLike, None] = None,
+) -> DoctorResult:
+    """The truth about this machine's GPUs and stack, with exact fixes: what `fade doctor` does.
+
+    measure: also run the quick GEMM/copy/self-test measurements (in one child process that probes torch
+        too); False probes torch only (`--no-measure`).
+    snapshot: diagnose this saved snapshot (a path, or the dict `collect_snapshot` returns) instead of this
+        machine; nothing is measured then.
+    fresh: re-probe torch even if a cached probe is still valid (with measure=False).
+    rules: a rules file to use instead of the bundled one (FadeUsageError if it does not load).
+    """
+    from fade.analyze.doctor import diagnose as diagnose_snapshot, exit_code
+    from fade.collect.snapshot import collect_snapshot as collect, load_snapshot
+
+    started = time.perf_counter()
+    rules_path = _rules_path(rules)
+    measurements = None
+    if snapshot is not None:
+        snap = snapshot if isinstance(snapshot, dict) else load_snapshot(os.fspath(snapshot))
+    elif not measure:
+        snap = collect(torch="subprocess", probe_cache=not fresh)
+    else:
+        from fade.measure.suites.quick import run_quick_subprocess
+
+        child: dict = {}
+
+        def probe_and_measure():  # one child process imports torch once for both jobs
+            child.update(run_quick_subprocess(with_probe=True))
+            if child.get("torch") is None:
+                return None, child.get("error") or "torch is not importable in this Python"
+            return child["torch"], None
+
+        snap = collect(torch=probe_and_measure)
+        measurements = {k: v for k, v in child.items() if k != "torch"}
+    report = diagnose_snapshot(snap, measurements, rules_path=rules_path)
+    return DoctorResult(
+        devices=report["devices"],
+        findings=report["findings"],
+        measurements=report["measurements"],
+        stack=report["stack"],
+        snapshot_source=report["snapshot_source"],
+        probe=report["probe"],
+        collection_errors=report["collection_errors"],
+        elapsed_s=round(time.perf_counter() - started, 3),
+        exit_status=exit_code(report),
+        live=snapshot is None,
+    )
+
+
+def _rules_path(path):
+    from fade.analyze.rules import RULES_FILE, RuleError, load_rules
+    from fade.errors import FadeUsageError
+
+    if path is None:
+        return RULES_FILE
+    try:
+        load_rules(path)
+    except RuleError as exc:
+        raise FadeUsageError(f"rules file {exc}") from None
+    return path
+
+
+# -- bench ------------------------------------------------------------------------------------------------
+@dataclass
+class BenchResult:
+    """What a `fade bench` run did. `run`: the runner's summary (statuses, failures, wall time, ...);
+    `records`: this run's JSONL records, in order; `summary`: one row per case as the terminal table shows
+    it (figure, % of peak, spread, note); `plots`: PNG paths when plots were asked for."""
+
+    suite: str
+    run: object  # fade.measure.runner.RunSummary
+    summary: list = field(default_factory=list)
+    plots: list = field(default_factory=list)
+
+    @property
+    def records(self) -> list:
+        return self.run.records
+
+    @property
+    def exit_status(self) -> int:
+        """130 interrupted, 1 a case failed, else 0 (fade.errors.ExitCode)."""
+        if self.run.interrupted:
+            return INTERRUPTED
+        return 1 if self.run.failed else 0
+
+    def to_dict(self, *, with_records: bool = True) -> dict:
+        data = {"schema_version": BENCH_SCHEMA_VERSION, "fade_version": __version__, "suite": self.suite}
+        data.update(self.run.to_dict())
+        data["plots"] = [str(path) for path in self.plots]
+        data["summary"] = list(self.summary)
+        if with_records:
+            data["records"] = list(self.run.records)
+        return data
+
+
+def bench(
+    suite: str = "micro",
+    device: Optional[str] = None,
+    *,
+    quick: bool = False,
+    only: Optional[str] = None,
+    dtypes: Optional[Sequence[str]] = None,
+    models: Optional[Sequence[str]] = None,
+    batch: Optional[int] = None,
+    mode: str = "both",
+    variants: Optional[Sequence[str]] = None,
+    image_size: Optional[int] = None,
+    sequence_length: Optional[int] = None,
+    validate: bool = False,
+    out: Union[str, os.PathLike, None] = None,
+    resume: bool = False,
+    plot: bool = False,
+    timeout_s: Optional[float] = None,
+    isolate: bool = True,
+    progress: Union[bool, object] = True,
+) -> BenchResult:
+    """Run a benchmark suite and append one JSONL record per case to `out`: what `fade bench SUITE` does.
+
+    suite: "micro" (GEMM, bandwidth, transfers, launch, conv, attention, norms, CPU vs GPU, as % of the
+        device's peaks) or "models" (train/infer throughput of real networks per variant).
+    device: a torch device (None: cuda:0 if available, else cpu). quick: small sizes and short timing.
+    only: comma-separated case patterns: micro: globs or substrings ("gemm/bf16/*"); models: globs of case
+        ids ("models/*/train/compile/*"). dtypes: micro: dtypes to keep.
+    models, batch, mode ("train", "infer", "both"), variants, image_size, sequence_length, validate: the
+        model suite's selection (fade.measure.suites.models.suite.run_models says each default).
+    out: JSONL results file, appended to (default results/micro.jsonl or results/models.jsonl).
+    resume: skip cases already measured ok in `out`. plot: micro: also write PNGs to `<out stem>-plots/`.
+    timeout_s: per case, in the worker process (`isolate`; False runs cases here, without a timeout).
+    progress: True draws a progress bar on stderr, False draws nothing, or a
+        fade.measure.runner.RunProgress object that hears of each case.
+    FadeUsageError for a bad request (before anything runs); WorkerStartError (a RuntimeError) when the
+    worker cannot start on this device.
+    """
+    from fade.errors import FadeUsageError
+
+    if suite not in SUITES:
+        raise FadeUsageError(f"unknown suite {suite!r}: choose {' or '.join(SUITES)}")
+    out = DEFAULT_OUTPUTS[suite] if out is None else out
+    watcher = _progress(progress)
+    if suite == "micro":
+        from fade.measure.suites.micro.suite import run_micro
+        from fade.results import summarize
+
+        if plot:
+            _check_matplotlib()
+        run = run_micro(device, quick=quick, only=only, out=out, resume=resume, timeout_s=timeout_s,
+                        isolate=isolate, dtypes=dtypes, progress=watcher)
+        result = BenchResult("micro", run, summary=summarize(run.records))
+        if plot:
+            result.plots = run.plots = _plot_micro(run)
+        return result
+    from fade.measure.suites.models.suite import run_models
+    from fade.report.console import model_rows
+
+    patterns = [part.strip() for part in only.split(",") if part.strip()] if only else None
+    run = run_models(device, models=models, batch=batch, mode=mode, variants=variants, quick=quick,
+                     image_size=image_size, sequence_length=sequence_length, validate=validate, out=out,
+                     resume=resume, timeout_s=timeout_s, isolate=isolate, progress=watcher, only=patterns)
+    return BenchResult("models", run, summary=model_rows(run.records))
+
+
+def _progress(progress):
+    if progress is True:
+        from fade.report.progress import ProgressBar
+
+        return ProgressBar()
+    return progress or None
+
+
+def _check_matplotlib() -> None:
+    from fade.errors import FadeUsageError
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise FadeUsageError("--plot needs matplotlib: pip install 'torch-fade[plot]'") from None
+
+
+def _plot_micro(run) -> list:
+    """The micro suite's plots, drawn after the run from every record `out` holds for this device."""
+    from pathlib import Path
+
+    from fade.report.plots import plot_micro
+    from fade.results import read_records
+
+    out_path = Path(run.out)
+    records = [record for record in read_records(out_path).records if record.get("torch_device") == run.device]
+    return plot_micro(records, out_path.parent / f"{out_path.stem}-plots")
+
+
+# -- act: patches, device truth, tuning, the guard --------------------------------------------------------
+def apply_fade_patches(
+    *,
+    environ: Optional[dict] = None,
+    snapshot: Optional[dict] = None,
+    verbose: bool = True,
+    guard: Union[bool, str] = False,
+    profile: Union[str, os.PathLike, None] = None,
+) -> list:
+    """Set the safe env fixes for this machine's GPUs. Call it before the first torch.cuda call.
+
+    Returns every change considered (fade.act.patches.EnvChange), including the ones skipped because you
+    set the variable. verbose: print each change (and a profile's warnings) to stderr.
+    profile: a `fade tune` profile; its env lines follow the doctor's fixes (a profile from another device
+        warns and applies nothing). Model-level knobs come back from fade.load_tuning(profile).
+    guard: True (or "warn"/"strict"/"sampled") also turns fade.guard on for this thread until exit and
+        prints its summary table to stderr then; it never starts the GPU runtime, so the env fixes still
+        take effect.
+    environ, snapshot: injectable for tests (default: os.environ and a static snapshot of this machine).
+    """
+    from fade.act.patches import apply_fade_patches as apply
+
+    return apply(environ=environ, snapshot=snapshot, verbose=verbose, guard=guard, profile=profile,
+                 on_message=_to_stderr, guard_at_exit=_print_guard_summary)
+
+
+def device_truth(index: int = 0):
+    """The corrected view of torch device `index`: CUs, wave size, peaks (fade.analyze.devices.DeviceTruth).
+    Never patches torch. IndexError when torch has no such device."""
+    from fade.act.patches import device_truth as truth
+
+    return truth(index)
+
+
+def load_tuning(
+    path: Union[str, os.PathLike],
+    *,
+    environ: Optional[dict] = None,
+    fingerprint: Optional[dict] = None,
+    set_torch_flags: bool = True,
+    verbose: bool = True,
+):
+    """Apply the `fade tune` profile at `path` to this process: env (user values win) and process-wide torch
+    flags; returns the Tuning (env set, model knobs to apply, warnings).
+
+    Call it before the first torch.cuda call: TunableOp and MIOpen read their variables once. ProfileError
+    for an unreadable or corrupt profile; a profile from another device warns and applies nothing.
+    verbose: print each env variable and warning to stderr. fingerprint: this device (default: read
+    without starting the GPU runtime).
+    """
+    from fade.act.tune.profile import load_tuning as load
+
+    return load(path, environ=environ, fingerprint=fingerprint, set_torch_flags=set_torch_flags, verbose=verbose,
+                on_message=_to_stderr)
+
+
+def tune(
+    model,
+    example_inputs,
+    loss_fn: Optional[Callable] = None,
+    *,
+    mode: Optional[str] = None,
+    budget_min: float = 5.0,  # fade.act.tune.tuner.DEFAULT_BUDGET_MIN (a test holds them equal)
+    device: Optional[str] = None,
+    progress: Optional[Callable[[str], None]] = None,
+) -> dict:
+    """Tune `model` (a torch.nn.Module) on `example_inputs` in this process and return the profile.
+
+    loss_fn: `loss_fn(output) -> loss` for training, or None for inference. mode: "train" or "infer"
+    (default: train when loss_fn is given). budget_min: search time in minutes. progress: receives one
+    line per step of the search. Trials run here, not in workers, so env knobs are left out: `fade tune
+    module:function` searches them too. Save the profile with fade.act.tune.profile.save_profile and apply
+    it with fade.load_tuning.
+    """
+    from fade.act.tune.tuner import tune as run
+
+    return run(model, example_inputs, loss_fn, mode=mode, budget_min=budget_min, device=device, progress=progress)
+
+
+def enable_process_guard(mode: str = "warn", device=None, *, sample_every: int = 20,
+                         json_path: Optional[str] = None):
+    """Guard the calling thread until the interpreter exits, then print the summary table to stderr (and
+    write the JSON report to `json_path` if given); what `apply_fade_patches(guard=...)` turns on.
+    sample_every: fade.hostwork.session.DEFAULT_SAMPLE_EVERY (a test holds them equal)."""
+    from fade.hostwork.process import enable_process_guard as enable
+
+    return enable(mode, device, sample_every=sample_every, json_path=json_path, at_exit=_print_guard_summary)
+
+
+def _print_guard_summary(report) -> None:
+    from fade.report.guard import print_summary
+
+    print_summary(report)
+
+
+def guard(mode: str = "warn", device=None, *, sample_every: int = 20, sync_debug: Optional[bool] = None,
+          quiet: bool = False):
+    """A guard over a GPU region: `with fade.guard(): ...` or `@fade.guard(mode="strict")`. It reports CPU
+    compute, host<->device copies, syncs, device mixing and CPU fallbacks per line of your code.
+
+    mode: "warn" (a FadeGuardWarning per new offence), "strict" (raise GuardViolation at the first) or
+        "sampled" (inspect one training step in `sample_every`; steps end at optimizer.step()).
+    device: the accelerator's device type ("cuda" on NVIDIA and ROCm, "xpu", "mps", a PrivateUse1 name);
+        None picks the accelerator torch was built for (without starting its runtime).
+    sync_debug: on CUDA, also torch.cuda.set_sync_debug_mode("warn") while active; None: on for warn and
+        strict. quiet: record only; read `.report` (a GuardReport) afterwards.
+    sample_every: fade.hostwork.session.DEFAULT_SAMPLE_EVERY (a test holds them equal).
+    """
+    from fade.hostwork.session import Guard
+
+    return Guard(mode, device, sample_every=sample_every, sync_debug=sync_debug, quiet=quiet)
+
+
+# -- collect and analyze ----------------------------------------------------------------------------------
+def collect_snapshot(
+    *,
+    torch: Union[str, Callable] = "subprocess",
+    root: str = "/",
+    environ: Optional[dict] = None,
+    run_tools: bool = True,
+    probe_cache: bool = False,
+) -> dict:
+    """Describe this machine as a snapshot dict (docs/snapshot.md): OS, kernel driver, vendor tools, torch.
+
+    torch: "subprocess" (safe default), "inprocess", "static" (what the wheel was built for, without
+    starting the GPU runtime), "skip", or a callable returning (torch section, failure reason).
+    root, environ: read another filesystem root / environment (tests). run_tools: run vendor tools
+    (nvidia-smi, rocminfo). probe_cache: reuse a still-valid cached torch probe.
+    """
+    from fade.collect.snapshot import collect_snapshot as collect
+
+    return collect(torch=torch, root=root, environ=environ, run_tools=run_tools, probe_cache=probe_cache)
+
+
+def diagnose(snapshot: dict, measurements: Optional[dict] = None,
+             rules_path: Union[str, os.PathLike, None] = None) -> dict:
+    """The doctor's report of a snapshot, as a dict {devices, findings, measurements, stack, ...}: pure, no
+    probing. measurements: the quick measurements, {"devices": {"cuda:0": {...}}}. rules_path: a rules
+    file instead of the bundled one."""
+    from fade.analyze.doctor import diagnose as run
+    from fade.analyze.rules import RULES_FILE
+
+    return run(snapshot, measurements, rules_path=RULES_FILE if rules_path is None else rules_path)
+
+
+__all__ = ["doctor", "DoctorResult", "bench", "BenchResult", "tune", "load_tuning", "guard", "apply_fade_patches",
+           "device_truth", "collect_snapshot", "diagnose", "enable_process_guard"]

@@ -1,0 +1,96 @@
+"""Argument helpers every verb shares: value parsers with one-line errors, the flags common to the bench
+suites, output files checked before minutes of work, and JSON written to a file or stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from fade.errors import FadeUsageError
+
+
+def positive_int(flag: str):
+    """An argparse `type` for a positive integer; a bad value is one usage line naming `flag`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise FadeUsageError(f"{flag} {text!r}: not an integer") from None
+        if value <= 0:
+            raise FadeUsageError(f"{flag} {text}: must be a positive integer")
+        return value
+
+    return parse
+
+
+def positive_float(flag: str, *, not_a_number: str = "not a number", too_small: str = "must be > 0"):
+    """An argparse `type` for a number > 0; the two messages say what the number is (`--budget`: minutes)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise FadeUsageError(f"{flag} {text!r}: {not_a_number}") from None
+        if not value > 0:  # also rejects nan
+            raise FadeUsageError(f"{flag} {text}: {too_small}")
+        return value
+
+    return parse
+
+
+def split_list(text: str | None) -> list:
+    """`a, b,,c` -> ["a", "b", "c"]: a comma-separated flag value (models, variants, dtypes)."""
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def add_device_flag(parser, help: str = "torch device (default: cuda:0 if available, else cpu)", metavar=None) -> None:
+    parser.add_argument("--device", help=help, metavar=metavar)
+
+
+def add_run_flags(parser, *, default_output: str) -> None:
+    """The flags of every suite run: --device, -o/--output (JSONL, appended), --resume, --timeout."""
+    add_device_flag(parser)
+    parser.add_argument("-o", "--output", default=default_output, metavar="FILE", help="JSONL results file (appended)")
+    parser.add_argument("--resume", action="store_true", help="skip cases already measured ok in FILE")
+    parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="S", help="per-case timeout in seconds")
+
+
+def add_json_flag(parser, what: str, *, dest: str | None = None) -> None:
+    """`--json [FILE]`: write `what` as JSON to FILE, or to stdout without one."""
+    options = {"dest": dest} if dest else {}
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE", help=f"write {what} as JSON (stdout if no FILE)",
+                        **options)
+
+
+def check_writable(path: str) -> None:
+    """FadeUsageError unless `path` can be written: checked before minutes of work, not after."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FadeUsageError(f"cannot write {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise FadeUsageError(f"cannot write {path}: permission denied")
+
+
+def write_text(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise FadeUsageError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def write_json(data, path: str | None) -> None:
+    """Indented JSON to `path`, or to stdout when `path` is None or "-"."""
+    text = json.dumps(data, indent=2, default=str)
+    if path in (None, "-"):
+        print(text)
+    else:
+        write_text(path, text + "\n")
+
+
+def report_problems(problems) -> None:
+    """One `fade: error: file:LINE: reason` line on stderr per unreadable line of an input file."""
+    for problem in problems:
+        print(f"fade: error: {problem}", file=sys.stderr)
