@@ -45,6 +45,17 @@ class DeviceTruth:
         return data
 
 
+
+KFD_PROPERTY_MAX = 2**64 - 1  # KFD writes its topology properties as unsigned 64-bit integers
+
+
+def numeric_properties(properties: dict) -> dict:
+    """The integer KFD properties the analysis can compute with: text values (the collector keeps a line it
+    cannot parse as text) and values outside uint64 are left out, so a damaged snapshot loses a witness
+    instead of crashing the doctor."""
+    return {key: value for key, value in properties.items()
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= KFD_PROPERTY_MAX}
+
 def gfx_from_target_version(version: int | None) -> str | None:
     """KFD `gfx_target_version` (major*10000 + minor*100 + step, decimal) → "gfx90a"."""
     if not version:
@@ -69,7 +80,7 @@ def base_arch(name: str | None) -> str | None:
 
 
 def _gpu_kfd_nodes(snapshot: dict) -> list[dict]:
-    return [n for n in snapshot.get("kfd_nodes") or [] if n["properties"].get("simd_count", 0)]
+    return [n for n in snapshot.get("kfd_nodes") or [] if numeric_properties(n["properties"]).get("simd_count")]
 
 
 def _match_kfd(torch_devices: list[dict], kfd_gpus: list[dict], env: dict) -> dict[int, dict]:
@@ -102,12 +113,12 @@ def _truth_for_torch_device(dev: dict, build: str, kfd: dict | None, agent: dict
     arch, clock, units, pci_id, node = runtime_arch, None, None, None, None
     wit["arch"] = "torch gcnArchName" if vendor == "amd" else "torch compute capability"
     if kfd is not None:
-        props = kfd["properties"]
+        props = numeric_properties(kfd["properties"])
         node = kfd["node"]
         real = gfx_from_target_version(props.get("gfx_target_version"))
         if real:
             arch, wit["arch"] = real, "KFD gfx_target_version"
-        if props.get("simd_per_cu"):
+        if props.get("simd_per_cu") and props.get("simd_count"):
             units, wit["compute_units"] = props["simd_count"] // props["simd_per_cu"], "KFD simd_count/simd_per_cu"
         clock = props.get("max_engine_clk_fcompute") or None
         if clock:
@@ -155,10 +166,10 @@ def _truth_for_torch_device(dev: dict, build: str, kfd: dict | None, agent: dict
 
 def _truth_for_kfd_node(kfd: dict, agent: dict | None, env: dict) -> DeviceTruth:
     """A GPU the kernel sees but torch does not (wrong wheel, no permission, unsupported arch)."""
-    props = kfd["properties"]
+    props = numeric_properties(kfd["properties"])
     arch = gfx_from_target_version(props.get("gfx_target_version"))
     arch_spec = specs.arch_spec(arch) if arch else None
-    units = props["simd_count"] // props["simd_per_cu"] if props.get("simd_per_cu") else None
+    units = props["simd_count"] // props["simd_per_cu"] if props.get("simd_per_cu") and props.get("simd_count") else None
     clock = props.get("max_engine_clk_fcompute") or None
     pci_id = f"0x{props['device_id']:04x}" if props.get("device_id") else None
     name = (agent or {}).get("marketing_name") or kfd.get("name") or None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from fade.analyze import specs
-from fade.analyze.devices import DeviceTruth, base_arch, gfx_from_override, torch_build
+from fade.analyze.devices import DeviceTruth, base_arch, gfx_from_override, numeric_properties, torch_build
 from fade.analyze.tool_output import parse_nvidia_smi
 
 NETWORK_FILESYSTEMS = {"nfs", "nfs4", "cifs", "smbfs", "smb3", "fuse.sshfs", "lustre", "gpfs", "beegfs",
@@ -86,7 +86,7 @@ def system_facts(snapshot: dict, truths: list[DeviceTruth]) -> dict:
     mounts = snapshot.get("mounts") or {}
     rocm = snapshot.get("rocm") or {}
     system_rocm = _version(rocm.get("version"))
-    kfd_gpus = [n for n in snapshot.get("kfd_nodes") or [] if n["properties"].get("simd_count", 0)]
+    kfd_gpus = [n for n in snapshot.get("kfd_nodes") or [] if numeric_properties(n["properties"]).get("simd_count")]
     amd_gpu = "0x1002" in pci_vendors or bool(kfd_gpus) or any(t.vendor == "amd" for t in truths)
     nvidia_gpu = "0x10de" in pci_vendors or bool(smi["gpus"])
     facts = dict.fromkeys(SYSTEM_FACTS)
