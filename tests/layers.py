@@ -27,6 +27,7 @@ LAYER_FORBIDS = {
     "fade.collect": ("fade.report", "fade.cli"),
     "fade.hostwork": ("fade.report", "fade.cli"),
     "fade.act": ("fade.cli",),
+    "fade.files": ("torch", "fade.collect", "fade.measure", "fade.act", "fade.report", "fade.cli"),
     "fade.results": ("torch", "fade.collect", "fade.measure", "fade.act", "fade.report", "fade.cli"),
 }
 # modules above the library: they may import the facade and print

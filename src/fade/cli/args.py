@@ -74,9 +74,10 @@ def check_writable(path: str) -> None:
 
 
 def write_text(path: str, text: str) -> None:
+    from fade.files import atomic_write_text
+
     try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        atomic_write_text(path, text)
     except OSError as error:
         raise FadeUsageError(f"cannot write {path}: {error.strerror or error}") from None
 

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from fade.files import atomic_write_text
+
 MAX_AGE_S = 24 * 3600  # a day: long enough to matter, short enough that a silent change ages out
 
 
@@ -78,9 +80,6 @@ def save(key: str, torch_section: dict, environ: dict | None = None) -> None:
     """Atomic write (temp + rename); a cache that cannot be written is simply not used."""
     directory = cache_dir(environ)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"saved_at": time.time(), "torch": torch_section}))
-        os.replace(tmp, directory / f"{key}.json")
+        atomic_write_text(directory / f"{key}.json", json.dumps({"saved_at": time.time(), "torch": torch_section}))
     except OSError:
         pass

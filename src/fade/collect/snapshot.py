@@ -106,7 +106,9 @@ def _torch_subprocess_cached(snap: dict, environ: dict | None):
 
 
 def save_snapshot(snapshot: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(snapshot, indent=2, sort_keys=False) + "\n")
+    from fade.files import atomic_write_text
+
+    atomic_write_text(path, json.dumps(snapshot, indent=2, sort_keys=False) + "\n")
 
 
 # ---- validation: what a reader may rely on. Anything beyond these keys is optional. ----

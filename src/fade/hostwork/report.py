@@ -97,9 +97,9 @@ class GuardReport:
         """Write `to_dict()` to `path` as indented JSON."""
         import json
 
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2)
-            f.write("\n")
+        from fade.files import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def from_dict(cls, data: dict) -> GuardReport:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from fade.errors import FadeUsageError
+from fade.files import atomic_write_bytes
 from fade.measure.timing import measure
 
 OVERHEAD_BUDGET_S = 1.0  # timing the unprofiled step: as long as one measurement's default budget
@@ -146,18 +146,5 @@ def _activities(torch, activity, device: str) -> tuple:
 
 
 def write_trace_gzip(text: str, path) -> Path:
-    """gzip `text` into a temp file beside `path`, fsync it, then os.replace: readers see old or new, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            with gzip.GzipFile(fileobj=handle, mode="wb", mtime=int(time.time())) as compressed:
-                compressed.write(text.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    return path
+    """gzip `text` and write it atomically (fade.files): readers see the old trace or the new one, never half."""
+    return atomic_write_bytes(path, gzip.compress(text.encode("utf-8"), mtime=int(time.time())))

@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 import fade
 from fade.errors import FadeUsageError
+from fade.files import atomic_write_text
 from fade.results import latest_records, read_records, summarize
 from fade.analyze.compare import VERDICTS, Comparison, compare_sets, result_sets, row_and_column
 from fade.report.compare import cell_text, column_title, footer_lines, format_value
@@ -61,9 +62,7 @@ def write_report(paths: Sequence, out, *, baseline: Optional[str] = None) -> Htm
     text, count, problems = render_report(paths, baseline=baseline)
     out_path = Path(out)
     try:
-        if out_path.parent and not out_path.parent.exists():
-            out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(text, encoding="utf-8")
+        atomic_write_text(out_path, text)
     except OSError as error:
         raise FadeUsageError(f"-o {out}: cannot write there ({error.strerror or error})") from None
     return HtmlReport(str(out_path), count, problems)

@@ -34,6 +34,7 @@ from typing import Callable, Mapping, Optional
 from filelock import FileLock
 
 from fade.act.tune import device as device_facts
+from fade.files import atomic_write_text
 
 LOCK_TIMEOUT_S = 120.0  # a tuner holds the lock for one small write; two minutes means a stuck holder
 STACK_FILE = "stack.json"
@@ -139,23 +140,6 @@ class Journal:
     def clear(self) -> None:
         with self.cache.lock():
             self.path.unlink(missing_ok=True)
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write `text` to a temp file beside `path`, fsync it, then os.replace: readers see old or new, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def open_cache(fingerprint: dict, *, base=None, environ: Optional[Mapping[str, str]] = None, now=time.gmtime) -> TuneCache:

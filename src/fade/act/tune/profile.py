@@ -155,7 +155,7 @@ def python_snippet(chosen: dict, mode: str) -> str:
 
 
 def save_profile(profile: dict, path) -> Path:
-    from fade.act.tune.cache import atomic_write_text
+    from fade.files import atomic_write_text
 
     return atomic_write_text(Path(path), json.dumps(profile, indent=2, sort_keys=False, default=str) + "\n")
 
