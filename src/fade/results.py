@@ -188,6 +188,7 @@ def _reject_constant(name: str):
 # Each top-level field a reader uses, with the JSON types it may hold (None: null allowed). A record whose
 # field has another type is reported and skipped instead of crashing compare, report or a plot.
 _NUMBER = (int, float)
+_SCALAR = (str, int, float, bool, type(None))
 FIELD_TYPES = {
     "case_id": (str,), "status": (str,), "run_id": (str, type(None)), "suite": (str, type(None)),
     "torch_device": (str, type(None)), "params": (dict,), "value": (*_NUMBER, type(None)),
@@ -201,6 +202,10 @@ FIELD_TYPES = {
 NESTED_TYPES = {
     ("stats", "median_s"): (*_NUMBER, type(None)), ("stats", "iqr_s"): (*_NUMBER, type(None)),
     ("stats", "cov"): (*_NUMBER, type(None)), ("stats", "n"): (int, type(None)),
+    ("stats", "q1_s"): (*_NUMBER, type(None)), ("stats", "q3_s"): (*_NUMBER, type(None)),
+    ("stack", "torch"): (dict, type(None)), ("extra", "loss_check"): (dict, type(None)),
+    ("params", "model"): _SCALAR, ("params", "mode"): _SCALAR, ("params", "variant"): _SCALAR,
+    ("params", "batch"): _SCALAR,
     ("stats", "noisy"): (bool, type(None)), ("peak", "value"): (*_NUMBER, type(None)),
     ("peak", "pct_of_peak"): (*_NUMBER, type(None)), ("telemetry", "throttled"): (bool, type(None)),
     ("telemetry", "throttle_reasons"): (list, type(None)), ("telemetry", "contended"): (bool, type(None)),
@@ -210,8 +215,8 @@ NESTED_TYPES = {
 }  # fmt: skip
 # Inside extra's dicts (models suite), the numbers the report and the plots read.
 EXTRA_NUMBERS = {
-    "plain_loop": ("fade_vs_plain_pct",), "flops": ("pct_of_peak", "achieved_tflops"),
-    "memory": ("peak_allocated_bytes",),
+    "plain_loop": ("fade_vs_plain_pct", "samples_per_s"), "flops": ("pct_of_peak", "achieved_tflops"),
+    "memory": ("peak_allocated_bytes",), "loss_check": ("loss", "fp32_loss"),
 }
 
 

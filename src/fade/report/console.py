@@ -23,8 +23,16 @@ THEME = Theme({
 SEVERITY_LABEL = {"fail": "FAIL", "warn": "WARN", "info": "INFO"}
 
 
+MIN_CONSOLE_WIDTH = 20  # narrower (COLUMNS=0, a bogus terminal size) and rich prints nothing at all
+FALLBACK_WIDTH = 80
+
+
 def make_console(**kwargs) -> Console:
-    return Console(theme=THEME, highlight=False, **kwargs)
+    """A rich Console in FADE's theme; a width below MIN_CONSOLE_WIDTH becomes FALLBACK_WIDTH."""
+    console = Console(theme=THEME, highlight=False, **kwargs)
+    if console.width < MIN_CONSOLE_WIDTH:
+        console.width = FALLBACK_WIDTH
+    return console
 
 
 def _gib(nbytes) -> str:

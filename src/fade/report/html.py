@@ -257,12 +257,14 @@ def _models_table(records: list) -> str:
         plain = extra.get("plain_loop") or {}
         step_text = ""
         if stats.get("median_s") is not None:
-            step_text = f"{1e3 * stats['median_s']:.4g} [{1e3 * stats['q1_s']:.4g}-{1e3 * stats['q3_s']:.4g}]"
+            step_text = f"{1e3 * stats['median_s']:.4g}"
+            if stats.get("q1_s") is not None and stats.get("q3_s") is not None:
+                step_text += f" [{1e3 * stats['q1_s']:.4g}-{1e3 * stats['q3_s']:.4g}]"
         tflops = format_value(flops.get("achieved_tflops")) if flops.get("achieved_tflops") is not None else ""
         pct = f"{flops['pct_of_peak']:.1f}% ({flops.get('peak_dtype')})" if flops.get("pct_of_peak") is not None else ""
         peak_bytes = memory.get("peak_allocated_bytes")
         memory_text = f"{peak_bytes / 2**30:.2f} GiB" if peak_bytes else ""
-        loss_text = f"{loss['loss']:.4g} vs {loss['fp32_loss']:.4g}" if loss.get("loss") is not None else ""
+        loss_text = f"{loss['loss']:.4g} vs {loss['fp32_loss']:.4g}" if None not in (loss.get("loss"), loss.get("fp32_loss")) else ""
         plain_text = ""
         if plain.get("samples_per_s") is not None:
             plain_text = f"{format_value(plain['samples_per_s'])} ({plain.get('fade_vs_plain_pct') or 0:+.1f}%)"
