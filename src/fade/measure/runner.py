@@ -424,7 +424,10 @@ class IsolatedExecutor:
     def _failure(self, case, ctx, status, error, detail, started, started_clock) -> dict:
         from fade.measure.session import case_record  # the worker's module; imports torch only when a case runs
 
-        telemetry = {"available": False, "source": "none", "reason": "the case did not finish"}
+        from fade.measure.telemetry import with_contention
+
+        unknown = {"available": False, "contended": None, "reasons": [], "reason": "the case did not finish"}
+        telemetry = with_contention({"available": False, "source": "none", "reason": "the case did not finish"}, unknown)
         described = {**(self.session or {}), "device": ctx.device}
         return case_record(case, ctx, described, status=status, started=started, started_clock=started_clock,
                            telemetry=telemetry, error=error, error_detail=detail)
