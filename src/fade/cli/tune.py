@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from fade.cli.args import add_device_flag, positive_float, positive_int
+from fade.cli.args import add_device_flag, check_writable, positive_float, positive_int
 from fade.errors import ExitCode, FadeUsageError
 
 DEFAULT_PROFILE = "fade-tuning.json"
@@ -21,6 +21,7 @@ def cmd_tune(args) -> int:
         return _pretune(args)
     if not args.model:
         raise FadeUsageError("fade tune: give MODEL (a zoo name or module:function), or --show PROFILE")
+    check_writable(args.output, "-o")  # before the search, not after
     from fade.act.tune import run_tune
     from fade.act.tune.profile import save_profile
 
