@@ -77,7 +77,7 @@ json_values = st.recursive(
     max_leaves=20)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)  # the same cases every run: no luck in CI
 @given(value=json_values)
 def test_loader_fuzz_random_json_is_accepted_or_rejected_cleanly(value):
     try:
@@ -96,7 +96,7 @@ def _paths(obj, prefix=()):
             yield from _paths(value, prefix + (i,))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_loader_fuzz_mutated_snapshots_either_fail_cleanly_or_diagnose(data, fixture_snapshot):
     import glob

@@ -321,9 +321,9 @@ def summarize(records: Iterable[dict]) -> list:
         if note is None and extra.get("backend_ran"):
             note = f"ran {extra['backend_ran']}"
         if note is None and telemetry.get("throttled"):
-            note = "throttled: " + ", ".join(telemetry.get("throttle_reasons") or [])
+            note = "throttled: " + ", ".join(map(str, telemetry.get("throttle_reasons") or []))
         if telemetry.get("contended"):
-            reasons = "contended: " + "; ".join(telemetry.get("contention_reasons") or [])
+            reasons = "contended: " + "; ".join(map(str, telemetry.get("contention_reasons") or []))
             note = reasons if note is None else f"{note}; {reasons}"
         rows.append(
             {
@@ -335,7 +335,7 @@ def summarize(records: Iterable[dict]) -> list:
                 "pct_of_peak": peak.get("pct_of_peak"),
                 "peak": peak.get("value"),
                 "median_ms": None if median_s is None else median_s * 1e3,
-                "iqr_pct": None if not median_s else 100.0 * stats.get("iqr_s", 0.0) / median_s,
+                "iqr_pct": None if not median_s else 100.0 * (stats.get("iqr_s") or 0.0) / median_s,
                 "cov_pct": None if stats.get("cov") is None else 100.0 * stats["cov"],
                 "n": stats.get("n"),
                 "noisy": bool(stats.get("noisy")),

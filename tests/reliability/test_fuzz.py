@@ -1,5 +1,8 @@
 """Fuzz over the four files a user feeds FADE: each mutated file is accepted and runs through analysis,
-compare, report and apply, or is rejected in one line; nothing raises. ~250 mutations per reader."""
+compare, report and apply, or is rejected in one line; nothing raises. ~250 mutations per reader.
+
+Derandomized: CI checks the same mutations every run, so it cannot fail by luck; the wider random search
+is `python benchmarks/corrupt_inputs.py OUT --fuzz N` (docs/reliability.md)."""
 
 import random
 
@@ -16,7 +19,7 @@ EXAMPLES = {"results": 120, "snapshot": 120, "profile": 150, "rules": 150}
 def test_mutated_inputs_are_used_or_rejected_in_one_line(kind, tmp_path_factory):
     seen = {"accepted": 0, "rejected": 0}
 
-    @settings(max_examples=EXAMPLES[kind], deadline=None, database=None,
+    @settings(max_examples=EXAMPLES[kind], deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])  # fmt: skip
     @given(seed=st.integers(0, 2**32 - 1))
     def run(seed):

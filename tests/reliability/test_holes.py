@@ -392,3 +392,15 @@ def test_cpu_figures_read_in_a_unit_that_fits():
     assert fitting_unit(0.0007738, "TFLOP/s") == pytest.approx((773.8, "MFLOP/s"))
     assert fitting_unit(65.9, "GFLOP/s") == (65.9, "GFLOP/s")
     assert fitting_unit(0.0, "TFLOP/s") == (0.0, "TFLOP/s")
+
+
+def test_summary_rows_take_a_null_iqr_and_non_text_reasons():
+    """Found by the random fuzz (benchmarks/corrupt_inputs.py --fuzz): the schema allows stats.iqr_s = null and
+    the reader lets a list of numbers through as reasons; the summary must still render a row."""
+    from fade.results import summarize
+
+    record = {"schema_version": 1, "case_id": "gemm/x", "status": "ok", "torch_device": "cpu", "value": 1.0,
+              "unit": "TFLOP/s", "stats": {"median_s": 0.5, "iqr_s": None, "cov": 0.01, "n": 3},
+              "telemetry": {"throttled": True, "throttle_reasons": [1, 2], "contended": True, "contention_reasons": [3]}}
+    row = summarize([record])[0]
+    assert row["iqr_pct"] == 0.0 and "throttled: 1, 2" in row["note"] and "contended: 3" in row["note"]

@@ -272,9 +272,9 @@ def _models_table(records: list) -> str:
         if stats.get("noisy"):
             notes.append("noisy")
         if (record.get("telemetry") or {}).get("throttled"):
-            notes.append("throttled: " + ", ".join((record.get("telemetry") or {}).get("throttle_reasons") or []))
+            notes.append("throttled: " + ", ".join(map(str, (record.get("telemetry") or {}).get("throttle_reasons") or [])))
         if (record.get("telemetry") or {}).get("contended"):
-            notes.append("contended: " + "; ".join((record.get("telemetry") or {}).get("contention_reasons") or []))
+            notes.append("contended: " + "; ".join(map(str, (record.get("telemetry") or {}).get("contention_reasons") or [])))
         css = "ok" if status == "ok" else ("dim" if status == "skipped" else "fail")
         cells = [
             params.get("model"), params.get("mode"), params.get("variant"), params.get("batch"), None,
