@@ -63,7 +63,7 @@ class WatchResult:
     exit_text: str = ""
 
 
-def _is_python(word: str) -> bool:
+def is_python(word: str) -> bool:
     name = os.path.basename(word).lower()
     if name.endswith(".exe"):
         name = name[:-4]
@@ -76,7 +76,7 @@ def parse_command(command: list[str]) -> tuple[str, str, list[str]]:
     words = list(command)
     if words and words[0] == "--":
         words = words[1:]
-    if words and _is_python(words[0]):
+    if words and is_python(words[0]):
         words = words[1:]
     if not words:
         raise FadeUsageError("nothing to run: put the command after --, e.g. fade watch -- python train.py ARGS")

@@ -331,6 +331,9 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
 
     if mode not in ("train", "infer"):
         raise FadeUsageError(f"--mode {mode!r}: use train or infer")
+    from torch.profiler import ProfilerActivity
+
+    _activities(torch, ProfilerActivity, device)  # no such device, or no GPU profiler backend: one line, before any work
     parsed = parse_variant(variant)
     progress = on_progress or (lambda message: None)
     peaks, dtype_support = device_facts(device)
