@@ -381,16 +381,21 @@ def _at_lines(host_lines: list, kinds: tuple) -> str:
     return ""
 
 
+def _line_count(host_lines: list, kinds: tuple) -> int:
+    """Calls at the user's lines of these kinds in the one step the lines were recorded in."""
+    return sum(entry.get("count", 0) for entry in host_lines if entry.get("kind") in kinds)
+
+
 def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lines: Optional[list] = None) -> list:
     """Every verdict rule that fires on `total`, the one with the largest share of the step first."""
     host_lines = host_lines or []
-    reads_per_step = total.syncs.get("host_reads", 0) / max(1, total.steps)
+    user_syncs = _line_count(host_lines, ("sync", "host_read"))  # per step: the lines cover one step
     if not device_timeline:
         verdicts = []
-        if reads_per_step > 0:
+        if user_syncs:  # only reads at the user's lines: optimizers read their CPU step counters on purpose
             verdicts.append({
                 "rule": "host_reads", "share": None,
-                "title": f"{reads_per_step:g} host read(s) of a tensor value per step (.item(), nonzero, ...)"
+                "title": f"{user_syncs} host read(s) of a tensor value per step in your code (.item(), nonzero, ...)"
                          + _at_lines(host_lines, ("sync", "host_read")) + "; on a GPU each one is a sync",
                 "fix": "keep the value on the device (accumulate a tensor) and read it after the step or every N "
                        "steps. " + GUARD_LINE})
@@ -450,10 +455,10 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lin
             "title": f"elementwise/normalization/reduction kernels take {100 * memory_share:.0f}% of device time",
             "fix": "fuse them with torch.compile(model) (default mode); Inductor merges pointwise chains into "
                    "one kernel each"})
-    if sync_wait < SYNC_WAIT_SHARE and reads_per_step > 0 and _at_lines(host_lines, ("sync", "host_read")):
+    if sync_wait < SYNC_WAIT_SHARE and user_syncs:
         verdicts.append({  # below the share that makes it the bottleneck, but the user's line is known: say it
             "rule": "syncs_in_step", "share": sync_wait,
-            "title": f"{reads_per_step:g} host sync(s) per step" + _at_lines(host_lines, ("sync", "host_read"))
+            "title": f"{user_syncs} host sync(s) per step in your code" + _at_lines(host_lines, ("sync", "host_read"))
                      + f", the device idle behind them {100 * sync_wait:.0f}% of the step",
             "fix": "move the read after the step or read every N steps. " + GUARD_LINE})
     verdicts.sort(key=lambda v: -(v["share"] or 0.0))

@@ -4,12 +4,15 @@ behind a light dispatch mode that only counts, for fade.profile's verdicts.
 
 Unlike a Guard, it warns about nothing and keeps no timings: fade.measure.profile turns it on for one step after
 the profiled window (so its per-op cost never shows in the trace) and hands the lines to the summary.
-A host read (`.item()` and the ops classify.SYNC_OPS names) is recorded on any device, so a CPU-only run
-still names the line that would sync on a GPU; copies and syncs need the accelerator's device type.
+On an accelerator, what classify() calls a sync or a copy is recorded; on a CPU-only run (accelerator None),
+every host read (`.item()` and the ops classify.SYNC_OPS names), so the line that would sync on a GPU is still
+named. Lines inside FADE itself (its zoo models, its step runner, `python -m fade`'s __main__, which the
+call-site walk sees as a user module) are left out: they are not the user's to change.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 
@@ -17,6 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fade.hostwork.callsite import current_call_site, display_path
 from fade.hostwork.classify import classify, is_host_read, op_name
+
+FADE_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # src/fade/
 
 
 class LineRecorder(TorchDispatchMode):
@@ -41,11 +46,11 @@ class LineRecorder(TorchDispatchMode):
         if self.accelerator and self.accelerator != "cpu":
             findings, _ = classify(func, args, kwargs, outputs, self.accelerator, True)
             kinds = [finding.kind for finding in findings if finding.kind in ("sync", "copy")]
-        if not kinds and is_host_read(func):
+        elif is_host_read(func):
             kinds = ["host_read"]
         if kinds:
             site = current_call_site(self._owner_thread)
-            if site is not None:
+            if site is not None and not os.path.abspath(site.file).startswith(FADE_DIRECTORY):
                 for kind in kinds:
                     key = (kind, site.file, site.line)
                     self._counts[key] += 1

@@ -139,6 +139,11 @@ def capture_from_text(text: str, *, device: str, activities: list, wait: int, wa
                       if str(event.get("name", "")).startswith(PROFILER_STEP_PREFIX) and event.get("ph") == "X")
     profiled_step_s = [duration for _, duration in profiled]
     warnings = []
+    if "cuda" in activities and not any(event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                                        for event in trace.get("traceEvents", [])):
+        warnings.append("the GPU activity was on but the trace has no kernel or memcpy events: the profiler's GPU "
+                        "backend (CUPTI on NVIDIA, roctracer/rocprofiler on ROCm) recorded nothing; check that "
+                        "libcupti / roctracer loads (LD_LIBRARY_PATH) and no other profiler holds it")
     if len(profiled_step_s) != active:
         warnings.append(f"{len(profiled_step_s)} ProfilerStep spans in the trace, {active} expected")
     return ProfileCapture(
