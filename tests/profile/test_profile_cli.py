@@ -96,6 +96,9 @@ def test_the_planted_item_of_a_script_is_named_at_its_line(tmp_path, capsys, mon
     assert summary["host_lines"][0]["kind"] == "host_read" and summary["host_lines"][0]["count"] == 1
     assert summary["total"]["syncs"]["host_reads"] >= 1 and "host-read ops" in summary["total"]["syncs"]["evidence"]
     assert (tmp_path / "profile_planted_sync.trace.json.gz").exists()
+    from fade.report.profile import profile_html_section
+
+    assert "PLANTED: sync" in profile_html_section(summary)  # the report's section lists the line too
     assert "trained 8 steps" in capsys.readouterr().out  # the script's own output passes through
 
 

@@ -224,8 +224,16 @@ def profile_html_section(summary: dict, *, title: str = "Profile") -> str:
     if verdict:
         out.append(f"<p><b>Verdict:</b> {escape(verdict['title'])}<br>"
                    f"<b>Fix:</b> <code>{escape(verdict['fix'])}</code></p>")
+    for other in summary.get("verdicts", [])[1:]:
+        out.append(f"<p class=dim>Also: {escape(other['title'])}; fix: <code>{escape(other['fix'])}</code></p>")
     for note in summary.get("notes", []):
         out.append(f"<p class=dim>{escape(note)}</p>")
+    if summary.get("host_lines"):
+        rows = "".join(f"<tr><td><code>{escape(entry['file'])}:{entry['line']}</code></td><td>{escape(entry['kind'])}</td>"
+                       f"<td>{entry['count']}</td><td><code>{escape(entry.get('code') or '')}</code></td></tr>"
+                       for entry in summary["host_lines"][:TOP_ROWS])
+        out.append("<h3>Your lines: host reads, syncs and copies</h3><table><tr><th>line</th><th>kind</th>"
+                   "<th>count</th><th>code</th></tr>" + rows + "</table>")
     png = split_plot_png(summary)
     if png:
         data = base64.b64encode(png).decode("ascii")
