@@ -305,8 +305,12 @@ def profile_script(command: list, *, device: str, wait: int = 1, warmup: int = 1
                    trace_path=None, dtype: Optional[str] = None) -> tuple:
     """Run `python SCRIPT ARGS` here (fade.hostwork.process.run_script, as `fade watch` runs one) under a
     StepProfiler. Returns (profiler, exit code, exit text); FadeUsageError when no window was profiled."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
     from fade.hostwork.process import run_script
 
+    _activities(torch, ProfilerActivity, device)  # a bad device is the caller's error, not the script's
     profiler = StepProfiler(device=device, wait=wait, warmup=warmup, active=active, trace_path=trace_path,
                             dtype=dtype, context={"command": list(command), "kind": "script"})
     exit_code, exit_text = run_script(command, profiler)
