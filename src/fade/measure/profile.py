@@ -402,6 +402,10 @@ def summarize_capture(capture: ProfileCapture, *, lines: Optional[list] = None, 
                             "profiled steps and are outside the summary")
     if peak.get("note"):
         summary["notes"].append(f"MFU: {peak['note']}")
+    if summary["device_timeline"] and not summary["total"]["flops"]["total"] and summary["total"]["busy_us"]:
+        summary["notes"].append("no GEMM/conv host op in the window (a CUDA/HIP graph replays its kernels without "
+                                "dispatching ops, so the trace has no shapes to count): FLOPs, TFLOP/s and MFU are "
+                                "unknown here; take them from the eager profile or `fade bench models`")
     if lines:
         summary["notes"].append("host_lines: the user's lines of host reads, syncs and copies, recorded by "
                                 "fade.hostwork's call sites during one step after the profiled window")
