@@ -154,6 +154,8 @@ def main() -> int:
             # the two parts of a difference: the FLOPs each counts per step, and the step time each measures
             "profile_flops_per_step": profile_flops.get("total", 0) / steps if profile_flops else None,
             "bench_flops_per_step": bench_flops,
+            # the profile's FLOPs over the same step timed without the profiler: the counting part alone
+            "profile_flops_over_unprofiled_tflops": _unprofiled_tflops(eager),
             "note": "profile: FLOPs of GEMM/conv host ops from the trace's shapes / mean step window (all profiled steps); bench: "
                     "FlopCounterMode FLOPs / median step time (fade.measure.timing)"}
 
@@ -223,6 +225,15 @@ def _figures(summary) -> dict:
         busy = total["busy_us"] or 1.0
         figures["class_share_of_busy"] = {name: us / busy for name, us in total["class_us"].items() if us}
     return figures
+
+
+def _unprofiled_tflops(summary) -> float | None:
+    if not summary:
+        return None
+    total = summary["total"]
+    median_s = ((summary.get("capture", {}).get("unprofiled_timing") or {}).get("stats") or {}).get("median_s")
+    flops = total["flops"].get("total")
+    return flops / max(1, total["steps"]) / median_s / 1e12 if flops and median_s else None
 
 
 def _bench_tflops(path: Path) -> tuple:
