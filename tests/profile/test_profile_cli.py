@@ -190,3 +190,21 @@ def test_too_few_steps_in_the_context_manager_raise_with_the_reason():
         _train(2, explicit=False)
     with pytest.raises(FadeUsageError, match="only 2 step"):
         p.summary
+
+
+def test_the_profiles_flops_per_step_equal_the_model_benchs_count(resnet_profile):
+    """TFLOP/s from the profile and from `fade bench models` can only agree if both count the same FLOPs: the
+    trace's shapes (fade.analyze.trace) give exactly FlopCounterMode's count for the bench's resnet18 step."""
+    from fade.measure.step.config import reference_config
+    from fade.measure.step.runner import WEIGHT_SEED, StepRunner, apply_config
+    from fade.measure.zoo.workload import build_workload
+
+    _, out = resnet_profile
+    summary = json.loads((out / "dir" / "resnet18-train-default.summary.json").read_text())
+    torch.manual_seed(WEIGHT_SEED)
+    workload = build_workload("resnet18", 2, 32, "cpu")
+    config = reference_config()
+    runner = StepRunner(workload, apply_config(workload, config), config, True, "cpu", track_finite=False)
+    counted = sum(runner.checked_steps(1, count_flops=True).flops_by_op.values())
+    total = summary["total"]
+    assert total["flops"]["total"] / total["steps"] == counted
