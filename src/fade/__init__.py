@@ -5,6 +5,8 @@
     print(fade.device_truth(0))    # CUs, wave size and peaks as the hardware has them
     with fade.guard():             # CPU work, hidden syncs and copies inside a GPU region, per line
         train_one_epoch()
+    with fade.profile(steps=3) as p:  # where a step's time goes, and the fix to try: p.summary
+        train_one_epoch()          # steps end at optimizer.step(), or at fade.step()
     result = fade.doctor()         # what `fade doctor` does; result.to_dict() is its JSON
     result = fade.bench("micro", quick=True)
 
@@ -25,8 +27,10 @@ from fade.api import (  # noqa: E402 - after __version__, which fade.api reads
     doctor,
     guard,
     load_tuning,
+    profile,
+    step,
     tune,
 )
 
-__all__ = ["doctor", "bench", "tune", "load_tuning", "guard", "apply_fade_patches", "device_truth",
+__all__ = ["doctor", "bench", "tune", "load_tuning", "guard", "profile", "step", "apply_fade_patches", "device_truth",
            "collect_snapshot", "diagnose", "DoctorResult", "BenchResult", "__version__"]

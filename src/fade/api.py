@@ -368,6 +368,38 @@ def guard(mode: str = "warn", device=None, *, sample_every: int = 20, sync_debug
     return Guard(mode, device, sample_every=sample_every, sync_debug=sync_debug, quiet=quiet)
 
 
+def profile(steps: int = 3, *, wait: int = 1, warmup: int = 1, device: Optional[str] = None,
+            dtype: Optional[str] = None, trace_path: Optional[str] = None):
+    """Profile the steps run inside the block: `with fade.profile(steps=3) as p: train()`, then `p.summary`
+    (the JSON `fade profile` writes: device busy by kernel class, idle by cause, top kernels and host ops,
+    launches, TFLOP/s and MFU, host syncs with your lines, and a verdict with the fix to try).
+
+    A step ends at each optimizer.step(), or, once the code calls fade.step(), at each fade.step(). The first
+    `wait` steps run unprofiled (compile, first calls), `warmup` more with the profiler warming up, then
+    `steps` are recorded; one step after them names your lines of .item()/syncs/copies.
+    device: "cuda" (NVIDIA and ROCm) or "cpu"; None: cuda if available, else cpu.
+    dtype: the dtype the step's matmuls run in ("bf16", "fp16", "tf32", "fp32"), for MFU from the doctor's
+        spec table; None: no MFU. trace_path: also write the Chrome trace there (.json.gz).
+    `p.summary` raises FadeUsageError with the reason when too few steps ran; `p.steps_seen` counts them.
+    """
+    from fade.measure.profile import StepProfiler
+
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return StepProfiler(device=device, wait=wait, warmup=warmup, active=steps, trace_path=trace_path, dtype=dtype,
+                        context={"kind": "python"})
+
+
+def step() -> None:
+    """Mark the end of a training step for fade.profile() and fade.guard() (mode="sampled"): from the first
+    call on, optimizer.step() calls no longer end steps. Costs nothing when neither is active."""
+    from fade.hostwork.hooks import explicit_step
+
+    explicit_step()
+
+
 # -- collect and analyze ----------------------------------------------------------------------------------
 def collect_snapshot(
     *,

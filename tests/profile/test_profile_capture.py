@@ -83,3 +83,21 @@ def test_a_cuda_device_on_a_machine_without_one_is_one_usage_line():
 def test_a_bad_schedule_is_refused():
     with pytest.raises(FadeUsageError, match="active >= 1"):
         profile_steps(lambda: None, device="cpu", wait=0, warmup=0, active=0)
+
+
+def test_the_mfu_peak_is_the_spec_table_peak_of_the_dtype_the_variant_runs_in():
+    """The model bench and `fade profile` share models.case.peak_for_flops: autocast's dtype wins, TF32 only
+    where the variant's math says tf32 and the device has it, FLOP-weighted across conv and matmul."""
+    from fade.measure.suites.models.case import peak_for_flops
+    from fade.measure.suites.models.variants import parse_variant
+
+    peaks = {"tflops": {"bf16": 1000.0, "tf32": 500.0, "fp32": 50.0}}
+    bf16 = peak_for_flops({"conv": 1, "matmul": 1}, parse_variant("amp-bf16"), peaks, {"tf32": None})
+    assert bf16["peak_tflops"] == pytest.approx(1000.0) and bf16["peak_dtype"] == "bf16"
+    tf32 = peak_for_flops({"conv": 0, "matmul": 10}, parse_variant("tf32"), peaks, {"tf32": None})
+    assert tf32["peak_dtype"] == "tf32"
+    no_tf32 = peak_for_flops({"conv": 0, "matmul": 10}, parse_variant("tf32"), peaks, {"tf32": "no TF32 here"})
+    assert no_tf32["peak_dtype"] == "fp32" and no_tf32["peak_tflops"] == pytest.approx(50.0)
+    assert peak_for_flops({"conv": 1, "matmul": 0}, parse_variant("amp-fp16"), peaks, {})["note"].startswith(
+        "the spec table has no fp16")
+    assert peak_for_flops({"conv": 1}, parse_variant("default"), None, {})["peak_tflops"] is None

@@ -158,3 +158,24 @@ def test_a_device_to_host_copy_on_rocm_counts_as_a_sync_and_its_gap_as_sync_wait
     assert step.syncs["by_name"] == {"hipMemcpyWithStream": 1}
     assert step.idle_us["sync_wait"] == pytest.approx(610.0 - 405.0)
     assert step.class_us["copy"] == pytest.approx(15.0) and step.class_us["gemm"] == pytest.approx(395.0)
+
+
+def test_the_sync_verdict_names_the_users_line_the_caller_recorded():
+    """A step idle behind a sync: the sync_bound verdict ends with the user's line from `host_lines`; without
+    lines it says no line (the trace alone does not know it)."""
+    builder = TraceBuilder(runtime_prefix="hip").step(1, 0.0, 1000.0)
+    builder.kernel("Cijk_Alik_Bljk_SB_MT64x64x8_SN_1LDSB0_APM1_ABV0", launch=1.0, start=5.0, end=400.0)
+    builder.correlation += 1
+    builder.events.append({"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyWithStream", "pid": 1, "tid": 1,
+                           "ts": 10.0, "dur": 400.0, "args": {"correlation": builder.correlation}})
+    builder.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Host)", "pid": 0,
+                           "tid": 7, "ts": 400.0, "dur": 5.0,
+                           "args": {"device": 0, "stream": 7, "correlation": builder.correlation, "bytes": 4}})
+    builder.kernel("__amd_rocclr_copyBuffer", launch=600.0, start=610.0, end=620.0)
+    lines = [{"kind": "sync", "file": "train.py", "line": 42, "code": "loss.item()", "count": 1, "ops": {}}]
+    named = summarize_trace(builder.trace(), host_lines=lines)
+    sync = next(v for v in named.verdicts if v["rule"] == "sync_bound")
+    assert sync["title"].endswith("at train.py:42 (loss.item())")
+    assert named.to_dict()["host_lines"] == lines
+    plain = next(v for v in summarize_trace(builder.trace()).verdicts if v["rule"] == "sync_bound")
+    assert " at " not in plain["title"]

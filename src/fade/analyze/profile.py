@@ -66,6 +66,12 @@ GEMM_SHARE = 0.50  # GEMM+conv >= 50% of busy time: the matrix units set the pac
 GEMM_LOW_MFU = 0.40  # ... and below 40% of peak: dense GEMMs reach 60-80% of peak when dtype and layout fit
 MEMORY_BOUND_SHARE = 0.50  # elementwise+normalization+reduction >= 50% of busy: memory-bound, fusion pays off
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction")
+# host ops that read a device value back, so the host waits for the device (a "sync" on a GPU; on the CPU the
+# same host read, with nothing to wait for): the names of fade.hostwork.classify's SYNC_OPS and the
+# dynamic-output-shape ops it flags, as the trace's cpu_op events spell them (`.item()` dispatches to
+# aten::_local_scalar_dense, which the count uses so a nested aten::item is not counted twice)
+HOST_READ_OPS = frozenset({"aten::_local_scalar_dense", "aten::equal", "aten::nonzero", "aten::masked_select",
+                           "aten::unique_dim", "aten::_unique2", "aten::unique_consecutive"})
 
 
 @dataclass
@@ -83,7 +89,7 @@ class StepSummary:
     launches: dict  # {kernels, shorter_than_overhead, threshold_us, median_launch_call_us}
     flops: dict  # {gemm, convolution, total, tflops_step, tflops_gemm_conv, mfu_step, mfu_gemm_conv}
     copies: dict  # kind ("HtoD", "DtoH", "DtoD", "memset", ...) -> {count, bytes, us, pct_of_bandwidth}
-    syncs: dict  # {count, us, by_name: {name: count}}
+    syncs: dict  # {count, us, by_name: {name: count}, host_reads, evidence}: blocking runtime calls; host-read ops
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -99,6 +105,7 @@ class ProfileSummary:
     verdicts: list  # {rule, share, title, fix}, the most time at stake first
     peak: Optional[dict]  # {tflops, dtype, bandwidth_gbs, source} as passed in
     notes: list = field(default_factory=list)
+    host_lines: list = field(default_factory=list)  # {kind, file, line, code, count, ops}: the user's lines, from the caller
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -119,6 +126,7 @@ class ProfileSummary:
             "total": self.total.to_dict(),
             "steps": [step.to_dict() for step in self.steps],
             "notes": list(self.notes),
+            "host_lines": list(self.host_lines),
             "thresholds": {
                 "launch_overhead_us": LAUNCH_OVERHEAD_US, "host_wait_share": HOST_WAIT_SHARE,
                 "sync_wait_share": SYNC_WAIT_SHARE, "copy_share": COPY_SHARE,
@@ -130,9 +138,12 @@ class ProfileSummary:
 
 def summarize_trace(trace, *, peak_tflops: Optional[float] = None, peak_dtype: Optional[str] = None,
                     peak_bandwidth_gbs: Optional[float] = None, peak_source: Optional[str] = None,
-                    device_index: Optional[int] = None) -> ProfileSummary:
+                    device_index: Optional[int] = None, host_lines: Optional[list] = None) -> ProfileSummary:
     """The step summary of a Chrome trace dict (as module docstring defines it). Peaks are plain numbers
-    from the spec table; without them MFU and bandwidth percentages are None."""
+    from the spec table; without them MFU and bandwidth percentages are None. `host_lines` are the user's
+    source lines behind host syncs, reads and copies ({kind, file, line, code, count, ops}, most first), as
+    the caller found them (fade.measure.profile records them with fade.hostwork's call-site machinery);
+    the sync and copy verdicts name the first of them."""
     validate_trace(trace)
     events = collect_events(trace, device_index=device_index)
     peak = None
@@ -159,9 +170,10 @@ def summarize_trace(trace, *, peak_tflops: Optional[float] = None, peak_dtype: O
                 for index in range(len(events.steps))]
     total = _summarize(events, by_step, syncs, list(range(len(events.steps))), windows, gaps, peak, "all steps",
                        top_n=TOP_N_TOTAL)
-    verdicts = decide(total, platform=events.platform, device_timeline=bool(events.device))
+    host_lines = list(host_lines or [])
+    verdicts = decide(total, platform=events.platform, device_timeline=bool(events.device), host_lines=host_lines)
     return ProfileSummary(bool(events.device), events.platform, events.device_index, per_step, total, verdicts,
-                          peak, notes)
+                          peak, notes, host_lines)
 
 
 def _windows(events: TraceEvents) -> list:
@@ -292,6 +304,7 @@ def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: li
     for _, _, name, _ in sync_calls:
         by_name[name] += 1
     flops = flops_by_kind(host_ops)
+    host_reads = sum(1 for op in host_ops if op.name in HOST_READ_OPS)
     return StepSummary(
         step=label, steps=len(step_indices), window_us=window_us, host_us=host_us, busy_us=busy_us, idle_us=idle,
         class_us=class_us, overlap_us=max(0.0, sum(class_us.values()) - (busy_us or 0.0)), top_kernels=top_kernels,
@@ -302,7 +315,11 @@ def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: li
                      class_us["gemm"] + class_us["convolution"], peak),
         copies=copies,
         syncs={"count": len(sync_calls), "us": sum(end - start for start, end, _, _ in sync_calls),
-               "by_name": dict(by_name)},
+               "by_name": dict(by_name), "host_reads": host_reads,
+               "evidence": ("runtime calls that block on the device (SYNC_CALLS, blocking or DtoH memcpy) and "
+                            "host-read ops (HOST_READ_OPS cpu_op events)") if events.device else
+                           ("host-read ops only (HOST_READ_OPS cpu_op events, e.g. aten::_local_scalar_dense for "
+                            ".item()): a CPU-only trace has no device to wait on")},
     )
 
 
@@ -354,11 +371,37 @@ TUNE_LINE = "fade tune MODEL --mode train   # searches CUDA graphs / compile mod
 MIOPEN_FIND_LINE = "export MIOPEN_FIND_MODE=3 MIOPEN_FIND_ENFORCE=3   # MIOpen tunes this shape once (rule MIOPEN001)"
 
 
-def decide(total: StepSummary, *, platform: str, device_timeline: bool) -> list:
+def _at_lines(host_lines: list, kinds: tuple) -> str:
+    """' at train.py:12 (loss.item())' for the user's top line of these kinds, or ''."""
+    for entry in host_lines:
+        if entry.get("kind") in kinds:
+            code = f" ({entry['code']})" if entry.get("code") else ""
+            more = sum(1 for e in host_lines if e.get("kind") in kinds) - 1
+            return f" at {entry['file']}:{entry['line']}{code}" + (f" and {more} more line(s)" if more > 0 else "")
+    return ""
+
+
+def _line_count(host_lines: list, kinds: tuple) -> int:
+    """Calls at the user's lines of these kinds in the one step the lines were recorded in."""
+    return sum(entry.get("count", 0) for entry in host_lines if entry.get("kind") in kinds)
+
+
+def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lines: Optional[list] = None) -> list:
     """Every verdict rule that fires on `total`, the one with the largest share of the step first."""
+    host_lines = host_lines or []
+    user_syncs = _line_count(host_lines, ("sync", "host_read"))  # per step: the lines cover one step
     if not device_timeline:
-        return [{"rule": "cpu_only", "share": None, "title": "CPU-only profile: no device timeline to judge",
-                 "fix": "profile on the accelerator (device='cuda') for the busy/idle split"}]
+        verdicts = []
+        if user_syncs:  # only reads at the user's lines: optimizers read their CPU step counters on purpose
+            verdicts.append({
+                "rule": "host_reads", "share": None,
+                "title": f"{user_syncs} host read(s) of a tensor value per step in your code (.item(), nonzero, ...)"
+                         + _at_lines(host_lines, ("sync", "host_read")) + "; on a GPU each one is a sync",
+                "fix": "keep the value on the device (accumulate a tensor) and read it after the step or every N "
+                       "steps. " + GUARD_LINE})
+        verdicts.append({"rule": "cpu_only", "share": None, "title": "CPU-only profile: no device timeline to judge",
+                         "fix": "profile on the accelerator (device='cuda') for the busy/idle split"})
+        return verdicts
     window = total.window_us or 1.0
     busy = total.busy_us or 1.0
     verdicts = []
@@ -375,13 +418,14 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool) -> list:
     if sync_wait >= SYNC_WAIT_SHARE:
         verdicts.append({
             "rule": "sync_bound", "share": sync_wait,
-            "title": f"{total.syncs['count']} host syncs leave the device idle {100 * sync_wait:.0f}% of the step",
+            "title": f"{total.syncs['count']} host syncs leave the device idle {100 * sync_wait:.0f}% of the step"
+                     + _at_lines(host_lines, ("sync", "host_read")),
             "fix": "remove .item()/.cpu()/print of device tensors from the step, or move them after it. " + GUARD_LINE})
     copy_us = sum(entry["us"] for kind, entry in total.copies.items() if kind in ("HtoD", "DtoH", "PtoP", "HtoH"))
     if copy_us / window >= COPY_SHARE:
         verdicts.append({
             "rule": "copy_bound", "share": copy_us / window,
-            "title": f"host<->device copies take {100 * copy_us / window:.0f}% of the step",
+            "title": f"host<->device copies take {100 * copy_us / window:.0f}% of the step" + _at_lines(host_lines, ("copy",)),
             "fix": "keep tensors on the device; load with DataLoader(pin_memory=True) and .to(device, "
                    "non_blocking=True). " + GUARD_LINE})
     if total.top_kernels:
@@ -411,6 +455,12 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool) -> list:
             "title": f"elementwise/normalization/reduction kernels take {100 * memory_share:.0f}% of device time",
             "fix": "fuse them with torch.compile(model) (default mode); Inductor merges pointwise chains into "
                    "one kernel each"})
+    if sync_wait < SYNC_WAIT_SHARE and user_syncs:
+        verdicts.append({  # below the share that makes it the bottleneck, but the user's line is known: say it
+            "rule": "syncs_in_step", "share": sync_wait,
+            "title": f"{user_syncs} host sync(s) per step in your code" + _at_lines(host_lines, ("sync", "host_read"))
+                     + f", the device idle behind them {100 * sync_wait:.0f}% of the step",
+            "fix": "move the read after the step or read every N steps. " + GUARD_LINE})
     verdicts.sort(key=lambda v: -(v["share"] or 0.0))
     if not verdicts:
         verdicts.append({"rule": "device_busy", "share": busy / window,

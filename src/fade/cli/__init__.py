@@ -26,12 +26,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from fade.cli import bench, compare, doctor, ops, report, snapshot, tune, watch
+    from fade.cli import bench, compare, doctor, ops, profile, report, snapshot, tune, watch
 
     parser = _Parser(prog="fade", description="Find and close the gap between your GPU's peak and what PyTorch gets.")
     parser.add_argument("--version", action="version", version=f"fade {__version__}")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    for verb in (doctor, snapshot, bench, compare, report, tune, watch, ops):
+    for verb in (doctor, snapshot, bench, compare, report, tune, watch, ops, profile):
         verb.add_verbs(verbs)
     return parser
 

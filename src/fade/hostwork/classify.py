@@ -188,3 +188,10 @@ def classify(func, args, kwargs, outputs, accelerator: str, accelerator_in_use: 
     if accelerator_in_use and info.computes and has_dims:
         return [Finding("cpu_compute", "", 0)], False
     return [], False
+
+
+def is_host_read(func) -> bool:
+    """Whether the op reads a tensor's value back to the host (`.item()`, `equal`, dynamic output shapes):
+    a sync when the tensor is on an accelerator, a plain host read on the CPU."""
+    info = _op_info_cache.get(func) or _op_info(func)
+    return info.is_sync

@@ -238,11 +238,37 @@ def unpatch_explicit_syncs(device_type: str) -> None:
 
 _step_hook = None
 _step_hook_users = 0
+_step_listeners: list = []  # callables(explicit: bool) that hear every step end, any thread (fade.profile)
 
 
 def _on_optimizer_step(optimizer, args, kwargs) -> None:
     for guard in list(thread_state().entered):
         guard._on_optimizer_step()
+    for listener in list(_step_listeners):
+        listener(False)
+
+
+def explicit_step() -> None:
+    """`fade.step()`: the end of a training step, said by the user. The guards entered on this thread take it
+    as Guard.step() does (from then on optimizer steps no longer count), and so do the step listeners."""
+    for guard in list(thread_state().entered):
+        guard.step()
+    for listener in list(_step_listeners):
+        listener(True)
+
+
+def add_step_listener(listener) -> None:
+    """`listener(explicit)` hears every optimizer step (explicit=False) and every fade.step() (True)."""
+    install_step_hook()
+    with _lock:
+        _step_listeners.append(listener)
+
+
+def remove_step_listener(listener) -> None:
+    with _lock:
+        if listener in _step_listeners:
+            _step_listeners.remove(listener)
+    remove_step_hook()
 
 
 def install_step_hook() -> None:

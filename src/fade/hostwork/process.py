@@ -63,7 +63,7 @@ class WatchResult:
     exit_text: str = ""
 
 
-def _is_python(word: str) -> bool:
+def is_python(word: str) -> bool:
     name = os.path.basename(word).lower()
     if name.endswith(".exe"):
         name = name[:-4]
@@ -76,7 +76,7 @@ def parse_command(command: list[str]) -> tuple[str, str, list[str]]:
     words = list(command)
     if words and words[0] == "--":
         words = words[1:]
-    if words and _is_python(words[0]):
+    if words and is_python(words[0]):
         words = words[1:]
     if not words:
         raise FadeUsageError("nothing to run: put the command after --, e.g. fade watch -- python train.py ARGS")
@@ -118,8 +118,17 @@ def run_watched(command: list[str], *, mode: str = "warn", device=None,
                 sample_every: int = DEFAULT_SAMPLE_EVERY, quiet: bool = False) -> WatchResult:
     """Run `python SCRIPT ARGS` (or `python -m MODULE ARGS`) here under a guard; never raises for the
     script's own errors: they become the exit code, and the text Python would print for them `exit_text`."""
-    kind, target, argv = parse_command(command)
     watched = Guard(mode, device, sample_every=sample_every, quiet=quiet)
+    exit_code, exit_text = run_script(command, watched)
+    return WatchResult(exit_code, watched.report, list(command), exit_text)
+
+
+def run_script(command: list[str], context) -> tuple[int, str]:
+    """Run `python SCRIPT ARGS` (or `python -m MODULE ARGS`) in this interpreter inside the context manager
+    `context` (a guard for `fade watch`, a step profiler for `fade profile --`), with the script's argv and
+    sys.path as Python would set them. Returns (exit code, the text Python would print as the script ended);
+    never raises for the script's own errors."""
+    kind, target, argv = parse_command(command)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = list(argv)
     if kind == "path":
@@ -128,7 +137,7 @@ def run_watched(command: list[str], *, mode: str = "warn", device=None,
         sys.path[0:1] = [os.getcwd()]  # as `python -m` sets it
     exit_code, exit_text = 0, ""
     try:
-        with watched:
+        with context:
             if kind == "path":
                 runpy.run_path(target, run_name="__main__")
             else:
@@ -146,4 +155,4 @@ def run_watched(command: list[str], *, mode: str = "warn", device=None,
                 stream.flush()
             except (OSError, ValueError):
                 pass
-    return WatchResult(exit_code, watched.report, list(command), exit_text)
+    return exit_code, exit_text

@@ -17,6 +17,12 @@ Overhead
     rule), and with it from the ProfilerStep#N spans of the trace (host spans of back-to-back steps: in steady
     state the host cannot run more than the launch queue ahead, so they approximate step time; on the CPU they
     are exact). overhead_fraction = median profiled step / median unprofiled step - 1.
+Running code (StepProfiler: `fade profile -- python train.py`, `fade.profile()`)
+    The same schedule, advanced at each step end: every optimizer.step() (fade.hostwork.hooks' post-hook),
+    or only fade.step() once the code calls it. No overhead figure: the steps cannot be re-run.
+The user's lines
+    One step after the window runs under fade.hostwork.lines.LineRecorder (the guard's classifier and call
+    sites): the lines of host reads (.item()), syncs and copies, for the verdict. That step is not in the trace.
 Output
     The trace Kineto exported is read back, gzip'd and moved into place with os.replace, so a reader never
     sees half a file. The capture holds the trace dict for fade.analyze.profile.summarize_trace.
@@ -102,30 +108,48 @@ def profile_steps(
             raise FadeUsageError("torch.profiler recorded no trace (on_trace_ready never ran); "
                                  f"check the schedule wait={wait} warmup={warmup} active={active}")
         text = raw_path.read_text(encoding="utf-8")
+    capture = capture_from_text(text, device=device, activities=names, wait=wait, warmup=warmup, active=active,
+                                trace_path=trace_path, progress=progress)
+    if measure_overhead:
+        progress("timing the step without the profiler (overhead)")
+        timing = measure(step, device=device, budget_s=overhead_budget_s, min_samples=3)
+        capture.unprofiled_timing = {**timing.to_dict(), "stats": timing.stats()}
+        if capture.profiled_step_s and timing.median_s > 0:
+            capture.overhead_fraction = statistics.median(capture.profiled_step_s) / timing.median_s - 1.0
+    return capture
+
+
+def capture_from_text(text: str, *, device: str, activities: list, wait: int, warmup: int, active: int,
+                      trace_path=None, progress: Optional[Callable[[str], None]] = None) -> ProfileCapture:
+    """A ProfileCapture of the exported trace `text`, written gzip'd to `trace_path` when given."""
+    import torch
+
+    from fade.analyze.trace import MAX_TRACE_BYTES
+
+    if len(text) > MAX_TRACE_BYTES:
+        raise FadeUsageError(f"the profiler exported a {len(text) / 2**20:.0f} MiB trace, over the "
+                             f"{MAX_TRACE_BYTES / 2**20:.0f} MiB the summary reads; profile fewer steps (--active 1)")
     trace = json.loads(text)
     written = None
     if trace_path is not None:
         written = str(write_trace_gzip(text, trace_path))
-        progress(f"trace written to {written}")
-
+        if progress:
+            progress(f"trace written to {written}")
     profiled = sorted((event["ts"], event["dur"] * 1e-6) for event in trace.get("traceEvents", [])
                       if str(event.get("name", "")).startswith(PROFILER_STEP_PREFIX) and event.get("ph") == "X")
     profiled_step_s = [duration for _, duration in profiled]
     warnings = []
+    if "cuda" in activities and not any(event.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                                        for event in trace.get("traceEvents", [])):
+        warnings.append("the GPU activity was on but the trace has no kernel or memcpy events: the profiler's GPU "
+                        "backend (CUPTI on NVIDIA, roctracer/rocprofiler on ROCm) recorded nothing; check that "
+                        "libcupti / roctracer loads (LD_LIBRARY_PATH) and no other profiler holds it")
     if len(profiled_step_s) != active:
         warnings.append(f"{len(profiled_step_s)} ProfilerStep spans in the trace, {active} expected")
-    unprofiled, overhead = None, None
-    if measure_overhead:
-        progress("timing the step without the profiler (overhead)")
-        timing = measure(step, device=device, budget_s=overhead_budget_s, min_samples=3)
-        unprofiled = {**timing.to_dict(), "stats": timing.stats()}
-        if profiled_step_s and timing.median_s > 0:
-            overhead = statistics.median(profiled_step_s) / timing.median_s - 1.0
     return ProfileCapture(
-        trace=trace, trace_path=written, device=device, activities=names,
+        trace=trace, trace_path=written, device=device, activities=activities,
         schedule={"wait": wait, "warmup": warmup, "active": active}, profiled_step_s=profiled_step_s,
-        unprofiled_timing=unprofiled, overhead_fraction=overhead, torch_version=torch.__version__,
-        warnings=warnings)
+        unprofiled_timing=None, overhead_fraction=None, torch_version=torch.__version__, warnings=warnings)
 
 
 def _activities(torch, activity, device: str) -> tuple:
@@ -148,3 +172,257 @@ def _activities(torch, activity, device: str) -> tuple:
 def write_trace_gzip(text: str, path) -> Path:
     """gzip `text` and write it atomically (fade.files): readers see the old trace or the new one, never half."""
     return atomic_write_bytes(path, gzip.compress(text.encode("utf-8"), mtime=int(time.time())))
+
+
+class StepProfiler:
+    """Profile running code step by step: `with StepProfiler(device="cuda") as p:` starts torch.profiler with
+    the schedule (wait, warmup, active) and advances it at each step end, found as the guard finds it: every
+    `optimizer.step()` (fade.hostwork.hooks' post-hook), or, once the code calls `fade.step()`, only those.
+    After the window, one more step runs under fade.hostwork.lines.LineRecorder (outside the trace), which
+    names the user's lines of host reads, syncs and copies. After the block: `capture` (None when the window
+    never opened: `steps_seen` says how many steps were found), `lines`, `problem` (why there is no capture).
+    """
+
+    def __init__(self, *, device: str, wait: int = 1, warmup: int = 1, active: int = 3, trace_path=None,
+                 record_lines: bool = True, dtype: Optional[str] = None, context: Optional[dict] = None):
+        if wait < 0 or warmup < 0 or active < 1:
+            raise FadeUsageError(f"profile schedule wait={wait} warmup={warmup} active={active}: need wait >= 0, "
+                                 "warmup >= 0 and active >= 1")
+        self.device, self.wait, self.warmup, self.active = device, wait, warmup, active
+        self.trace_path = trace_path
+        self.record_lines = record_lines
+        self.steps_seen = 0
+        self.explicit_steps = False
+        self.capture: Optional[ProfileCapture] = None
+        self.lines: list = []
+        self.problem: Optional[str] = None
+        self._profiler = None
+        self._recorder = None
+        self._names: list = []
+        self._scratch = None
+        self._text: Optional[str] = None
+        self._lines_done = False
+        self.dtype = dtype  # the dtype the step's math runs in, for the peak behind MFU; None: no MFU
+        self.context = dict(context or {})
+        self._summary: Optional[dict] = None
+
+    @property
+    def summary(self) -> dict:
+        """The summary JSON (summarize_capture) once the block has ended; FadeUsageError with the reason when
+        no window was profiled."""
+        if self.capture is None:
+            raise FadeUsageError(self.problem or "the profile is still running: read .summary after the with block")
+        if self._summary is None:
+            self._summary = summarize_capture(self.capture, lines=self.lines, peak=device_peak(self.device, self.dtype),
+                                              context=self.context)
+        return self._summary
+
+    def __enter__(self) -> "StepProfiler":
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        from fade.hostwork import hooks
+
+        activities, self._names = _activities(torch, ProfilerActivity, self.device)
+        self._scratch = tempfile.TemporaryDirectory(prefix="fade-profile-")
+        raw_path = Path(self._scratch.name) / "trace.json"
+
+        def on_trace_ready(prof) -> None:
+            prof.export_chrome_trace(str(raw_path))
+            self._text = raw_path.read_text(encoding="utf-8")
+
+        self._profiler = profile(activities=activities, on_trace_ready=on_trace_ready, record_shapes=True,
+                                 with_flops=True, schedule=schedule(wait=self.wait, warmup=self.warmup,
+                                                                    active=self.active, repeat=1))
+        self._profiler.__enter__()
+        hooks.add_step_listener(self._on_step)
+        return self
+
+    def step(self) -> None:
+        """End a step explicitly (what `fade.step()` does for every active profiler)."""
+        self._on_step(True)
+
+    def _on_step(self, explicit: bool) -> None:
+        if explicit and not self.explicit_steps:
+            self.explicit_steps = True  # from now on optimizer steps are inside the user's steps
+        elif not explicit and self.explicit_steps:
+            return
+        self.steps_seen += 1
+        if self._recorder is not None:  # the attribution step has ended
+            self._stop_recorder()
+        if self._profiler is not None:
+            self._profiler.step()
+            if self._text is not None:  # the window is complete: stop profiling, record one step's lines
+                self._profiler.__exit__(None, None, None)
+                self._profiler = None
+                if self.record_lines and not self._lines_done:
+                    from fade.hostwork.lines import LineRecorder
+
+                    accelerator = self.device.split(":", 1)[0]
+                    self._recorder = LineRecorder(None if accelerator == "cpu" else accelerator)
+                    self._recorder.__enter__()
+
+    def _stop_recorder(self) -> None:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        recorder, self._recorder = self._recorder, None
+        self._lines_done = True
+        if _get_current_dispatch_mode() is recorder:
+            recorder.__exit__(None, None, None)
+        self.lines = recorder.lines()
+
+    def __exit__(self, exc_type, exc_value, traceback) -> None:
+        from fade.hostwork import hooks
+
+        hooks.remove_step_listener(self._on_step)
+        if self._recorder is not None:
+            self._stop_recorder()
+        if self._profiler is not None:  # the window did not complete: a partial active window still exports
+            self._profiler.__exit__(None, None, None)
+            self._profiler = None
+        self._scratch.cleanup()
+        needed = self.wait + self.warmup + 1
+        if self.steps_seen == 0:
+            self.problem = ("no step found: the code never called optimizer.step() or fade.step(), so the profiler's "
+                            "schedule never advanced; call fade.step() at the end of each step")
+        elif self._text is None or self.steps_seen < needed:
+            self.problem = (f"only {self.steps_seen} step(s) found, the window needs at least {needed} "
+                            f"(wait {self.wait} + warmup {self.warmup} + 1 active); run more steps or lower --wait/--warmup")
+        else:
+            self.capture = capture_from_text(self._text, device=self.device, activities=self._names,
+                                             wait=self.wait, warmup=self.warmup, active=self.active,
+                                             trace_path=self.trace_path)
+            if self.steps_seen < self.wait + self.warmup + self.active:
+                self.capture.warnings.append(f"the code ended after {self.steps_seen} steps: the active window is "
+                                             "partial")
+            if self.record_lines and not self._lines_done:
+                self.capture.warnings.append("no step ran after the window: the user's lines were not recorded")
+        self._text = None
+        return None
+
+
+def profile_script(command: list, *, device: str, wait: int = 1, warmup: int = 1, active: int = 3,
+                   trace_path=None, dtype: Optional[str] = None) -> tuple:
+    """Run `python SCRIPT ARGS` here (fade.hostwork.process.run_script, as `fade watch` runs one) under a
+    StepProfiler. Returns (profiler, exit code, exit text); FadeUsageError when no window was profiled."""
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    from fade.hostwork.process import run_script
+
+    _activities(torch, ProfilerActivity, device)  # a bad device is the caller's error, not the script's
+    profiler = StepProfiler(device=device, wait=wait, warmup=warmup, active=active, trace_path=trace_path,
+                            dtype=dtype, context={"command": list(command), "kind": "script"})
+    exit_code, exit_text = run_script(command, profiler)
+    return profiler, exit_code, exit_text
+
+
+def profile_workload(model: str, *, mode: str = "train", variant: str = "default", batch: int = 32,
+                     size: Optional[int] = None, device: str, wait: int = 2, warmup: int = 2, active: int = 3,
+                     trace_path=None, measure_overhead: bool = True,
+                     on_progress: Optional[Callable[[str], None]] = None) -> dict:
+    """Profile one model-bench case's step: the workload built as `fade bench models` builds it
+    (zoo.workload.build_workload, step.runner.apply_config, StepRunner under step.config.pinned), its
+    learning rate frozen as for the bench's timed steps, then profile_steps and one step under LineRecorder.
+
+    Returns {capture, lines, peak, workload, variant}: `peak` is the spec-table peak of the dtype the
+    variant's GEMM/conv math runs in (models.case.peak_for_flops, as the bench's % of peak), decided from the
+    trace's FLOPs by family, or None with the reason in its note."""
+    import torch
+
+    from fade.analyze.trace import collect_events, flops_by_kind
+    from fade.hostwork.lines import LineRecorder
+    from fade.measure.step.config import pinned
+    from fade.measure.step.runner import TIMED_LEARNING_RATE, WEIGHT_SEED, StepRunner, apply_config
+    from fade.measure.suites.models.case import device_facts, peak_for_flops
+    from fade.measure.suites.models.variants import parse_variant, skip_reason
+    from fade.measure.zoo.workload import build_workload
+
+    if mode not in ("train", "infer"):
+        raise FadeUsageError(f"--mode {mode!r}: use train or infer")
+    from torch.profiler import ProfilerActivity
+
+    _activities(torch, ProfilerActivity, device)  # no such device, or no GPU profiler backend: one line, before any work
+    parsed = parse_variant(variant)
+    progress = on_progress or (lambda message: None)
+    peaks, dtype_support = device_facts(device)
+    reason = skip_reason(parsed, device, dtype_support, mode)
+    if reason:
+        raise FadeUsageError(f"variant {variant!r} cannot run on {device}: {reason}")
+    training = mode == "train"
+    progress(f"building {model} (batch {batch}) on {device}")
+    torch.manual_seed(WEIGHT_SEED)
+    workload = build_workload(model, batch, size, device)
+    runnable = apply_config(workload, parsed)
+    with pinned(parsed):
+        runner = StepRunner(workload, runnable, parsed, training, device, track_finite=False)
+        runner.freeze_weights()
+        capture = profile_steps(runner.step, device=device, wait=wait, warmup=warmup, active=active,
+                                trace_path=trace_path, measure_overhead=measure_overhead, on_progress=progress)
+        accelerator = device.split(":", 1)[0]
+        with LineRecorder(None if accelerator == "cpu" else accelerator) as recorder:
+            runner.step()
+        _sync(torch, device)
+    if parsed.compile_mode is not None:
+        torch._dynamo.reset()
+    flops = flops_by_kind(collect_events(capture.trace).cpu_ops)
+    chosen = peak_for_flops({"conv": flops["convolution"], "matmul": flops["gemm"]}, parsed, peaks, dtype_support)
+    peak = None
+    if peaks:
+        peak = {"tflops": chosen["peak_tflops"], "dtype": chosen["peak_dtype"], "note": chosen["note"],
+                "bandwidth_gbs": peaks.get("bandwidth_gbs"), "source": peaks.get("source")}
+    return {
+        "capture": capture, "lines": recorder.lines(), "peak": peak, "variant": parsed.record(),
+        "workload": {"model": model, "mode": mode, "batch": batch, "size": size, "samples": workload.samples,
+                     "description": workload.description,
+                     "timed_learning_rate": TIMED_LEARNING_RATE if training else None},
+    }
+
+
+def _sync(torch, device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def summarize_capture(capture: ProfileCapture, *, lines: Optional[list] = None, peak: Optional[dict] = None,
+                      context: Optional[dict] = None) -> dict:
+    """The summary JSON of a capture: fade.analyze.profile.summarize_trace's to_dict() with the peak, the
+    user's lines, and `capture` (schedule, overhead, trace path) and `context` (what was profiled) added."""
+    from fade.analyze.profile import summarize_trace
+
+    peak = peak or {}
+    summary = summarize_trace(capture.trace, peak_tflops=peak.get("tflops"), peak_dtype=peak.get("dtype"),
+                              peak_bandwidth_gbs=peak.get("bandwidth_gbs"), peak_source=peak.get("source"),
+                              host_lines=lines).to_dict()
+    summary["capture"] = capture.to_dict()
+    summary["context"] = dict(context or {})
+    schedule = capture.schedule
+    summary["notes"].append(f"schedule: {schedule['wait']} unprofiled and {schedule['warmup']} warm-up steps "
+                            f"(compile, autotuning and first-call costs) ran before the {schedule['active']} "
+                            "profiled steps and are outside the summary")
+    if peak.get("note"):
+        summary["notes"].append(f"MFU: {peak['note']}")
+    if summary["device_timeline"] and not summary["total"]["flops"]["total"] and summary["total"]["busy_us"]:
+        summary["notes"].append("no GEMM/conv host op in the window (a CUDA/HIP graph replays its kernels without "
+                                "dispatching ops, so the trace has no shapes to count): FLOPs, TFLOP/s and MFU are "
+                                "unknown here; take them from the eager profile or `fade bench models`")
+    if lines:
+        summary["notes"].append("host_lines: the user's lines of host reads, syncs and copies, recorded by "
+                                "fade.hostwork's call sites during one step after the profiled window")
+    summary["notes"].extend(capture.warnings)
+    return summary
+
+
+def device_peak(device: str, dtype: Optional[str]) -> Optional[dict]:
+    """The spec-table peak of `device` for `dtype` (fade.measure.session.device_truth_and_peaks), for a
+    profile whose math dtype the caller names; None on the CPU or without a table row."""
+    from fade.measure.session import device_truth_and_peaks
+
+    _, peaks = device_truth_and_peaks(device)
+    if not peaks:
+        return None
+    tflops = (peaks.get("tflops") or {}).get(dtype) if dtype else None
+    note = None if tflops else (f"the spec table has no {dtype} peak for this device" if dtype else
+                                "pass the dtype the step's math runs in (--dtype) for MFU")
+    return {"tflops": tflops, "dtype": dtype, "note": note, "bandwidth_gbs": peaks.get("bandwidth_gbs"),
+            "source": peaks.get("source")}

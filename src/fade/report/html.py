@@ -74,7 +74,12 @@ def render_report(paths: Sequence, *, baseline: Optional[str] = None) -> tuple:
         raise FadeUsageError("report needs at least one results file")
     files = []
     problems: list = []
+    profiles = []  # (path, summary): `fade profile` summaries, recognised by their schema keys
     for path in paths:
+        summary = read_profile_summary(path)
+        if summary is not None:
+            profiles.append((str(path), summary))
+            continue
         found = read_records(path)
         problems.extend(found.problems)
         files.append((str(path), found.records))
@@ -93,9 +98,34 @@ def render_report(paths: Sequence, *, baseline: Optional[str] = None) -> tuple:
         _micro(latest),
         _models(files),
         _comparisons(files, baseline),
+        _profiles(profiles),
         "</body></html>",
     ]
     return "\n".join(part for part in parts if part), len(everything), problems
+
+
+PROFILE_KEYS = ("schema_version", "kind", "total", "steps", "verdicts")  # what marks a `fade profile` summary
+PROFILE_SNIFF_BYTES = 64 * 2**20  # a summary is tens of KB; a bigger file is a results file, read line by line
+
+
+def read_profile_summary(path) -> Optional[dict]:
+    """The `fade profile` summary JSON at `path` (kind "profile-summary" and PROFILE_KEYS), else None: then
+    it is read as a results file."""
+    try:
+        if Path(path).stat().st_size > PROFILE_SNIFF_BYTES:
+            return None
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("kind") == "profile-summary" and all(key in data for key in PROFILE_KEYS):
+        return data
+    return None
+
+
+def _profiles(profiles: list) -> str:
+    from fade.report.profile import profile_html_section  # report.profile imports this module's escape()
+
+    return "".join(profile_html_section(summary, title=f"Profile: {Path(path).name}") for path, summary in profiles)
 
 
 # -- sections ---------------------------------------------------------------------------------------------

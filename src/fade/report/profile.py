@@ -74,6 +74,8 @@ def render_profile(summary: dict) -> Group:
     if verdict:
         parts.append(Text.assemble(("verdict: ", "fade.head"), (verdict["title"], "fade.warn")))
         parts.append(Text.assemble(("fix: ", "fade.head"), (verdict["fix"], "fade.fix")))
+    for other in summary.get("verdicts", [])[1:]:
+        parts.append(Text(f"also: {other['title']}; fix: {other['fix']}", style="fade.dim"))
     head = f"{summary.get('platform', '?')} device {summary.get('device_index')}, {total['steps']} step(s); "
     head += f"step {_us(total['window_us'] / steps)} (host {_us(total['host_us'] / steps)}), per-step means"
     parts.append(Text(head, style="fade.dim"))
@@ -107,6 +109,14 @@ def render_profile(summary: dict) -> Group:
         for op in total["top_host_ops"][:TOP_ROWS]:
             table.add_row(_short(op["name"]), _us(op["self_us"]), str(op["count"]), _us(op["mean_us"]))
         parts.append(table)
+    if summary.get("host_lines"):
+        table = Table(title="Your lines: host reads, syncs and copies (one step after the window)",
+                      title_justify="left")
+        for column in ("line", "kind", "count", "code"):
+            table.add_column(column, justify="right" if column == "count" else "left", overflow="fold")
+        for entry in summary["host_lines"][:TOP_ROWS]:
+            table.add_row(f"{entry['file']}:{entry['line']}", entry["kind"], str(entry["count"]), entry.get("code") or "")
+        parts.append(table)
     parts.append(Text(_facts_line(summary), style="fade.dim"))
     return Group(*parts)
 
@@ -135,6 +145,11 @@ def _facts_line(summary: dict) -> str:
             text += f" ({entry['pct_of_bandwidth']:.0f}% of bandwidth)"
         facts.append(text)
     facts.append(f"syncs: {total['syncs']['count']}")
+    if total["syncs"].get("host_reads") is not None:
+        facts.append(f"host reads: {total['syncs']['host_reads']}")
+    overhead = (summary.get("capture") or {}).get("overhead_fraction")
+    if overhead is not None:
+        facts.append(f"profiler overhead on the step {100 * overhead:+.0f}%")
     return "; ".join(facts)
 
 
@@ -209,8 +224,16 @@ def profile_html_section(summary: dict, *, title: str = "Profile") -> str:
     if verdict:
         out.append(f"<p><b>Verdict:</b> {escape(verdict['title'])}<br>"
                    f"<b>Fix:</b> <code>{escape(verdict['fix'])}</code></p>")
+    for other in summary.get("verdicts", [])[1:]:
+        out.append(f"<p class=dim>Also: {escape(other['title'])}; fix: <code>{escape(other['fix'])}</code></p>")
     for note in summary.get("notes", []):
         out.append(f"<p class=dim>{escape(note)}</p>")
+    if summary.get("host_lines"):
+        rows = "".join(f"<tr><td><code>{escape(entry['file'])}:{entry['line']}</code></td><td>{escape(entry['kind'])}</td>"
+                       f"<td>{entry['count']}</td><td><code>{escape(entry.get('code') or '')}</code></td></tr>"
+                       for entry in summary["host_lines"][:TOP_ROWS])
+        out.append("<h3>Your lines: host reads, syncs and copies</h3><table><tr><th>line</th><th>kind</th>"
+                   "<th>count</th><th>code</th></tr>" + rows + "</table>")
     png = split_plot_png(summary)
     if png:
         data = base64.b64encode(png).decode("ascii")

@@ -272,9 +272,41 @@ def _flops_summary(flops_by_op: dict, median_s: float, variant: StepConfig, peak
         "peak_dtype": None,
         "pct_of_peak": None,
     }
-    if not total or not peaks:
-        summary["peak_note"] = "no FLOPs counted" if not total else "no spec-table peak for this device"
+    by_family = {"conv": 0, "matmul": 0}
+    for op, count in flops_by_op.items():
+        by_family["conv" if "conv" in op else "matmul"] += count
+    chosen = peak_for_flops(by_family, variant, peaks, dtype_support)
+    if chosen["peak_tflops"] is None:
+        summary["peak_note"] = chosen["note"]
         return summary
+    summary.update(
+        {
+            "peak_tflops": chosen["peak_tflops"],
+            "peak_dtype": chosen["peak_dtype"],
+            "flops_by_family": by_family,
+            "pct_of_peak": 100.0 * summary["achieved_tflops"] / chosen["peak_tflops"],
+            "peak_basis": peaks.get("basis"),
+            "peak_source": peaks.get("source"),
+            "peak_formula": chosen["formula"],
+        }
+    )
+    return summary
+
+
+def peak_for_flops(by_family: dict, variant: StepConfig, peaks: Optional[dict], dtype_support: dict) -> dict:
+    """The spec-table peak for FLOPs that ran under `variant`: {peak_tflops, peak_dtype, note, formula}.
+
+    `by_family`: FLOPs of {"conv": n, "matmul": n}. Each family runs in the autocast dtype, else TF32 where
+    the variant's math for it says tf32 and the device has TF32, else fp32; with both families in different
+    dtypes the peak is FLOP-weighted (the peak if every FLOP ran at its dtype's). peak_tflops is None, with
+    the reason in `note`, when there are no FLOPs, no peaks, or no peak for a dtype used. The model bench's
+    % of peak and `fade profile`'s MFU both come from here."""
+    chosen = {"peak_tflops": None, "peak_dtype": None, "note": None,
+              "formula": "total / sum(family_flops / family_peak): the peak if every FLOP ran at its dtype's peak"}
+    total = sum(by_family.values())
+    if not total or not peaks:
+        chosen["note"] = "no FLOPs counted" if not total else "no spec-table peak for this device"
+        return chosen
     tflops_table = peaks.get("tflops") or {}
     tf32_available = not dtype_support.get("tf32")
     dtype_by_family = {}
@@ -283,31 +315,19 @@ def _flops_summary(flops_by_op: dict, median_s: float, variant: StepConfig, peak
             dtype_by_family[family] = variant.autocast_dtype
         else:
             dtype_by_family[family] = "tf32" if math_mode == "tf32" and tf32_available else "fp32"
-    by_family = {"conv": 0, "matmul": 0}
-    for op, count in flops_by_op.items():
-        by_family["conv" if "conv" in op else "matmul"] += count
     seconds_at_peak = 0.0
     for family, count in by_family.items():
         peak = tflops_table.get(dtype_by_family[family])
         if count and not peak:
-            summary["peak_note"] = f"the spec table has no {dtype_by_family[family]} peak for this device"
-            return summary
+            chosen["note"] = f"the spec table has no {dtype_by_family[family]} peak for this device"
+            return chosen
         if count:
             seconds_at_peak += count / (peak * 1e12)
-    peak_tflops = total / seconds_at_peak / 1e12
     used = sorted({dtype_by_family[family] for family, count in by_family.items() if count})
-    summary.update(
-        {
-            "peak_tflops": peak_tflops,
-            "peak_dtype": used[0] if len(used) == 1 else ", ".join(f"{family} {dtype_by_family[family]}" for family in ("conv", "matmul") if by_family[family]),
-            "flops_by_family": by_family,
-            "pct_of_peak": 100.0 * summary["achieved_tflops"] / peak_tflops,
-            "peak_basis": peaks.get("basis"),
-            "peak_source": peaks.get("source"),
-            "peak_formula": "per_step / sum(family_flops / family_peak): the peak if every FLOP ran at its dtype's peak",
-        }
-    )
-    return summary
+    chosen["peak_tflops"] = total / seconds_at_peak / 1e12
+    chosen["peak_dtype"] = used[0] if len(used) == 1 else ", ".join(
+        f"{family} {dtype_by_family[family]}" for family in ("conv", "matmul") if by_family[family])
+    return chosen
 
 
 def _memory(device: str) -> dict:
