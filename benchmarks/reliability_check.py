@@ -64,7 +64,7 @@ def contention(out: Path, device: str, only, gpu_burner: bool) -> dict:
                      "console_says_contended": "contended" in busy.stdout}}  # fmt: skip
 
 
-def full_disk(out: Path, device: str, only, size_kb: int = 64) -> dict:
+def full_disk(out: Path, device: str, only, size_kb: int = 4096) -> dict:  # room for a GPU report (plots), then filled
     mount = out / "tmpfs"
     mount.mkdir(exist_ok=True)
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(mount)], capture_output=True, text=True)
@@ -74,8 +74,11 @@ def full_disk(out: Path, device: str, only, size_kb: int = 64) -> dict:
         results = mount / "micro.jsonl"
         first = fade(*bench_args(device, only or "launch/*", results))  # earlier records
         report, snapshot = mount / "report.html", mount / "snapshot.json"
-        fade("report", str(results), "-o", str(report))
-        fade("snapshot", "-o", str(snapshot))
+        setup = {"report": fade("report", str(results), "-o", str(report)), "snapshot": fade("snapshot", "-o", str(snapshot))}
+        missing = [name for name, run in setup.items() if run.returncode]
+        if first.returncode or missing:
+            return {"skipped": f"set-up failed before the disk was filled: bench exit {first.returncode}, "
+                               + "; ".join(f"{name}: {setup[name].stderr.strip()[-300:]}" for name in missing)}
         before = {path.name: path.read_bytes() for path in (results, report, snapshot)}
         filler = mount / "filler"
         with open(filler, "wb") as handle:  # leave about one record's room: the run fills the disk mid-way

@@ -10,7 +10,10 @@ from typing import Union
 
 
 def atomic_write_bytes(path: Union[str, Path], data: bytes) -> Path:
-    """Write `data` to a temp file beside `path` (same filesystem), fsync it, then os.replace it into place."""
+    """Write `data` to a temp file beside `path` (same filesystem), fsync it, then os.replace it into place.
+
+    The file gets the mode a plain open() would give it: the old file's mode when it is replaced, else
+    0o666 less the umask (a temp file alone would be 0o600, and a report nobody else can read)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
@@ -19,6 +22,7 @@ def atomic_write_bytes(path: Union[str, Path], data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(handle.name, _mode_for(path))
         os.replace(handle.name, path)
     except BaseException:
         Path(handle.name).unlink(missing_ok=True)
@@ -29,3 +33,12 @@ def atomic_write_bytes(path: Union[str, Path], data: bytes) -> Path:
 def atomic_write_text(path: Union[str, Path], text: str) -> Path:
     """atomic_write_bytes of `text` in UTF-8 (never the locale's encoding)."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -404,3 +404,24 @@ def test_summary_rows_take_a_null_iqr_and_non_text_reasons():
               "telemetry": {"throttled": True, "throttle_reasons": [1, 2], "contended": True, "contention_reasons": [3]}}
     row = summarize([record])[0]
     assert row["iqr_pct"] == 0.0 and "throttled: 1, 2" in row["note"] and "contended: 3" in row["note"]
+
+
+def test_an_atomic_write_gives_the_mode_a_plain_write_would(tmp_path):
+    """A temp file is created 0o600; the output must not be (a report others cannot read), and a replaced file
+    keeps its own mode."""
+    import os
+    import stat
+
+    from fade.files import atomic_write_text
+
+    umask = os.umask(0o022)
+    try:
+        fresh = atomic_write_text(tmp_path / "report.html", "<p>")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+        kept = tmp_path / "snapshot.json"
+        kept.write_text("{}")
+        kept.chmod(0o640)
+        atomic_write_text(kept, "{}\n")
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+    finally:
+        os.umask(umask)
