@@ -8,12 +8,15 @@ not stop the rest; the whole run stops starting cases when TOTAL_BUDGET_S is spe
 1. resnet50 train batch 64, eager amp-bf16+channels-last: `fade profile` (expected verdict: launch-bound; its
    idle share and host wait are read out);
 2. the same under compile=reduce-overhead (CUDA graphs), then `fade profile compare` of 1 and 2 (idle falls);
-3. `fade bench models` on case 1: its achieved TFLOP/s beside the profile's (trace FLOPs / step window), and
-   the % difference (bar: PROFILE_VS_BENCH_PCT);
+3. `fade bench models` on case 1: its achieved TFLOP/s beside the profile's (trace FLOPs per step / the step
+   timed WITHOUT the profiler by the bench's own timing path, models.case.time_step, under the bench's
+   conditions and budget), and the % difference (bar: PROFILE_VS_BENCH_PCT); the profiled window is only
+   the time split, and the profiler's overhead is item 6;
 4. gpt2-small train: attention and GEMM shares of device time, and MFU;
 5. `fade profile -- python examples/profile_planted_sync.py`: the verdict names the `# PLANTED: sync` line;
-6. the profiler's overhead on the resnet50 step: the bench step without the profiler (fade.measure.timing, in
-   `capture.unprofiled_timing`) against the profiled step windows, and against the host ProfilerStep spans.
+6. the profiler's overhead on the resnet50 step: the bench step without the profiler (the summary's
+   `step_time.unprofiled_s`, from `capture.unprofiled_timing`) against the profiled step windows, and against
+   the host ProfilerStep spans.
 
 OUTDIR gets at most 8 files: resnet50-eager.{trace.json.gz,summary.json}, resnet50-graphs.{...},
 gpt2-small.summary.json, planted-sync.summary.json, results.json (every figure above, pass/fail per
@@ -57,7 +60,7 @@ def main() -> int:
     results: dict = {"device": device, "smoke": args.smoke, "cases": {}, "must_show": {}}
     scratch = Path(tempfile.mkdtemp(prefix="fade-profile-check-"))
     if args.smoke:  # the plumbing only: small CNNs, 32 px, 16 tokens, one profiled step, no compile
-        image = ["--batch", "2", "--size", "32", "--wait", "1", "--warmup", "0", "--steps", "1"]
+        image = ["--batch", "2", "--size", "32", "--wait", "1", "--warmup", "0", "--steps", "1", "--quick"]
         cnn, after_variant, gpt = "resnet18", "channels-last", ["--batch", "1", "--size", "16", "--wait", "0",
                                                                  "--warmup", "0", "--steps", "1", "--no-overhead"]
         bench_extra = ["--quick", "--image-size", "32", "--batch", "2"]
@@ -156,8 +159,14 @@ def main() -> int:
             "bench_flops_per_step": bench_flops,
             # the profile's FLOPs over the same step timed without the profiler: the counting part alone
             "profile_flops_over_unprofiled_tflops": _unprofiled_tflops(eager),
-            "note": "profile: FLOPs of GEMM/conv host ops from the trace's shapes / mean step window (all profiled steps); bench: "
-                    "FlopCounterMode FLOPs / median step time (fade.measure.timing)"}
+            # the step time each divides by: the profile's unprofiled step (the bench's timing path) and the bench's median
+            "profile_step_time_basis": profile_flops.get("step_time_basis"),
+            "profile_unprofiled_step_ms": _ms(((eager or {}).get("step_time") or {}).get("unprofiled_s")),
+            "profile_window_tflops": profile_flops.get("tflops_window"),
+            "bench_step_ms": _ms(bench_flops / (bench_tflops * 1e12) if bench_flops and bench_tflops else None),
+            "note": "profile: FLOPs of GEMM/conv/attention host ops from the trace's shapes per step / the step timed "
+                    "without the profiler by the bench's timing path (models.case.time_step, FULL_TIMING, after the "
+                    "checked steps); bench: FlopCounterMode FLOPs / median step time (the same path)"}
 
     # 4: gpt2-small
     case_dir = scratch / "gpt2"
@@ -180,7 +189,8 @@ def main() -> int:
 
     # 6: the profiler's overhead
     capture = (eager or {}).get("capture") or {}
-    unprofiled = ((capture.get("unprofiled_timing") or {}).get("stats") or {}).get("median_s")
+    unprofiled = (((eager or {}).get("step_time") or {}).get("unprofiled_s")
+                  or ((capture.get("unprofiled_timing") or {}).get("stats") or {}).get("median_s"))
     total = (eager or {}).get("total") or {}
     window_s = total["window_us"] / max(1, total["steps"]) * 1e-6 if total else None
     results["must_show"]["profiler_overhead"] = {
@@ -217,7 +227,10 @@ def _figures(summary) -> dict:
     window = total["window_us"] or 0.0
     figures = {"verdict": (summary.get("verdict") or {}).get("title"), "step_ms": window / steps / 1e3,
                "tflops_step": total["flops"].get("tflops_step"), "mfu_step": total["flops"].get("mfu_step"),
-               "mfu_gemm_conv": total["flops"].get("mfu_gemm_conv"), "peak": summary.get("peak")}
+               "mfu_gemm_conv": total["flops"].get("mfu_gemm_conv"), "peak": summary.get("peak"),
+               "attention_flops_per_step": total["flops"].get("attention", 0) / steps,
+               "tflops_attention": total["flops"].get("tflops_attention"),
+               "step_time": summary.get("step_time")}
     if total.get("idle_us") is not None and window:
         figures["idle_share"] = sum(total["idle_us"].values()) / window
         figures["host_wait_share"] = total["idle_us"]["host_wait"] / window
@@ -234,6 +247,10 @@ def _unprofiled_tflops(summary) -> float | None:
     median_s = ((summary.get("capture", {}).get("unprofiled_timing") or {}).get("stats") or {}).get("median_s")
     flops = total["flops"].get("total")
     return flops / max(1, total["steps"]) / median_s / 1e12 if flops and median_s else None
+
+
+def _ms(seconds) -> float | None:
+    return 1e3 * seconds if seconds else None
 
 
 def _bench_tflops(path: Path) -> tuple:

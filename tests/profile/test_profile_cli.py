@@ -208,3 +208,31 @@ def test_the_profiles_flops_per_step_equal_the_model_benchs_count(resnet_profile
     counted = sum(runner.checked_steps(1, count_flops=True).flops_by_op.values())
     total = summary["total"]
     assert total["flops"]["total"] / total["steps"] == counted
+
+
+def test_a_zoo_profile_times_its_unprofiled_step_with_the_bench_timing_path(tmp_path, monkeypatch):
+    """The step's TFLOP/s and MFU divide by the step timed without the profiler by models.case.time_step, the
+    bench's own timing (QUICK_TIMING with --quick), after the bench's checked steps; the summary reports both
+    times and the profiler's overhead."""
+    from fade.measure.suites.models import case
+    from fade.measure.suites.models.suite import QUICK_TIMING
+
+    calls = []
+    bench_time_step = case.time_step
+
+    def recording(runner, samples, device, settings, **kwargs):
+        calls.append({"settings": settings, "lr": runner.optimizer.param_groups[0]["lr"], **kwargs})
+        return bench_time_step(runner, samples, device, settings, **kwargs)
+
+    monkeypatch.setattr(case, "time_step", recording)
+    tiny = [arg for arg in TINY if arg != "--no-overhead"]
+    assert main(["profile", "resnet18", *tiny, "--quick", "-o", str(tmp_path / "dir")]) == 0
+    assert calls == [{"settings": QUICK_TIMING, "lr": 0.0, "quick": True}]  # learning rate frozen, as the bench's
+    summary = json.loads((tmp_path / "dir" / "resnet18-train-default.summary.json").read_text())
+    times, flops = summary["step_time"], summary["total"]["flops"]
+    unprofiled = summary["capture"]["unprofiled_timing"]
+    assert "time_step" in unprofiled["method"] and unprofiled["timing_segments"]["segments"] >= 1
+    assert times["unprofiled_s"] == unprofiled["stats"]["median_s"] > 0
+    assert times["profiled_window_s"] > 0 and times["overhead_window_pct"] is not None
+    assert flops["step_time_basis"] == "unprofiled"
+    assert flops["tflops_step"] == pytest.approx(flops["total"] / times["unprofiled_s"] / 1e12)

@@ -28,9 +28,13 @@ Launches
     device kernels in the window, and how many ran shorter than LAUNCH_OVERHEAD_US: a kernel that short
     cannot keep the device busy while the host spends that long issuing the next one.
 FLOPs and MFU
-    FLOPs of GEMM/conv host ops in the step (fade.analyze.trace.flops_by_kind). TFLOP/s of the step =
-    FLOPs / window; of GEMM/conv = their FLOPs / time of gemm+convolution kernels. MFU = TFLOP/s / the peak
-    the caller passes (the doctor's spec table: fade.analyze.specs), never a literal here.
+    FLOPs of GEMM, convolution and attention host ops in the step (fade.analyze.trace.flops_by_kind: shape
+    formulas, attention's from torch.utils.flop_counter). TFLOP/s of the step = FLOPs per step / the step
+    time the caller measured WITHOUT the profiler (`step_s`: fade.measure.profile passes the bench's timing
+    of the same step), so the profiler's own cost does not count; without `step_s`, FLOPs / window
+    (`step_time_basis` says which). `tflops_window` is always FLOPs / window. Of GEMM/conv = their FLOPs /
+    time of gemm+convolution kernels; of attention = attention FLOPs / attention kernel time. MFU = TFLOP/s /
+    the peak the caller passes (the doctor's spec table: fade.analyze.specs), never a literal here.
 Verdicts
     named rules over the whole profile (`decide`: launch_bound, sync_bound, copy_bound, one_kernel_dominates,
     gemm_low_peak, memory_bound_elementwise), each with a threshold constant below and the fix to try.
@@ -138,12 +142,16 @@ class ProfileSummary:
 
 def summarize_trace(trace, *, peak_tflops: Optional[float] = None, peak_dtype: Optional[str] = None,
                     peak_bandwidth_gbs: Optional[float] = None, peak_source: Optional[str] = None,
-                    device_index: Optional[int] = None, host_lines: Optional[list] = None) -> ProfileSummary:
+                    device_index: Optional[int] = None, host_lines: Optional[list] = None,
+                    step_s: Optional[float] = None) -> ProfileSummary:
     """The step summary of a Chrome trace dict (as module docstring defines it). Peaks are plain numbers
     from the spec table; without them MFU and bandwidth percentages are None. `host_lines` are the user's
     source lines behind host syncs, reads and copies ({kind, file, line, code, count, ops}, most first), as
     the caller found them (fade.measure.profile records them with fade.hostwork's call-site machinery);
-    the sync and copy verdicts name the first of them."""
+    the sync and copy verdicts name the first of them. `step_s`: the step's time measured without the
+    profiler, for the step's TFLOP/s and MFU (module docstring); None: the profiled window's."""
+    if step_s is not None and not (step_s > 0):
+        raise FadeUsageError(f"step_s={step_s!r}: the unprofiled step time must be a positive number of seconds")
     validate_trace(trace)
     events = collect_events(trace, device_index=device_index)
     peak = None
@@ -166,10 +174,10 @@ def summarize_trace(trace, *, peak_tflops: Optional[float] = None, peak_dtype: O
     sync_index = ([s[0] for s in syncs], list(itertools.accumulate((s[1] for s in syncs), max)))
     gaps = [_gaps(events, sync_index, starts, reaches, start, end) for start, end in windows]
     by_step = _by_step(events)
-    per_step = [_summarize(events, by_step, syncs, [index], windows, gaps, peak, events.steps[index].name)
-                for index in range(len(events.steps))]
+    per_step = [_summarize(events, by_step, syncs, [index], windows, gaps, peak, events.steps[index].name,
+                           step_s=step_s) for index in range(len(events.steps))]
     total = _summarize(events, by_step, syncs, list(range(len(events.steps))), windows, gaps, peak, "all steps",
-                       top_n=TOP_N_TOTAL)
+                       top_n=TOP_N_TOTAL, step_s=step_s)
     host_lines = list(host_lines or [])
     verdicts = decide(total, platform=events.platform, device_timeline=bool(events.device), host_lines=host_lines)
     return ProfileSummary(bool(events.device), events.platform, events.device_index, per_step, total, verdicts,
@@ -250,7 +258,7 @@ def _by_step(events: TraceEvents) -> dict:
 
 
 def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: list, windows: list, gaps: list,
-               peak: Optional[dict], label: str, top_n: int = TOP_N) -> StepSummary:
+               peak: Optional[dict], label: str, top_n: int = TOP_N, step_s: Optional[float] = None) -> StepSummary:
     chosen = set(step_indices)
     window_us = sum(windows[i][1] - windows[i][0] for i in step_indices)
     host_us = sum(events.steps[i].end_us - events.steps[i].start_us for i in step_indices)
@@ -311,8 +319,8 @@ def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: li
         top_host_ops=_top_host_ops(host_ops, top_n),
         launches={"kernels": launched, "shorter_than_overhead": short, "threshold_us": LAUNCH_OVERHEAD_US,
                   "median_launch_call_us": statistics.median(launch_calls) if launch_calls else None},
-        flops=_flops(flops, window_us if events.device else host_us,
-                     class_us["gemm"] + class_us["convolution"], peak),
+        flops=_flops(flops, len(step_indices), window_us if events.device else host_us,
+                     class_us["gemm"] + class_us["convolution"], class_us["attention"], peak, step_s),
         copies=copies,
         syncs={"count": len(sync_calls), "us": sum(end - start for start, end, _, _ in sync_calls),
                "by_name": dict(by_name), "host_reads": host_reads,
@@ -351,17 +359,34 @@ def _top_host_ops(ops: list, top_n: int) -> list:
              "mean_us": max(0.0, self_us[name]) / count[name]} for name in ranked]
 
 
-def _flops(flops: dict, window_us: float, gemm_conv_us: float, peak: Optional[dict]) -> dict:
-    total = flops["gemm"] + flops["convolution"]
-    tflops_step = total / (window_us * 1e-6) / 1e12 if total and window_us > 0 else None
-    tflops_gemm_conv = total / (gemm_conv_us * 1e-6) / 1e12 if total and gemm_conv_us > 0 else None
+def _flops(flops: dict, steps: int, window_us: float, gemm_conv_us: float, attention_us: float,
+           peak: Optional[dict], step_s: Optional[float]) -> dict:
+    """FLOPs and rates (module docstring, "FLOPs and MFU")."""
+    matrix = flops["gemm"] + flops["convolution"]
+    total = matrix + flops["attention"]
     peak_tflops = (peak or {}).get("tflops")
+
+    def rate(count: float, seconds: float) -> Optional[float]:
+        return count / seconds / 1e12 if count and seconds > 0 else None
+
+    def mfu(tflops: Optional[float]) -> Optional[float]:
+        return tflops / peak_tflops if tflops and peak_tflops else None
+
+    tflops_window = rate(total, window_us * 1e-6)
+    tflops_step = rate(total / max(1, steps), step_s) if step_s else tflops_window
+    tflops_gemm_conv = rate(matrix, gemm_conv_us * 1e-6)
+    tflops_attention = rate(flops["attention"], attention_us * 1e-6)
     return {
-        "gemm": flops["gemm"], "convolution": flops["convolution"], "total": total,
-        "tflops_step": tflops_step, "tflops_gemm_conv": tflops_gemm_conv,
-        "mfu_step": tflops_step / peak_tflops if tflops_step and peak_tflops else None,
-        "mfu_gemm_conv": tflops_gemm_conv / peak_tflops if tflops_gemm_conv and peak_tflops else None,
-        "formula": "TFLOP/s = FLOPs of GEMM/conv host ops / time; MFU = TFLOP/s / peak (spec table)",
+        "gemm": flops["gemm"], "convolution": flops["convolution"], "attention": flops["attention"], "total": total,
+        "step_time_basis": "unprofiled" if step_s else "profiled window",
+        "step_s": step_s if step_s else (window_us * 1e-6 / max(1, steps) if window_us > 0 else None),
+        "tflops_step": tflops_step, "tflops_window": tflops_window,
+        "tflops_gemm_conv": tflops_gemm_conv, "tflops_attention": tflops_attention,
+        "mfu_step": mfu(tflops_step), "mfu_window": mfu(tflops_window),
+        "mfu_gemm_conv": mfu(tflops_gemm_conv), "mfu_attention": mfu(tflops_attention),
+        "formula": ("TFLOP/s = FLOPs of GEMM/conv/attention host ops per step / step_s (the step timed without the "
+                    "profiler when step_time_basis is 'unprofiled', else the profiled window); tflops_window = "
+                    "FLOPs / profiled window; MFU = TFLOP/s / peak (spec table)"),
     }
 
 

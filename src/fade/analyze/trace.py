@@ -15,8 +15,13 @@ Kineto's event categories, as torch.profiler's `export_chrome_trace` writes them
 FLOPs: torch 2.13's Chrome export does not write the `with_flops` counts (they live in key_averages()), so
 an op without `args.flops` gets them from its recorded shapes with the formulas torch's profiler uses
 (torch/csrc/profiler/util.cpp computeFlops): mm/addmm 2*M*K*N, bmm/baddbmm 2*B*M*K*N, convolution
-2*N*K*Ho*Wo*(C/groups)*R*S (x2 for convolution_backward computing both gradients). Nested ops are counted
-once (the outermost op that carries FLOPs on its thread).
+2*N*K*Ho*Wo*(C/groups)*R*S (x2 for convolution_backward computing both gradients). Attention ops
+(ATTENTION_FLOP_OPS: SDPA's flash, memory-efficient and cuDNN ops and their backward) get
+torch.utils.flop_counter's formulas (sdpa_flop_count, sdpa_backward_flop_count), written out here since
+this module imports no torch: forward 2*B*Hq*Sq*Sk*(Dq + Dv), backward 2*B*Hq*Sq*Sk*(3*Dq + 2*Dv), from the
+query, key, value (and grad_out) shapes; causal attention counted as full, as FlopCounterMode counts it
+(so the profile's FLOPs match `fade bench models`'). Nested ops are counted once (the outermost op that
+carries FLOPs on its thread): SDPA's outer aten::_scaled_dot_product_*_attention op, not the kernel op inside.
 """
 
 from __future__ import annotations
@@ -59,6 +64,26 @@ LAUNCH_CALLS = frozenset({
 })
 GEMM_FLOP_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm"})
 CONV_FLOP_OPS = frozenset({"aten::convolution", "aten::convolution_backward"})
+# attention ops -> (layout of q/k/v: "bhsd" batch, heads, sequence, head dim, or "bshd"; backward?). The
+# backward ops take grad_out first. torch/utils/flop_counter.py registers the same ops (the *_for_cpu pair,
+# the CPU's SDPA, is counted here with the same formula; FlopCounterMode has no rule for it)
+ATTENTION_FLOP_OPS = {
+    "aten::_scaled_dot_product_flash_attention": ("bhsd", False),
+    "aten::_scaled_dot_product_efficient_attention": ("bhsd", False),
+    "aten::_scaled_dot_product_cudnn_attention": ("bhsd", False),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": ("bhsd", False),
+    "aten::_cudnn_attention_forward": ("bhsd", False),
+    "aten::_flash_attention_forward": ("bshd", False),
+    "aten::_efficient_attention_forward": ("bshd", False),
+    "aten::_scaled_dot_product_flash_attention_backward": ("bhsd", True),
+    "aten::_scaled_dot_product_efficient_attention_backward": ("bhsd", True),
+    "aten::_scaled_dot_product_cudnn_attention_backward": ("bhsd", True),
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": ("bhsd", True),
+    "aten::_cudnn_attention_backward": ("bhsd", True),
+    "aten::_flash_attention_backward": ("bshd", True),
+    "aten::_efficient_attention_backward": ("bshd", True),
+}
+FLOP_KINDS = ("gemm", "convolution", "attention")
 
 
 @dataclass
@@ -287,6 +312,8 @@ def op_flops(event: HostEvent) -> Optional[float]:
         if event.name == "aten::baddbmm":
             (b, m, k), (_, _, n) = dims[1], dims[2]
             return 2.0 * b * m * k * n
+        if event.name in ATTENTION_FLOP_OPS:
+            return _attention_flops(dims, *ATTENTION_FLOP_OPS[event.name])
         if event.name == "aten::convolution":
             return _conv_flops(dims[0], dims[1], event.args.get("Concrete Inputs") or [], offset=3)
         if event.name == "aten::convolution_backward":
@@ -297,6 +324,20 @@ def op_flops(event: HostEvent) -> Optional[float]:
     except (TypeError, ValueError, IndexError):
         return None
     return None
+
+
+def _attention_flops(dims: list, layout: str, backward: bool) -> Optional[float]:
+    """torch.utils.flop_counter's sdpa_flop_count / sdpa_backward_flop_count from the recorded shapes:
+    each of the two forward GEMMs (Q K^T, P V) is 2*B*Hq*Sq*Sk*D, the backward recomputes Q K^T and runs four
+    more (dP, dV, dQ, dK). None for a 3-D (varlen, packed) query: its per-sequence lengths are not in the trace."""
+    shapes = dims[1:4] if backward else dims[0:3]
+    if len(shapes) < 3 or any(not isinstance(shape, list) or len(shape) != 4 for shape in shapes):
+        return None
+    if layout == "bshd":
+        shapes = [[b, h, s, d] for b, s, h, d in shapes]
+    (batch, heads, seq_q, dim_q), (_, _, seq_k, _), (_, _, _, dim_v) = shapes
+    scores = 2.0 * batch * heads * seq_q * seq_k
+    return scores * (3 * dim_q + 2 * dim_v) if backward else scores * (dim_q + dim_v)
 
 
 def _conv_flops(input_dims, weight_dims, concrete: list, *, offset: int) -> Optional[float]:
@@ -342,17 +383,20 @@ def _parse_list(text) -> list:
 
 
 def flops_by_kind(cpu_ops: list) -> dict:
-    """{"gemm": FLOPs, "convolution": FLOPs} over `cpu_ops`, each nested FLOP-carrying op counted once."""
-    totals = {"gemm": 0.0, "convolution": 0.0}
+    """{"gemm": FLOPs, "convolution": FLOPs, "attention": FLOPs} over `cpu_ops`, each nested FLOP-carrying op
+    counted once."""
+    totals = dict.fromkeys(FLOP_KINDS, 0.0)
     last_end_by_thread: dict = {}
     for op in cpu_ops:  # sorted by start: an op inside the last counted op of its thread is its child
-        flops = op_flops(op) if (op.name in GEMM_FLOP_OPS or op.name in CONV_FLOP_OPS or "flops" in op.args) else None
+        counted = op.name in GEMM_FLOP_OPS or op.name in CONV_FLOP_OPS or op.name in ATTENTION_FLOP_OPS
+        flops = op_flops(op) if (counted or "flops" in op.args) else None
         if not flops:
             continue
         if op.start_us < last_end_by_thread.get(op.tid, -math.inf):
             continue
         last_end_by_thread[op.tid] = op.end_us
-        totals["convolution" if "conv" in op.name else "gemm"] += flops
+        kind = "attention" if op.name in ATTENTION_FLOP_OPS else "convolution" if "conv" in op.name else "gemm"
+        totals[kind] += flops
     return totals
 
 

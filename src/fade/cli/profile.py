@@ -47,7 +47,12 @@ def add_verbs(verbs) -> None:
     profile.add_argument("--steps", "--active", dest="active", type=positive_int("--steps"), default=3, metavar="N",
                          help="steps recorded (default 3)")
     profile.add_argument("--dtype", help="script: the dtype its matmuls run in (bf16, fp16, tf32, fp32), for MFU")
-    profile.add_argument("--no-overhead", action="store_true", help="skip timing the step without the profiler")
+    profile.add_argument("--no-overhead", action="store_true",
+                         help="skip timing the step without the profiler (TFLOP/s and MFU then use the profiled "
+                              "window, which includes the profiler's cost)")
+    profile.add_argument("--quick", action="store_true",
+                         help="model: the bench's --quick timing of the unprofiled step (short budget, fewer "
+                              "checked steps); a smoke run, not a figure to compare with `fade bench models`")
     profile.add_argument("-o", "--output", default=DEFAULT_DIR, metavar="DIR",
                          help=f"directory for traces and summaries (default {DEFAULT_DIR}; created)")
     add_json_flag(profile, "the summary (a list with several variants; the comparison for compare)")
@@ -131,7 +136,7 @@ def _model(model: str, args) -> int:
         trace_path, summary_path = outputs[2 * index], outputs[2 * index + 1]
         result = profile_workload(model, mode=args.mode, variant=variant, batch=args.batch, size=args.size,
                                   device=device, wait=wait, warmup=warmup, active=args.active, trace_path=trace_path,
-                                  measure_overhead=not args.no_overhead,
+                                  measure_overhead=not args.no_overhead, quick=args.quick,
                                   on_progress=lambda line: console.print(f"[fade.dim]{line}[/]"))
         summary = summarize_capture(result["capture"], lines=result["lines"], peak=result["peak"], context={
             "kind": "model", "device": device, "workload": result["workload"], "variant": result["variant"]})

@@ -12,11 +12,18 @@ Activities
     CPU always; CUDA (which is HIP on ROCm builds) when `device` is a CUDA/ROCm device. A device whose
     activity torch.profiler.supported_activities() lacks (a build without Kineto's GPU backend) is one
     FadeUsageError line, as is a CUDA device on a machine without one.
-Overhead
-    The same step is timed without the profiler by fade.measure.timing.measure (its warm-up, sync and stop
-    rule), and with it from the ProfilerStep#N spans of the trace (host spans of back-to-back steps: in steady
-    state the host cannot run more than the launch queue ahead, so they approximate step time; on the CPU they
-    are exact). overhead_fraction = median profiled step / median unprofiled step - 1.
+Unprofiled step time and overhead
+    After the window the same step is timed without the profiler. A zoo or module:function workload
+    (profile_workload) is timed exactly as `fade bench models` times it, by the bench's own code path
+    (models.case.time_step: conditions.gc_frozen, the flags pinned, after the bench's checked steps, learning
+    rate 0, FULL_TIMING's budget in segments, more segments while they disagree), so a host-bound step whose
+    rate wanders lands on the bench's median. The summary's step TFLOP/s and MFU divide by that time; the
+    profiled window only splits the step into busy and idle (fade.analyze.profile). A bare callable
+    (profile_steps without `time_unprofiled`) gets fade.measure.timing.measure with its defaults. The
+    profiled step is read from the trace twice: the device window (summary `step_time.profiled_window_s`)
+    and the ProfilerStep#N host spans (back-to-back steps: in steady state the host cannot run more than
+    the launch queue ahead; on the CPU they are exact). overhead_fraction = median host span / unprofiled
+    median - 1; the summary's `step_time.overhead_window_pct` compares the window.
 Running code (StepProfiler: `fade profile -- python train.py`, `fade.profile()`)
     The same schedule, advanced at each step end: every optimizer.step() (fade.hostwork.hooks' post-hook),
     or only fade.step() once the code calls it. No overhead figure: the steps cannot be re-run.
@@ -75,12 +82,15 @@ def profile_steps(
     trace_path=None,
     measure_overhead: bool = True,
     overhead_budget_s: float = OVERHEAD_BUDGET_S,
+    time_unprofiled: Optional[Callable[[], tuple]] = None,
     on_progress: Optional[Callable[[str], None]] = None,
 ) -> ProfileCapture:
     """Run `step` wait+warmup+active times under torch.profiler, as the module docstring describes.
 
     `step` does one whole step (forward, backward, optimizer) and returns nothing. `trace_path` (a .json.gz
-    path) receives the trace. `on_progress` gets one short line per phase.
+    path) receives the trace. `time_unprofiled` (when `measure_overhead`) times the step without the
+    profiler and returns (Timing, facts dict): the bench's path for a workload; None: timing.measure with
+    `overhead_budget_s`. `on_progress` gets one short line per phase.
     """
     if wait < 0 or warmup < 0 or active < 1:
         raise FadeUsageError(f"profile schedule wait={wait} warmup={warmup} active={active}: need wait >= 0, "
@@ -111,9 +121,13 @@ def profile_steps(
     capture = capture_from_text(text, device=device, activities=names, wait=wait, warmup=warmup, active=active,
                                 trace_path=trace_path, progress=progress)
     if measure_overhead:
-        progress("timing the step without the profiler (overhead)")
-        timing = measure(step, device=device, budget_s=overhead_budget_s, min_samples=3)
-        capture.unprofiled_timing = {**timing.to_dict(), "stats": timing.stats()}
+        progress("timing the step without the profiler (its step time and the profiler's overhead)")
+        if time_unprofiled is not None:
+            timing, facts = time_unprofiled()
+        else:
+            timing = measure(step, device=device, budget_s=overhead_budget_s, min_samples=3)
+            facts = {"method": f"fade.measure.timing.measure, budget {overhead_budget_s:g} s"}
+        capture.unprofiled_timing = {**timing.to_dict(), "stats": timing.stats(), **facts}
         if capture.profiled_step_s and timing.median_s > 0:
             capture.overhead_fraction = statistics.median(capture.profiled_step_s) / timing.median_s - 1.0
     return capture
@@ -319,11 +333,14 @@ def profile_script(command: list, *, device: str, wait: int = 1, warmup: int = 1
 
 def profile_workload(model: str, *, mode: str = "train", variant: str = "default", batch: int = 32,
                      size: Optional[int] = None, device: str, wait: int = 2, warmup: int = 2, active: int = 3,
-                     trace_path=None, measure_overhead: bool = True,
+                     trace_path=None, measure_overhead: bool = True, quick: bool = False,
                      on_progress: Optional[Callable[[str], None]] = None) -> dict:
     """Profile one model-bench case's step: the workload built as `fade bench models` builds it
-    (zoo.workload.build_workload, step.runner.apply_config, StepRunner under step.config.pinned), its
-    learning rate frozen as for the bench's timed steps, then profile_steps and one step under LineRecorder.
+    (zoo.workload.build_workload, step.runner.apply_config, StepRunner under step.config.pinned), the
+    bench's checked steps run (step.runner.checked_step_count: they compile and warm the step, and move the
+    weights as the bench's do), its learning rate frozen as for the bench's timed steps, then profile_steps
+    with the bench's own timing of the unprofiled step (models.case.time_step with suite.FULL_TIMING, or
+    QUICK_TIMING when `quick`, as `fade bench models --quick`), and one step under LineRecorder.
 
     Returns {capture, lines, peak, workload, variant}: `peak` is the spec-table peak of the dtype the
     variant's GEMM/conv math runs in (models.case.peak_for_flops, as the bench's % of peak), decided from the
@@ -333,8 +350,9 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
     from fade.analyze.trace import collect_events, flops_by_kind
     from fade.hostwork.lines import LineRecorder
     from fade.measure.step.config import pinned
-    from fade.measure.step.runner import TIMED_LEARNING_RATE, WEIGHT_SEED, StepRunner, apply_config
-    from fade.measure.suites.models.case import device_facts, peak_for_flops
+    from fade.measure.step.runner import TIMED_LEARNING_RATE, WEIGHT_SEED, StepRunner, apply_config, checked_step_count
+    from fade.measure.suites.models.case import device_facts, peak_for_flops, time_step
+    from fade.measure.suites.models.suite import FULL_TIMING, QUICK_TIMING
     from fade.measure.suites.models.variants import parse_variant, skip_reason
     from fade.measure.zoo.workload import build_workload
 
@@ -354,11 +372,21 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
     torch.manual_seed(WEIGHT_SEED)
     workload = build_workload(model, batch, size, device)
     runnable = apply_config(workload, parsed)
+    settings = QUICK_TIMING if quick else FULL_TIMING
+
+    def bench_timing() -> tuple:
+        timing, segments, _, gc_facts = time_step(runner, workload.samples, device, settings, quick=quick)
+        return timing, {"method": "fade bench models' timing (fade.measure.suites.models.case.time_step, "
+                                  f"{'QUICK' if quick else 'FULL'}_TIMING)", "timing_segments": segments, "gc": gc_facts}
+
     with pinned(parsed):
         runner = StepRunner(workload, runnable, parsed, training, device, track_finite=False)
+        progress(f"running the bench's {checked_step_count(training, quick)} checked step(s) (compile, warm-up)")
+        runner.checked_steps(checked_step_count(training, quick))
         runner.freeze_weights()
         capture = profile_steps(runner.step, device=device, wait=wait, warmup=warmup, active=active,
-                                trace_path=trace_path, measure_overhead=measure_overhead, on_progress=progress)
+                                trace_path=trace_path, measure_overhead=measure_overhead,
+                                time_unprofiled=bench_timing, on_progress=progress)
         accelerator = device.split(":", 1)[0]
         with LineRecorder(None if accelerator == "cpu" else accelerator) as recorder:
             runner.step()
@@ -366,7 +394,9 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
     if parsed.compile_mode is not None:
         torch._dynamo.reset()
     flops = flops_by_kind(collect_events(capture.trace).cpu_ops)
-    chosen = peak_for_flops({"conv": flops["convolution"], "matmul": flops["gemm"]}, parsed, peaks, dtype_support)
+    # attention's FLOPs are matmuls (Q K^T, P V): the bench's FlopCounterMode families count them as "matmul" too
+    chosen = peak_for_flops({"conv": flops["convolution"], "matmul": flops["gemm"] + flops["attention"]}, parsed,
+                            peaks, dtype_support)
     peak = None
     if peaks:
         peak = {"tflops": chosen["peak_tflops"], "dtype": chosen["peak_dtype"], "note": chosen["note"],
@@ -391,10 +421,12 @@ def summarize_capture(capture: ProfileCapture, *, lines: Optional[list] = None, 
     from fade.analyze.profile import summarize_trace
 
     peak = peak or {}
+    unprofiled_s = ((capture.unprofiled_timing or {}).get("stats") or {}).get("median_s") or None
     summary = summarize_trace(capture.trace, peak_tflops=peak.get("tflops"), peak_dtype=peak.get("dtype"),
                               peak_bandwidth_gbs=peak.get("bandwidth_gbs"), peak_source=peak.get("source"),
-                              host_lines=lines).to_dict()
+                              host_lines=lines, step_s=unprofiled_s).to_dict()
     summary["capture"] = capture.to_dict()
+    summary["step_time"] = step_times(summary, capture)
     summary["context"] = dict(context or {})
     schedule = capture.schedule
     summary["notes"].append(f"schedule: {schedule['wait']} unprofiled and {schedule['warmup']} warm-up steps "
@@ -411,6 +443,31 @@ def summarize_capture(capture: ProfileCapture, *, lines: Optional[list] = None, 
                                 "fade.hostwork's call sites during one step after the profiled window")
     summary["notes"].extend(capture.warnings)
     return summary
+
+
+def step_times(summary: dict, capture: ProfileCapture) -> dict:
+    """The step's time without the profiler and with it (device window, host span), and the profiler's
+    overhead on each: the summary's `step_time`."""
+    total = summary["total"]
+    steps = max(1, total["steps"])
+    unprofiled = capture.unprofiled_timing or {}
+    unprofiled_s = (unprofiled.get("stats") or {}).get("median_s") or None
+    window_s = total["window_us"] * 1e-6 / steps if total["window_us"] else None
+    host_s = statistics.median(capture.profiled_step_s) if capture.profiled_step_s else None
+
+    def overhead(profiled: Optional[float]) -> Optional[float]:
+        return 100.0 * (profiled / unprofiled_s - 1.0) if profiled and unprofiled_s else None
+
+    return {
+        "unprofiled_s": unprofiled_s, "unprofiled_method": unprofiled.get("method"),
+        "profiled_window_s": window_s, "profiled_host_span_s": host_s,
+        "overhead_window_pct": overhead(window_s), "overhead_host_span_pct": overhead(host_s),
+        "used_for_tflops": "unprofiled" if unprofiled_s else "profiled window",
+        "note": ("step TFLOP/s and MFU use the unprofiled step time; the profiled window (mean per step) only "
+                 "splits the step into busy and idle" if unprofiled_s else
+                 "no unprofiled timing (--no-overhead, or a script's steps): TFLOP/s and MFU use the profiled "
+                 "window, which includes the profiler's own cost"),
+    }
 
 
 def device_peak(device: str, dtype: Optional[str]) -> Optional[dict]:

@@ -134,6 +134,11 @@ def _facts_line(summary: dict) -> str:
         if flops.get("mfu_step") is not None:
             text += f" ({100 * flops['mfu_step']:.3g}% of peak)"
         facts.append(text)
+    if flops.get("tflops_attention") is not None:
+        text = f"attention kernels {flops['tflops_attention']:.3g} TFLOP/s"
+        if flops.get("mfu_attention") is not None:
+            text += f" ({100 * flops['mfu_attention']:.3g}% of peak)"
+        facts.append(text)
     if flops.get("tflops_gemm_conv") is not None:
         text = f"GEMM/conv kernels {flops['tflops_gemm_conv']:.3g} TFLOP/s"
         if flops.get("mfu_gemm_conv") is not None:
@@ -147,9 +152,15 @@ def _facts_line(summary: dict) -> str:
     facts.append(f"syncs: {total['syncs']['count']}")
     if total["syncs"].get("host_reads") is not None:
         facts.append(f"host reads: {total['syncs']['host_reads']}")
-    overhead = (summary.get("capture") or {}).get("overhead_fraction")
-    if overhead is not None:
-        facts.append(f"profiler overhead on the step {100 * overhead:+.0f}%")
+    times = summary.get("step_time") or {}
+    if times.get("unprofiled_s") and times.get("profiled_window_s"):
+        facts.append(f"step {1e3 * times['unprofiled_s']:.3g} ms unprofiled (TFLOP/s and MFU use it), "
+                     f"{1e3 * times['profiled_window_s']:.3g} ms profiled window: profiler overhead "
+                     f"{times['overhead_window_pct']:+.0f}%")
+    else:
+        overhead = (summary.get("capture") or {}).get("overhead_fraction")
+        if overhead is not None:
+            facts.append(f"profiler overhead on the step {100 * overhead:+.0f}%")
     return "; ".join(facts)
 
 

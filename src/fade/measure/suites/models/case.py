@@ -187,10 +187,8 @@ def model_case(
         runner.tracker.reset()
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
-        with gc_frozen() as gc_facts:
-            max_segments = TIMING_SEGMENTS if ctx.quick else MAX_TIMING_SEGMENTS  # --quick: a smoke run, kept short
-            timed = _timed_segments(runner, workload.samples, device, ctx.timing, validate=validate, max_segments=max_segments)
-        timing, segments, plain = timed
+        timing, segments, plain, gc_facts = time_step(runner, workload.samples, device, ctx.timing,
+                                                      validate=validate, quick=ctx.quick)
         loss_check_facts["finite_checked_steps"] = runner.tracker.check()
         memory = _memory(device)
         # inference outputs the finiteness check held at once (their concatenation briefly doubles it)
@@ -400,6 +398,22 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
         "back-to-back steps, a sync per timing.ROUND_S of blocks, segments interleaved with FADE's; median of the blocks",
     }
     return timing, segments, plain
+
+
+def time_step(runner: StepRunner, samples: int, device: str, settings: dict, *, validate: bool = False,
+              quick: bool = False) -> tuple:
+    """The bench's timing of `runner.step` ("Timing" and "Conditions" above): under conditions.gc_frozen,
+    batches of TIMING_SEGMENTS measure() calls with `settings` as totals (suite.FULL_TIMING or QUICK_TIMING),
+    more batches while they disagree, up to MAX_TIMING_SEGMENTS (TIMING_SEGMENTS when `quick`), and the
+    plain loop between them when `validate`. The caller has pinned the flags (step.config.pinned), run the
+    checked steps and frozen the weights (runner.freeze_weights), as model_case does; `fade profile` times
+    its unprofiled step here. Returns (pooled Timing, extra.timing_segments, extra.plain_loop or None,
+    extra.gc)."""
+    with gc_frozen() as gc_facts:
+        max_segments = TIMING_SEGMENTS if quick else MAX_TIMING_SEGMENTS  # --quick: a smoke run, kept short
+        timing, segments, plain = _timed_segments(runner, samples, device, settings, validate=validate,
+                                                  max_segments=max_segments)
+    return timing, segments, plain, gc_facts
 
 
 def _segment_settings(settings: dict, first: bool) -> dict:
