@@ -106,3 +106,25 @@ def test_the_step_rate_uses_the_unprofiled_step_time_when_given():
 def test_a_bad_unprofiled_step_time_is_one_usage_line(step_s):
     with pytest.raises(FadeUsageError, match="step_s"):
         summarize_trace(attention_trace(), step_s=step_s)
+
+
+def test_a_real_cpu_trace_of_sdpa_counts_its_attention_flops(tmp_path):
+    """torch.profiler's own export of SDPA forward + backward on the CPU: the outer ops carry the shapes, and
+    the count equals flop_counter's."""
+    torch = pytest.importorskip("torch")
+    import json
+
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+
+    from fade.analyze.trace import collect_events, flops_by_kind
+
+    shape = [2, 4, 64, 32]
+    query = torch.randn(*shape, requires_grad=True)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        torch.nn.functional.scaled_dot_product_attention(query, query, query).sum().backward()
+    path = str(tmp_path / "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as handle:
+        flops = flops_by_kind(collect_events(json.load(handle)).cpu_ops)
+    assert flops["attention"] == sdpa_flop_count(shape, shape, shape) + sdpa_backward_flop_count(shape, shape, shape, shape)
