@@ -25,11 +25,13 @@ import warnings
 
 import torch
 
+from fade.hostwork.storages import StorageTable, map_nested, set_geometry
+
 NAME = "standin"
 aten = torch.ops.aten
 
 _lock = threading.Lock()
-_host_storage: dict = {}  # device StorageImpl address -> (weak ref to the device storage, host UntypedStorage)
+_host_storage = StorageTable(NAME)  # device storage -> the host UntypedStorage holding its memory
 _library = None  # the torch.library.Library holding the fallback; kept alive here
 _simulated_warnings: dict[str, str] = {}  # op name -> warning text the op emits (see simulated_warnings)
 
@@ -91,58 +93,30 @@ def _device() -> torch.device:
     return torch.device(NAME, 0)
 
 
-def _weak_ref(storage):
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    return StorageWeakRef(storage)
-
-
 def to_host(tensor: torch.Tensor) -> torch.Tensor:
     """The host tensor sharing `tensor`'s memory, with the same sizes, strides and offset. No copy."""
-    storage = tensor.untyped_storage()
-    entry = _host_storage.get(storage._cdata)
-    if entry is None or entry[0].expired():
-        raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.hostwork.standin?)")
-    host = torch.empty(0, dtype=tensor.dtype)
-    host.set_(entry[1], tensor.storage_offset(), tensor.size(), tensor.stride())
-    return host
+    try:
+        host_storage = _host_storage.backing(tensor)
+    except RuntimeError:
+        raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.hostwork.standin?)") from None
+    return set_geometry(torch.empty(0, dtype=tensor.dtype), host_storage, tensor.storage_offset(), tensor.size(),
+                        tensor.stride())
 
 
 def _new_device_tensor(host: torch.Tensor) -> torch.Tensor:
     """A device tensor over `host`'s memory, same geometry."""
     host_storage = host.untyped_storage()
-    storage = torch._C._construct_storage_from_data_pointer(host_storage.data_ptr(), _device(),
-                                                            host_storage.nbytes())
-    tensor = torch._C._acc.create_empty_tensor((0,), host.dtype)
-    # The CPU kernel of set_ only rewires sizes, strides and storage; it never reads the data.
-    aten.set_.source_Storage_storage_offset._op_dk("CPU", tensor, storage, host.storage_offset(), host.size(),
-                                                   host.stride())
-    with _lock:
-        _host_storage[storage._cdata] = (_weak_ref(tensor.untyped_storage()), host_storage)
-        if len(_host_storage) % 1024 == 0:
-            _forget_dead_storages()
+    tensor = _host_storage.new_tensor(host_storage, host_storage.data_ptr(), host_storage.nbytes(), _device(),
+                                      host.dtype, host.storage_offset(), host.size(), host.stride())
+    if len(_host_storage) % 1024 == 0:
+        _host_storage.sweep()
     return tensor
 
 
 def _view_of(device_base: torch.Tensor, host_view: torch.Tensor) -> torch.Tensor:
     """A device tensor sharing `device_base`'s storage, with `host_view`'s geometry."""
-    tensor = torch._C._acc.create_empty_tensor((0,), host_view.dtype)
-    aten.set_.source_Storage_storage_offset._op_dk("CPU", tensor, device_base.untyped_storage(),
-                                                   host_view.storage_offset(), host_view.size(), host_view.stride())
-    return tensor
-
-
-def _forget_dead_storages() -> None:
-    for key in [key for key, (ref, _) in _host_storage.items() if ref.expired()]:
-        del _host_storage[key]
-
-
-def _map(function, value):
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(function, item) for item in value)
-    if isinstance(value, dict):
-        return {key: _map(function, item) for key, item in value.items()}
-    return function(value)
+    return _host_storage.view_of(device_base, host_view.dtype, host_view.storage_offset(), host_view.size(),
+                                 host_view.stride())
 
 
 def _run_on_host(op, *args, **kwargs):
@@ -167,8 +141,8 @@ def _run_on_host(op, *args, **kwargs):
             return torch.device("cpu")
         return value
 
-    host_args = _map(unwrap, args)
-    host_kwargs = _map(unwrap, kwargs)
+    host_args = map_nested(unwrap, args)
+    host_kwargs = map_nested(unwrap, kwargs)
     if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
         source, destination = host_args[0], host_args[1]
         if op is aten._copy_from_and_resize.default:
@@ -193,7 +167,7 @@ def _run_on_host(op, *args, **kwargs):
             return _view_of(base, value)
         return _new_device_tensor(value)
 
-    return _map(wrap, result)
+    return map_nested(wrap, result)
 
 
 def _wrap_inplace(host: torch.Tensor, device_tensor: torch.Tensor) -> torch.Tensor:
@@ -203,11 +177,10 @@ def _wrap_inplace(host: torch.Tensor, device_tensor: torch.Tensor) -> torch.Tens
     grew = host.untyped_storage().nbytes() > device_tensor.untyped_storage().nbytes()
     if grew:  # the host storage was reallocated: point the device tensor at a storage over the new memory
         fresh = _new_device_tensor(host)
-        aten.set_.source_Storage_storage_offset._op_dk("CPU", device_tensor, fresh.untyped_storage(),
-                                                       host.storage_offset(), host.size(), host.stride())
+        set_geometry(device_tensor, fresh.untyped_storage(), host.storage_offset(), host.size(), host.stride())
     elif not same_geometry:
-        aten.set_.source_Storage_storage_offset._op_dk("CPU", device_tensor, device_tensor.untyped_storage(),
-                                                       host.storage_offset(), host.size(), host.stride())
+        set_geometry(device_tensor, device_tensor.untyped_storage(), host.storage_offset(), host.size(),
+                     host.stride())
     return device_tensor
 
 
@@ -265,5 +238,4 @@ class _BackendModule:
         pass  # ops run synchronously
 
     def memory_allocated(self, device=None) -> int:
-        with _lock:
-            return sum(host.nbytes() for ref, host in _host_storage.values() if not ref.expired())
+        return sum(host.nbytes() for host in _host_storage.live())
