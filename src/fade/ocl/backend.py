@@ -1,0 +1,898 @@
+"""torch's PrivateUse1 device named "ocl": tensors in OpenCL buffers, native kernels, a counted CPU fallback.
+
+Every ATen op on the device reaches one boxed kernel (`_dispatch`). View ops are computed on meta tensors and
+become views of the same storage (fade.hostwork.storages); ops with an OpenCL kernel here run on the device;
+every other op runs on the CPU (storages copied in, the op run, written arguments copied back, views kept), warns
+once per op with its name and is counted (`fallback_counts`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import math
+import threading
+import warnings
+
+import numpy as np
+import torch
+
+from fade.hostwork.storages import StorageTable, map_nested, set_geometry
+from fade.ocl import runtime
+from fade.ocl.runtime import FP16, OclError
+
+NAME = "ocl"
+aten = torch.ops.aten
+MAX_DIMS = 8
+
+_table = StorageTable(NAME)
+_library = None
+_lock = threading.Lock()
+_fallbacks: collections.Counter = collections.Counter()
+_CL_TYPES = {torch.float32: "float", torch.float64: "double", torch.float16: "half", torch.int64: "long",
+             torch.int32: "int", torch.int16: "short", torch.int8: "char", torch.uint8: "uchar",
+             torch.bool: "uchar"}
+
+
+@dataclasses.dataclass
+class Block:
+    """The memory behind one device storage."""
+    device: int
+    buffer: object
+
+
+def is_registered() -> bool:
+    return _library is not None
+
+
+def register() -> None:
+    """Name PrivateUse1 "ocl" in this process and route its ops here (idempotent). OclError if there is no
+    OpenCL device or PrivateUse1 already has another name (it can be named once per process)."""
+    global _library
+    if _library is not None:
+        return
+    runtime.devices()  # fails with one line when there is no OpenCL
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", NAME):
+        raise OclError(f"PrivateUse1 is already registered as {current!r} in this process; fade.ocl needs it")
+    if current == "privateuseone":
+        _setup_privateuseone_for_python_backend(NAME, backend_module=BackendModule())
+    library = torch.library.Library("_", "IMPL")
+    library.fallback(_dispatch, "PrivateUse1")
+    # Per-op registrations as in fade.hostwork.standin: some C++ paths (torch.tensor(..., device=), the
+    # convolution composite's convolution_overrideable) reach only per-op Python kernels.
+    aten_library = torch.library.Library("aten", "IMPL")
+    for op in (aten.empty.memory_format, aten.empty_strided.default, aten._copy_from.default,
+               aten._copy_from_and_resize.default, aten.convolution.default, aten.convolution_backward.default):
+        aten_library.impl(op, functools.partial(_dispatch, op), "PrivateUse1")
+    _library = (library, aten_library)
+
+
+def fallback_counts() -> dict[str, int]:
+    """How many times each op ran on the CPU for lack of an OpenCL kernel, by op name."""
+    with _lock:
+        return dict(_fallbacks)
+
+
+def reset_fallback_counts() -> None:
+    with _lock:
+        _fallbacks.clear()
+
+
+# memory
+def _reclaim() -> None:
+    for block in _table.sweep():
+        runtime.device(block.device).release(block.buffer)
+
+
+def _check_dtype(dev: runtime.Device, dtype) -> None:
+    if dtype == torch.float16 and not dev.info.fp16:
+        raise OclError(f"ocl:{dev.index} ({dev.info.name}) lacks the OpenCL extension {FP16}: float16 tensors "
+                       "cannot live there (use float32)")
+
+
+def _extent(size, stride, offset: int) -> int:
+    if any(s == 0 for s in size):
+        return offset
+    return offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))
+
+
+def empty(size, stride, dtype, index: int, offset: int = 0) -> torch.Tensor:
+    dev = runtime.device(index)
+    _check_dtype(dev, dtype)
+    nbytes = _extent(size, stride, offset) * torch.empty(0, dtype=dtype).element_size()
+    buffer = dev.allocate(nbytes, _reclaim)
+    return _table.new_tensor(Block(index, buffer), buffer.int_ptr, nbytes, torch.device(NAME, index), dtype,
+                             offset, size, stride)
+
+
+def _contiguous_strides(size) -> list[int]:
+    strides, running = [], 1
+    for s in reversed(list(size)):
+        strides.append(running)
+        running *= max(s, 1)
+    return strides[::-1]
+
+
+def empty_like_meta(meta: torch.Tensor, index: int) -> torch.Tensor:
+    return empty(meta.size(), meta.stride(), meta.dtype, index)
+
+
+def _block(tensor: torch.Tensor) -> Block:
+    return _table.backing(tensor)
+
+
+def _dev(tensor: torch.Tensor) -> runtime.Device:
+    return runtime.device(tensor.device.index or 0)
+
+
+def _is_dense(tensor: torch.Tensor) -> bool:
+    return tensor.is_contiguous()
+
+
+def _raw(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.reshape(-1).view(torch.uint8).numpy()
+
+
+def upload(host: torch.Tensor, target: torch.Tensor) -> None:
+    """Copy a host tensor into a device tensor (any strides, any dtypes)."""
+    host = host.detach().to(target.dtype).expand(target.shape)
+    if target.numel() == 0:
+        return
+    if not _is_dense(target):
+        staging = empty(target.size(), _contiguous_strides(target.size()), target.dtype, target.device.index)
+        upload(host, staging)
+        pointwise("a", target, [staging])
+        return
+    dev = _dev(target)
+    data = np.ascontiguousarray(_raw(host.contiguous()))
+    dev.cl.enqueue_copy(dev.queue, _block(target).buffer, data,
+                        dst_offset=target.storage_offset() * target.element_size())
+
+
+def download(source: torch.Tensor) -> torch.Tensor:
+    """A contiguous host copy of a device tensor."""
+    host = torch.empty(source.shape, dtype=source.dtype)
+    if source.numel() == 0:
+        return host
+    if not _is_dense(source):
+        staging = empty(source.size(), _contiguous_strides(source.size()), source.dtype, source.device.index)
+        pointwise("a", staging, [source])
+        source = staging
+    dev = _dev(source)
+    dev.cl.enqueue_copy(dev.queue, _raw(host), _block(source).buffer,
+                        src_offset=source.storage_offset() * source.element_size(), is_blocking=True)
+    return host
+
+
+def _storage_to_host(tensor: torch.Tensor) -> torch.UntypedStorage:
+    storage = tensor.untyped_storage()
+    host = torch.UntypedStorage(storage.nbytes())
+    if storage.nbytes():
+        dev = _dev(tensor)
+        dev.cl.enqueue_copy(dev.queue, torch.empty(0, dtype=torch.uint8).set_(host).numpy(), _block(tensor).buffer,
+                            is_blocking=True)
+    return host
+
+
+def _storage_from_host(host: torch.UntypedStorage, tensor: torch.Tensor) -> None:
+    if host.nbytes():
+        dev = _dev(tensor)
+        dev.cl.enqueue_copy(dev.queue, _block(tensor).buffer, torch.empty(0, dtype=torch.uint8).set_(host).numpy())
+
+
+# kernels
+def _cl_type(dtype) -> str:
+    cl_type = _CL_TYPES.get(dtype)
+    if cl_type is None:
+        raise _NoKernel(f"no OpenCL type for {dtype}")
+    return cl_type
+
+
+class _NoKernel(Exception):
+    """This call has no OpenCL kernel here; run it on the CPU."""
+
+
+def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalars: dict | None = None) -> None:
+    """out[i] = expr(a, b, c, ...) elementwise; operands are device tensors broadcast to out's shape or Python
+    numbers; named `scalars` are available to expr; compute is the dtype the expression is evaluated in."""
+    scalars = scalars or {}
+    if out.numel() == 0:
+        return
+    if out.dim() > MAX_DIMS:
+        raise _NoKernel(f"more than {MAX_DIMS} dims")
+    compute = compute or out.dtype
+    ct = "float" if compute == torch.float16 else _cl_type(compute)
+    ot = _cl_type(out.dtype)
+    shape = list(out.shape)
+    meta = [out.numel(), len(shape)] + shape + [0] * (MAX_DIMS - len(shape))
+    meta += [out.storage_offset()] + list(out.stride()) + [0] * (MAX_DIMS - len(shape))
+    params, loads, args, letters = [], [], [], "abcdefgh"
+    for position, operand in enumerate(operands):
+        letter = letters[position]
+        if isinstance(operand, torch.Tensor):
+            if operand.device.type != NAME:
+                raise _NoKernel("a host tensor operand")
+            view = operand.expand(shape) if operand.dim() <= len(shape) else operand
+            slot = len(meta)
+            meta += [view.storage_offset()] + list(view.stride()) + [0] * (MAX_DIMS - len(shape))
+            params.append(f"__global const {_cl_type(operand.dtype)}* in_{letter}")
+            loads.append(f"long p_{letter} = meta[{slot}]; for (int d = 0; d < nd; ++d) p_{letter} += "
+                         f"idx[d] * meta[{slot} + 1 + d]; {ct} {letter} = ({ct})in_{letter}[p_{letter}];")
+            args.append(_block(operand).buffer)
+        else:
+            params.append(f"{ct} {letter}")
+            args.append(operand)
+    for name, value in scalars.items():
+        params.append(f"{ct} {name}")
+        args.append(value)
+    store = f"({ot})(({ct})({expr}) != 0)" if out.dtype == torch.bool else f"({ot})({expr})"
+    source = f"""
+__kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(', ' + p for p in params)}) {{
+    long i = get_global_id(0);
+    if (i >= meta[0]) return;
+    int nd = (int)meta[1];
+    long idx[{MAX_DIMS}];
+    long rem = i;
+    for (int d = nd - 1; d >= 0; --d) {{ long s = meta[2 + d]; idx[d] = rem % s; rem /= s; }}
+    long o = meta[{2 + MAX_DIMS}];
+    for (int d = 0; d < nd; ++d) o += idx[d] * meta[{3 + MAX_DIMS} + d];
+    {' '.join(loads)}
+    out[o] = {store};
+}}"""
+    dev = _dev(out)
+    kernel = dev.kernel("pointwise", source)
+    cl = dev.cl
+    meta_buffer = cl.Buffer(dev.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                            hostbuf=np.asarray(meta, dtype=np.int64))
+    np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
+    values = [arg if not isinstance(arg, (int, float, bool)) else np_ct(arg) for arg in args]
+    kernel(dev.queue, (out.numel(),), None, _block(out).buffer, meta_buffer, *values)
+
+
+_ROWS = {
+    "sum": ("acc = 0", "acc += v", "acc"),
+    "mean": ("acc = 0", "acc += v", "acc / (ACC)n"),
+    "max": ("acc = -INFINITY; if (!FLOAT) acc = x[0]",
+            "if (v != v) { acc = v; break; } if (v > acc) acc = v", "acc"),
+    "min": ("acc = INFINITY; if (!FLOAT) acc = x[0]",
+            "if (v != v) { acc = v; break; } if (v < acc) acc = v", "acc"),
+    "argmax": ("acc = -INFINITY; long best = 0; if (!FLOAT) acc = x[0]",
+               "if (v != v) { best = j; break; } if (v > acc) { acc = v; best = j; }", "best"),
+    "argmin": ("acc = INFINITY; long best = 0; if (!FLOAT) acc = x[0]",
+               "if (v != v) { best = j; break; } if (v < acc) { acc = v; best = j; }", "best"),
+}
+
+
+def reduce_rows(kind: str, x: torch.Tensor, out: torch.Tensor) -> None:
+    """out[r] = reduce(x[r, :]) for a contiguous (rows, n) device tensor x and a contiguous out of rows
+    elements. Each work item loops over its row: no atomics and no compare-and-swap, so NaN cannot hang it."""
+    rows, n = x.shape
+    if rows == 0:
+        return
+    dev = _dev(x)
+    floating = x.dtype.is_floating_point
+    acc_type = "float" if x.dtype == torch.float16 else ("double" if x.dtype == torch.float64 else
+                                                         ("float" if floating else "long"))
+    init, step, result = _ROWS[kind]
+    source = f"""
+#define ACC {acc_type}
+#define FLOAT {1 if floating else 0}
+__kernel void reduce_rows(__global const {_cl_type(x.dtype)}* xs, long x_off, __global {_cl_type(out.dtype)}* out,
+                          long out_off, long n, long rows) {{
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    __global const {_cl_type(x.dtype)}* x = xs + x_off + r * n;
+    ACC acc; {init.replace("acc = x[0]", "acc = (ACC)x[0]")};
+    for (long j = 0; j < n; ++j) {{ ACC v = (ACC)x[j]; {step}; }}
+    out[out_off + r] = ({_cl_type(out.dtype)})({result});
+}}"""
+    if not floating:
+        source = source.replace("if (v != v) { acc = v; break; } ", "").replace(
+            "if (v != v) { best = j; break; } ", "")
+    kernel = dev.kernel("reduce_rows", source)
+    kernel(dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+           np.int64(out.storage_offset()), np.int64(n), np.int64(rows))
+
+
+def softmax_rows(x: torch.Tensor, out: torch.Tensor, log: bool) -> None:
+    """Row softmax (or log-softmax) of a contiguous (rows, n) float tensor. NaN and inf flow through as on
+    the CPU: a row holding NaN (or +inf) yields NaN."""
+    rows, n = x.shape
+    if rows == 0 or n == 0:
+        return
+    dev = _dev(x)
+    t = _cl_type(x.dtype)
+    acc = "double" if x.dtype == torch.float64 else "float"
+    value = "(v - m) - log(s)" if log else "exp(v - m) / s"
+    source = f"""
+__kernel void softmax_rows(__global const {t}* xs, long x_off, __global {t}* out, long out_off, long n,
+                           long rows) {{
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    __global const {t}* x = xs + x_off + r * n;
+    {acc} m = -INFINITY;
+    for (long j = 0; j < n; ++j) {{ {acc} v = x[j]; if (v != v) {{ m = v; break; }} m = v > m ? v : m; }}
+    {acc} s = 0;
+    for (long j = 0; j < n; ++j) s += exp(({acc})x[j] - m);
+    for (long j = 0; j < n; ++j) {{ {acc} v = x[j]; out[out_off + r * n + j] = ({t})({value}); }}
+}}"""
+    kernel = dev.kernel("softmax_rows", source)
+    kernel(dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+           np.int64(out.storage_offset()), np.int64(n), np.int64(rows))
+
+
+# ops
+def _bind(op, args, kwargs) -> dict:
+    bound = {}
+    for position, argument in enumerate(op._schema.arguments):
+        if position < len(args) and not argument.kwarg_only:
+            bound[argument.name] = args[position]
+        elif argument.name in kwargs:
+            bound[argument.name] = kwargs[argument.name]
+        elif argument.has_default_value():
+            bound[argument.name] = argument.default_value
+        else:
+            bound[argument.name] = None
+    return bound
+
+
+def _to_meta(value):
+    if isinstance(value, torch.Tensor) and value.device.type == NAME:
+        numel = value.untyped_storage().nbytes() // value.element_size()
+        base = torch.empty(numel, dtype=value.dtype, device="meta")
+        return base.as_strided(value.size(), value.stride(), value.storage_offset())
+    if isinstance(value, torch.device) and value.type == NAME:
+        return torch.device("meta")
+    return value
+
+
+def _index_of(args, kwargs) -> int:
+    found = []
+    map_nested(lambda v: found.append(v.device.index or 0) if isinstance(v, torch.Tensor) and
+               v.device.type == NAME else None, (args, kwargs))
+    if found:
+        return found[0]
+    device = kwargs.get("device")
+    return (device.index or 0) if isinstance(device, torch.device) else 0
+
+
+def _written(op, bound):
+    return [bound[a.name] for a in op._schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write and isinstance(bound.get(a.name), torch.Tensor)]
+
+
+def _output_for(op, args, kwargs, bound) -> tuple:
+    """(the tensor the op writes, the meta result): its in-place/out= argument, or a fresh tensor shaped as
+    the op's meta result."""
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    written = _written(op, bound)
+    if written:
+        target = written[0]
+        if target.shape != meta_result.shape:
+            aten.resize_.default(target, meta_result.shape)
+        return target, meta_result
+    return empty_like_meta(meta_result, _index_of(args, kwargs)), meta_result
+
+
+_ERF_GRAD = "(0.5f * (1 + erf(b * 0.70710678118654752f)) + b * exp(-0.5f * b * b) * 0.3989422804014327f)"
+POINTWISE = {  # base name -> (operand argument names, expression, scalar argument names)
+    "add": (("self", "other"), "a + alpha * b", ("alpha",)),
+    "sub": (("self", "other"), "a - alpha * b", ("alpha",)),
+    "rsub": (("self", "other"), "b - alpha * a", ("alpha",)),
+    "mul": (("self", "other"), "a * b", ()),
+    "div": (("self", "other"), "a / b", ()),
+    "neg": (("self",), "-a", ()),
+    "exp": (("self",), "exp(a)", ()),
+    "log": (("self",), "log(a)", ()),
+    "sqrt": (("self",), "sqrt(a)", ()),
+    "rsqrt": (("self",), "rsqrt(a)", ()),
+    "abs": (("self",), "(a < 0 ? -a : a)", ()),
+    "sin": (("self",), "sin(a)", ()),
+    "cos": (("self",), "cos(a)", ()),
+    "tanh": (("self",), "tanh(a)", ()),
+    "sigmoid": (("self",), "1 / (1 + exp(-a))", ()),
+    "relu": (("self",), "((a != a || a > 0) ? a : 0)", ()),
+    "reciprocal": (("self",), "1 / a", ()),
+    "gelu": (("self",), "0.5f * a * (1 + erf(a * 0.70710678118654752f))", ()),
+    "pow": (("self", "exponent"), "pow(a, b)", ()),
+    "eq": (("self", "other"), "a == b", ()),
+    "ne": (("self", "other"), "a != b", ()),
+    "lt": (("self", "other"), "a < b", ()),
+    "le": (("self", "other"), "a <= b", ()),
+    "gt": (("self", "other"), "a > b", ()),
+    "ge": (("self", "other"), "a >= b", ()),
+    "maximum": (("self", "other"), "(a != a ? a : (b != b ? b : (a > b ? a : b)))", ()),
+    "minimum": (("self", "other"), "(a != a ? a : (b != b ? b : (a < b ? a : b)))", ()),
+    "where": (("condition", "self", "other"), "(a != 0 ? b : c)", ()),
+    "threshold_backward": (("grad_output", "self"), "(b <= threshold ? 0 : a)", ("threshold",)),
+    "sigmoid_backward": (("grad_output", "output"), "a * (1 - b) * b", ()),
+    "tanh_backward": (("grad_output", "output"), "a * (1 - b * b)", ()),
+    "gelu_backward": (("grad_output", "self"), "a * " + _ERF_GRAD, ()),
+    "fill": (("value",), "a", ()),
+    "zero": ((), "0", ()),
+    "clone": (("self",), "a", ()),
+    "ceil": (("self",), "ceil(a)", ()),
+    "floor": (("self",), "floor(a)", ()),
+    "bitwise_and": (("self", "other"), "a & b", ()),
+    "bitwise_or": (("self", "other"), "a | b", ()),
+    "bitwise_not": (("self",), "~a", ()),
+    "logical_not": (("self",), "a == 0", ()),
+    "logical_and": (("self", "other"), "a != 0 && b != 0", ()),
+    "logical_or": (("self", "other"), "a != 0 || b != 0", ()),
+    "isnan": (("self",), "a != a", ()),
+    "sign": (("self",), "(a > 0) - (a < 0)", ()),
+    "masked_fill": (("self", "mask", "value"), "(b != 0 ? c : a)", ()),
+    "addcmul": (("self", "tensor1", "tensor2"), "a + value * b * c", ("value",)),
+    "addcdiv": (("self", "tensor1", "tensor2"), "a + value * b / c", ("value",)),
+    "lerp": (("self", "end", "weight"), "a + c * (b - a)", ()),
+}
+
+
+def _base(op) -> str:
+    """aten::add_ -> add, aten::_softmax -> _softmax."""
+    return op._schema.name.split("::")[1].rstrip("_")
+
+
+def _finish(op, bound, result):
+    """An out= overload: the functional result copied into the out tensors, which are returned."""
+    targets = _written(op, bound)
+    if not targets:
+        return result
+    results = result if isinstance(result, tuple) else (result,)
+    for target, value in zip(targets, results):
+        if target.shape != value.shape:
+            aten.resize_.default(target, value.shape)
+        pointwise("a", target, [value])
+    return targets[0] if len(targets) == 1 else tuple(targets)
+
+
+def _pointwise_op(op, args, kwargs, bound):
+    base = _base(op)
+    operand_names, expr, scalar_names = POINTWISE[base]
+    if bound.get("rounding_mode") is not None or bound.get("approximate") not in (None, "none"):
+        raise _NoKernel("a variant without a kernel")
+    out, _ = _output_for(op, args, kwargs, bound)
+    operands = [bound[name] for name in operand_names]
+    tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+    compute = out.dtype
+    if out.dtype == torch.bool and base != "where" and tensors:  # compare in the inputs' promoted type
+        compute = torch.result_type(*operands) if len(operands) == 2 else tensors[0].dtype
+    if compute == torch.bfloat16 or any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
+                                        for x in operands):
+        raise _NoKernel("bfloat16")
+    scalars = {name: (1 if bound[name] is None else bound[name]) for name in scalar_names}
+    operands = [float(x) if isinstance(x, bool) else x for x in operands]
+    pointwise(expr, out, operands, compute, scalars)
+    return out
+
+
+def _row_layout(x: torch.Tensor, dims) -> tuple:
+    """x with `dims` moved last, made contiguous as (rows, n) on the device, and the kept shape."""
+    dims = sorted({d % max(x.dim(), 1) for d in dims}) if x.dim() else []
+    kept = [d for d in range(x.dim()) if d not in dims]
+    permuted = x.permute(kept + dims) if x.dim() else x
+    staging = empty(permuted.shape, _contiguous_strides(permuted.shape), x.dtype, x.device.index)
+    pointwise("a", staging, [permuted])
+    n = math.prod(x.shape[d] for d in dims)
+    rows = math.prod(x.shape[d] for d in kept)
+    return staging.view(rows, n), [x.shape[d] for d in kept], dims
+
+
+def _reduction(op, args, kwargs, bound):
+    base = _base(op)
+    x = bound["self"]
+    if x.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32):
+        raise _NoKernel(f"reduction over {x.dtype}")
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    dim = bound.get("dim")
+    dims = list(range(x.dim())) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
+    kind = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
+            "argmax": "argmax", "argmin": "argmin"}[base]
+    source = x if bound.get("dtype") is None else x.to(bound["dtype"])
+    rows, _, _ = _row_layout(source, dims)
+    if isinstance(meta_result, tuple):
+        values = empty_like_meta(meta_result[0], x.device.index)
+        indices = empty_like_meta(meta_result[1], x.device.index)
+        reduce_rows(kind, rows, values.view(-1) if values.numel() else values)
+        reduce_rows("arg" + kind, rows, indices.view(-1) if indices.numel() else indices)
+        return _finish(op, bound, (values, indices))
+    if rows.shape[1] == 0 and kind in ("max", "min", "argmax", "argmin"):
+        raise _NoKernel("empty max")
+    out = empty(meta_result.shape, _contiguous_strides(meta_result.shape), meta_result.dtype, x.device.index)
+    reduce_rows(kind, rows, out.view(-1))
+    return _finish(op, bound, out)
+
+
+def _softmax(op, args, kwargs, bound):
+    x, dim = bound["self"], bound["dim"]
+    if x.dtype not in (torch.float32, torch.float64) or bound.get("half_to_float"):
+        raise _NoKernel(f"softmax over {x.dtype}")
+    dim = dim % max(x.dim(), 1)
+    rows, _, _ = _row_layout(x, [dim]) if x.dim() else (x.reshape(1, 1), None, None)
+    result = empty(rows.shape, _contiguous_strides(rows.shape), x.dtype, x.device.index)
+    softmax_rows(rows, result, log=op._schema.name.endswith("_log_softmax"))
+    order = [d for d in range(x.dim()) if d != dim] + [dim]
+    inverse = [order.index(d) for d in range(x.dim())]
+    permuted = result.view([x.shape[d] for d in order]).permute(inverse)
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    pointwise("a", out, [permuted])
+    return _finish(op, bound, out)
+
+
+def _softmax_backward(op, args, kwargs, bound):
+    grad, output, dim = bound["grad_output"], bound["output"], bound["dim"]
+    if output.dtype not in (torch.float32, torch.float64) or grad.dtype != output.dtype:
+        raise _NoKernel("softmax backward dtype")
+    out = empty(output.shape, _contiguous_strides(output.shape), output.dtype, output.device.index)
+    if op._schema.name.endswith("_log_softmax_backward_data"):
+        total = aten.sum.dim_IntList(grad, [dim], True)
+        pointwise("a - exp(b) * c", out, [grad, output, total])
+    else:
+        product = empty(output.shape, _contiguous_strides(output.shape), output.dtype, output.device.index)
+        pointwise("a * b", product, [grad, output])
+        total = aten.sum.dim_IntList(product, [dim], True)
+        pointwise("b * (a - c)", out, [grad, output, total])
+    return _finish(op, bound, out)
+
+
+_NLL_SOURCE = """
+__kernel void nll_rows(__global const T* x, long x_off, __global const long* target, long t_off,
+                       __global T* loss, __global T* weight, long rows, long classes, long ignore) {
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    long t = target[t_off + r];
+    int skip = t == ignore || t < 0 || t >= classes;
+    loss[r] = skip ? (T)0 : -x[x_off + r * classes + t];
+    weight[r] = skip ? (T)0 : (T)1;
+}
+__kernel void nll_grad(__global T* grad, __global const long* target, long t_off, __global const T* scale,
+                       long s_off, long s_stride, T divisor, long rows, long classes, long ignore) {
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    long t = target[t_off + r];
+    if (t == ignore || t < 0 || t >= classes) return;
+    grad[r * classes + t] = -scale[s_off + r * s_stride] / divisor;
+}
+"""
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _nll(op, args, kwargs, bound):
+    x, target = bound["self"], bound["target"]
+    if x.dim() != 2 or bound.get("weight") is not None or x.dtype not in (torch.float32, torch.float64) \
+            or target.dtype != torch.int64:
+        raise _NoKernel("nll_loss beyond 2-D unweighted")
+    dev = _dev(x)
+    index = x.device.index
+    rows, classes = x.shape
+    x = x if x.is_contiguous() else x.contiguous()
+    target = target if target.is_contiguous() else target.contiguous()
+    t = _cl_type(x.dtype)
+    reduction = _REDUCTIONS[bound["reduction"]]
+    program_source = f"#define T {t}\n" + _NLL_SOURCE
+    ignore = np.int64(bound["ignore_index"])
+    if op._schema.name.endswith("nll_loss_forward"):
+        loss = empty([rows], [1], x.dtype, index)
+        weight = empty([rows], [1], x.dtype, index)
+        if rows:
+            dev.kernel("nll_rows", program_source)(
+                dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(target).buffer,
+                np.int64(target.storage_offset()), _block(loss).buffer, _block(weight).buffer, np.int64(rows),
+                np.int64(classes), ignore)
+        total_weight = aten.sum.default(weight)
+        if reduction == "none":
+            return _finish(op, bound, (loss, total_weight))
+        total = aten.sum.default(loss)
+        if reduction == "mean":
+            total = aten.div.Tensor(total, total_weight)
+        return _finish(op, bound, (total, total_weight))
+    grad_output, total_weight = bound["grad_output"], bound["total_weight"]
+    grad = empty([rows, classes], [classes, 1], x.dtype, index)
+    pointwise("0", grad, [])
+    divisor = download(total_weight).item() if reduction == "mean" else 1.0
+    scale_stride = 0 if grad_output.dim() == 0 else grad_output.stride(0)
+    if rows:
+        dev.kernel("nll_grad", program_source)(
+            dev.queue, (rows,), None, _block(grad).buffer, _block(target).buffer, np.int64(target.storage_offset()),
+            _block(grad_output).buffer, np.int64(grad_output.storage_offset()), np.int64(scale_stride),
+            (np.float64 if x.dtype == torch.float64 else np.float32)(divisor), np.int64(rows), np.int64(classes),
+            ignore)
+    return _finish(op, bound, grad)
+
+
+def _gemm_operand(t: torch.Tensor) -> tuple:
+    """(tensor, transposed, leading dimension) of a 2-D device tensor, copying it if neither layout fits."""
+    rows, cols = t.shape
+    if t.stride(1) == 1 and t.stride(0) >= max(cols, 1):
+        return t, False, t.stride(0)
+    if t.stride(0) == 1 and t.stride(1) >= max(rows, 1):
+        return t, True, t.stride(1)
+    dense = empty(t.shape, _contiguous_strides(t.shape), t.dtype, t.device.index)
+    pointwise("a", dense, [t])
+    return dense, False, max(cols, 1)
+
+
+def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float) -> None:
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        pointwise("a * beta", out, [out], scalars={"beta": beta}) if beta else pointwise("0", out, [])
+        return
+    a, trans_a, lda = _gemm_operand(a)
+    b, trans_b, ldb = _gemm_operand(b)
+    runtime.gemm(_dev(out), out.dtype, trans_a, trans_b, m, n, k, alpha, _block(a).buffer, a.storage_offset(), lda,
+                 _block(b).buffer, b.storage_offset(), ldb, beta, _block(out).buffer, out.storage_offset(),
+                 out.stride(0))
+
+
+def _matmul(op, args, kwargs, bound):
+    base = _base(op)
+    if bound["self"].dtype not in (torch.float32, torch.float64):
+        raise _NoKernel("a GEMM variant without CLBlast")
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    index = bound["self"].device.index
+    out = empty(meta_result.shape, _contiguous_strides(meta_result.shape), meta_result.dtype, index)
+    if base == "mm":
+        _mm_into(out, bound["self"], bound["mat2"], 1.0, 0.0)
+    elif base == "addmm":
+        beta, alpha = float(bound["beta"]), float(bound["alpha"])
+        if beta:
+            pointwise("a", out, [bound["self"]])
+        _mm_into(out, bound["mat1"], bound["mat2"], alpha, beta)
+    else:  # bmm
+        for batch in range(out.shape[0]):
+            _mm_into(out[batch], bound["self"][batch], bound["mat2"][batch], 1.0, 0.0)
+    return _finish(op, bound, out)
+
+
+_GEOMETRY_INPLACE = {"resize_", "as_strided_", "t_", "transpose_", "squeeze_", "unsqueeze_", "swapdims_",
+                     "swapaxes_", "set_"}
+
+
+def _geometry_inplace(op, args, kwargs, bound):
+    base = op._schema.name.split("::")[1]
+    target = bound["self"]
+    if base == "set_":
+        raise _NoKernel("set_")
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    needed = _extent(meta_result.size(), meta_result.stride(), meta_result.storage_offset()) * target.element_size()
+    if needed > target.untyped_storage().nbytes():  # resize_ grew it: new memory holding the old bytes
+        old = download(target.reshape(-1)) if target.numel() else None
+        fresh = empty(meta_result.size(), meta_result.stride(), target.dtype, target.device.index,
+                      meta_result.storage_offset())
+        set_geometry(target, fresh.untyped_storage(), meta_result.storage_offset(), meta_result.size(),
+                     meta_result.stride())
+        if old is not None and target.is_contiguous():
+            upload(old, target.reshape(-1)[:old.numel()])
+        return target
+    return set_geometry(target, target.untyped_storage(), meta_result.storage_offset(), meta_result.size(),
+                        meta_result.stride())
+
+
+def _view(op, args, kwargs):
+    """A view op: its geometry from meta tensors, its storage the input's."""
+    bases = {}
+
+    def to_meta(value):
+        meta = _to_meta(value)
+        if meta is not value and isinstance(value, torch.Tensor):
+            bases[meta.untyped_storage()._cdata] = value
+        return meta
+
+    result = op(*map_nested(to_meta, args), **map_nested(to_meta, kwargs))
+
+    def wrap(meta):
+        if not isinstance(meta, torch.Tensor):
+            return meta
+        base = bases[meta.untyped_storage()._cdata]
+        return _table.view_of(base, meta.dtype, meta.storage_offset(), meta.size(), meta.stride())
+
+    return map_nested(wrap, result)
+
+
+def _is_view_op(op) -> bool:
+    returns = op._schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _copy_from(op, args, kwargs):
+    source, target = args[0], args[1]
+    if op is aten._copy_from_and_resize.default and target.shape != source.shape:
+        if target.device.type == NAME:
+            aten.resize_.default(target, source.shape)
+        else:
+            target.resize_(source.shape)
+    if target.device.type == NAME and source.device.type == NAME:
+        if target.dtype == torch.bfloat16 or source.dtype == torch.bfloat16:
+            if target.dtype != source.dtype:
+                raise _NoKernel("bfloat16 conversion")
+            upload(download(source), target)
+        else:
+            pointwise("a", target, [source])
+    elif target.device.type == NAME:
+        upload(source, target)
+    else:
+        target.copy_(download(source))
+    return target
+
+
+def _local_scalar_dense(op, args, kwargs):
+    return download(args[0]).item()
+
+
+def _empty(op, args, kwargs, bound):
+    dtype = bound.get("dtype") or torch.get_default_dtype()
+    size = list(bound["size"])
+    stride = list(bound["stride"]) if bound.get("stride") is not None else _contiguous_strides(size)
+    device = bound.get("device")
+    return empty(size, stride, dtype, device.index or 0 if device is not None else 0)
+
+
+def _native(op, args, kwargs):
+    """The device kernel for op, or raise _NoKernel."""
+    if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
+        return _copy_from(op, args, kwargs)
+    if op is aten._local_scalar_dense.default:
+        return _local_scalar_dense(op, args, kwargs)
+    bound = _bind(op, args, kwargs)
+    if op in (aten.empty.memory_format, aten.empty_strided.default):
+        return _empty(op, args, kwargs, bound)
+    if op._schema.name.split("::")[1] in _GEOMETRY_INPLACE:
+        return _geometry_inplace(op, args, kwargs, bound)
+    if _is_view_op(op):
+        return _view(op, args, kwargs)
+    base = _base(op)
+    if base in POINTWISE:
+        return _pointwise_op(op, args, kwargs, bound)
+    if base in ("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin") and op._overloadname not in (
+            "unary_out", "other", "names_dim"):
+        return _reduction(op, args, kwargs, bound)
+    if base in ("_softmax", "_log_softmax"):
+        return _softmax(op, args, kwargs, bound)
+    if base in ("_softmax_backward_data", "_log_softmax_backward_data"):
+        return _softmax_backward(op, args, kwargs, bound)
+    if base in ("nll_loss_forward", "nll_loss_backward"):
+        return _nll(op, args, kwargs, bound)
+    if base in ("mm", "addmm", "bmm"):
+        return _matmul(op, args, kwargs, bound)
+    raise _NoKernel(op.name())
+
+
+def _dispatch(op, *args, **kwargs):
+    """The kernel for every op on the ocl device."""
+    try:
+        return _native(op, args, kwargs)
+    except _NoKernel:
+        return _cpu_fallback(op, args, kwargs)
+
+
+def _cpu_fallback(op, args, kwargs):
+    name = op.name()
+    with _lock:
+        first = name not in _fallbacks
+        _fallbacks[name] += 1
+    if first:
+        warnings.warn(f"fade.ocl: the operator '{name}' has no OpenCL kernel and runs on the CPU (copy in, run, "
+                      "copy out); fade.ocl.fallback_counts() counts them", UserWarning, stacklevel=3)
+    bound = _bind(op, args, kwargs)
+    written = {id(t) for t in _written(op, bound)}
+    host_storages = {}  # device StorageImpl address -> (host storage, a device tensor on it)
+    host_to_device = {}  # id(host tensor) -> (host, device tensor)
+    device_by_host_storage = {}
+
+    def unwrap(value):
+        if isinstance(value, torch.Tensor) and value.device.type == NAME:
+            key = value.untyped_storage()._cdata
+            if key not in host_storages:
+                host_storages[key] = (_storage_to_host(value), value)
+            host_storage = host_storages[key][0]
+            host = set_geometry(torch.empty(0, dtype=value.dtype), host_storage, value.storage_offset(),
+                                value.size(), value.stride())
+            host_to_device[id(host)] = (host, value)
+            device_by_host_storage[host_storage._cdata] = value
+            return host
+        if isinstance(value, torch.device) and value.type == NAME:
+            return torch.device("cpu")
+        return value
+
+    host_args, host_kwargs = map_nested(unwrap, args), map_nested(unwrap, kwargs)
+    result = op(*host_args, **host_kwargs)
+    for host, device_tensor in list(host_to_device.values()):
+        if id(device_tensor) in written:
+            if host.untyped_storage().nbytes() > device_tensor.untyped_storage().nbytes() or \
+                    host.untyped_storage()._cdata not in device_by_host_storage:
+                fresh = empty(host.size(), host.stride(), host.dtype, device_tensor.device.index,
+                              host.storage_offset())
+                set_geometry(device_tensor, fresh.untyped_storage(), host.storage_offset(), host.size(),
+                             host.stride())
+                _storage_from_host(host.untyped_storage(), device_tensor)
+            else:
+                set_geometry(device_tensor, device_tensor.untyped_storage(), host.storage_offset(), host.size(),
+                             host.stride())
+                _storage_from_host(host.untyped_storage(), device_tensor)
+    index = _index_of(args, kwargs)
+
+    def wrap(value):
+        if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+            return value
+        known = host_to_device.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        base = device_by_host_storage.get(value.untyped_storage()._cdata)
+        if base is not None:
+            return _table.view_of(base, value.dtype, value.storage_offset(), value.size(), value.stride())
+        fresh = empty(value.size(), value.stride(), value.dtype, index, value.storage_offset())
+        _storage_from_host(value.untyped_storage(), fresh) if value.untyped_storage().nbytes() <= \
+            fresh.untyped_storage().nbytes() else upload(value, fresh)
+        return fresh
+
+    return map_nested(wrap, result)
+
+
+class BackendModule:
+    """`torch.ocl`: what torch asks of a device module."""
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def device_count(self) -> int:
+        return len(runtime.devices())
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    # Random ops run on the CPU (through the fallback) with the CPU generator, which torch.manual_seed seeds
+    # before it calls these; the device has no generator of its own.
+    def manual_seed(self, seed: int) -> None:
+        pass
+
+    def manual_seed_all(self, seed: int) -> None:
+        pass
+
+    def seed(self) -> None:
+        pass
+
+    def seed_all(self) -> None:
+        pass
+
+    def initial_seed(self) -> int:
+        return torch.initial_seed()
+
+    def get_rng_state(self, device=None) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_rng_state(self, new_state, device=None) -> None:
+        pass
+
+    def get_rng_state_all(self) -> list:
+        return [self.get_rng_state()]
+
+    def set_rng_state_all(self, new_states) -> None:
+        pass
+
+    def get_amp_supported_dtype(self) -> list:
+        return [torch.float16] if any(d.fp16 for d in runtime.devices()) else []
+
+    def synchronize(self, device=None) -> None:
+        for dev in runtime.active_devices():
+            dev.queue.finish()
+
+    def empty_cache(self) -> None:
+        _reclaim()
+        for dev in runtime.active_devices():
+            dev.empty_cache()
+
+    def memory_allocated(self, device=None) -> int:
+        return sum(block.buffer.size for block in _table.live())
