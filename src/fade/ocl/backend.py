@@ -9,6 +9,7 @@ once per op with its name and is counted (`fallback_counts`).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import math
@@ -68,7 +69,20 @@ def register() -> None:
     for op in (aten.empty.memory_format, aten.empty_strided.default, aten._copy_from.default,
                aten._copy_from_and_resize.default, aten.convolution.default, aten.convolution_backward.default):
         aten_library.impl(op, functools.partial(_dispatch, op), "PrivateUse1")
+    # torch.load restores a storage with torch.UntypedStorage(n, device="ocl"), which needs a C++ allocator
+    # (PrivateUse1 from Python has none: it crashes). Restore "ocl:N" storages through this allocator instead.
+    torch.serialization.register_package(1, lambda obj: None, _restore_storage)
     _library = (library, aten_library)
+
+
+def _restore_storage(storage, location: str):
+    if not location.startswith(NAME):
+        return None
+    index = int(location.split(":")[1]) if ":" in location else 0
+    restored = empty([storage.nbytes()], [1], torch.uint8, index)
+    upload(torch.empty(0, dtype=torch.uint8).set_(storage.cpu() if storage.device.type != "cpu" else storage),
+           restored)
+    return restored.untyped_storage()
 
 
 def fallback_counts() -> dict[str, int]:
@@ -658,8 +672,18 @@ _GEOMETRY_INPLACE = {"resize_", "as_strided_", "t_", "transpose_", "squeeze_", "
 def _geometry_inplace(op, args, kwargs, bound):
     base = op._schema.name.split("::")[1]
     target = bound["self"]
-    if base == "set_":
-        raise _NoKernel("set_")
+    if base == "set_":  # point self at another ocl storage (torch.save's storage.cpu() comes this way)
+        overload, source = op._overloadname, bound.get("source")
+        if overload == "source_Storage":
+            return set_geometry(target, source, 0, [source.nbytes() // target.element_size()], [1])
+        if overload == "source_Storage_storage_offset":
+            return set_geometry(target, source, bound["storage_offset"], bound["size"],
+                                bound["stride"] or _contiguous_strides(bound["size"]))
+        if overload == "source_Tensor":
+            return set_geometry(target, source.untyped_storage(), source.storage_offset(), source.size(),
+                                source.stride())
+        fresh = empty([0], [1], target.dtype, target.device.index)
+        return set_geometry(target, fresh.untyped_storage(), 0, [0], [1])
     meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
     needed = _extent(meta_result.size(), meta_result.stride(), meta_result.storage_offset()) * target.element_size()
     if needed > target.untyped_storage().nbytes():  # resize_ grew it: new memory holding the old bytes
@@ -852,6 +876,10 @@ class BackendModule:
 
     def _is_in_bad_fork(self) -> bool:
         return False
+
+    def device(self, device):
+        """A no-op context: ops run on their tensors' device, there is no current device to switch."""
+        return contextlib.nullcontext()
 
     # Random ops run on the CPU (through the fallback) with the CPU generator, which torch.manual_seed seeds
     # before it calls these; the device has no generator of its own.
