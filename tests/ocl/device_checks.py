@@ -225,3 +225,48 @@ def test_kernel_build_failure_names_the_kernel_and_the_log():
 def test_out_of_memory_is_torch_out_of_memory():
     with pytest.raises(torch.OutOfMemoryError, match="cannot allocate"):
         torch.empty(1 << 42, device=DEV)
+
+
+class _TokenNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.embedding = torch.nn.Embedding(20, 16, padding_idx=0)
+        self.norm = torch.nn.LayerNorm(16)
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, tokens):
+        return self.head(torch.relu(self.norm(self.embedding(tokens))).mean(1))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_embedding_layer_norm_and_default_foreach_optimizers_with_zero_fallbacks(optimizer):
+    tokens, targets = torch.randint(0, 20, (8, 6)), torch.randint(0, 5, (8,))
+
+    def run(device):
+        model = _TokenNet().to(device)
+        make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                "adamw": lambda p: torch.optim.AdamW(p, lr=0.01)}[optimizer]  # foreach: torch's default
+        opt = make(model.parameters())
+        x, y = tokens.to(device), targets.to(device)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    cpu_losses, cpu_state = run("cpu")
+    ocl.reset_fallback_counts()
+    ocl_losses, ocl_state = run(DEV)
+    assert ocl.fallback_counts() == {}
+    torch.testing.assert_close(torch.tensor(ocl_losses), torch.tensor(cpu_losses), atol=1e-5, rtol=1e-5)
+    for name, value in cpu_state.items():
+        torch.testing.assert_close(ocl_state[name], value, atol=1e-5, rtol=1e-4)
+
+
+def test_index_select_gathers_rows():
+    weight, index = torch.randn(5, 3, 2), torch.tensor([4, 0, 2, 4])
+    assert torch.equal(weight.to(DEV).index_select(0, index.to(DEV)).cpu(), weight.index_select(0, index))

@@ -66,8 +66,11 @@ def register() -> None:
     # Per-op registrations as in fade.hostwork.standin: some C++ paths (torch.tensor(..., device=), the
     # convolution composite's convolution_overrideable) reach only per-op Python kernels.
     aten_library = torch.library.Library("aten", "IMPL")
+    # native_layer_norm(_backward) are composite for backends without a kernel (layer norm would decompose
+    # into batch norm); registered here they run this backend's own kernels.
     for op in (aten.empty.memory_format, aten.empty_strided.default, aten._copy_from.default,
-               aten._copy_from_and_resize.default, aten.convolution.default, aten.convolution_backward.default):
+               aten._copy_from_and_resize.default, aten.convolution.default, aten.convolution_backward.default,
+               aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
         aten_library.impl(op, functools.partial(_dispatch, op), "PrivateUse1")
     # torch.load restores a storage with torch.UntypedStorage(n, device="ocl"), which needs a C++ allocator
     # (PrivateUse1 from Python has none: it crashes). Restore "ocl:N" storages through this allocator instead.
@@ -758,12 +761,145 @@ def _empty(op, args, kwargs, bound):
     return empty(size, stride, dtype, device.index or 0 if device is not None else 0)
 
 
+def _layer_norm(op, args, kwargs, bound):
+    """native_layer_norm and its backward, composed of this backend's own kernels (rows = leading dims)."""
+    if _written(op, bound):
+        raise _NoKernel("layer norm out=")
+    x = bound["input"]
+    if x.dtype not in (torch.float32, torch.float64):
+        raise _NoKernel(f"layer norm over {x.dtype}")
+    normalized = list(bound["normalized_shape"])
+    axis = x.dim() - len(normalized)
+    dims = list(range(axis, x.dim()))
+    stat_shape = list(x.shape[:axis]) + [1] * len(normalized)
+    weight, bias = bound.get("weight"), bound.get("bias")
+    if _base(op) == "native_layer_norm":
+        mean = aten.mean.dim(x, dims, True)
+        centered = aten.sub.Tensor(x, mean)
+        variance = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, True)
+        rstd = aten.rsqrt.default(aten.add.Scalar(variance, bound["eps"]))
+        out = aten.mul.Tensor(centered, rstd)
+        if weight is not None:
+            out = aten.mul.Tensor(out, weight)
+        if bias is not None:
+            out = aten.add.Tensor(out, bias)
+        return out, mean.view(stat_shape), rstd.view(stat_shape)
+    grad, mean, rstd = bound["grad_out"], bound["mean"], bound["rstd"]
+    mask = bound["output_mask"]
+    xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd)
+    g = aten.mul.Tensor(grad, weight) if weight is not None else grad
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        mean_g = aten.mean.dim(g, dims, True)
+        mean_gx = aten.mean.dim(aten.mul.Tensor(g, xhat), dims, True)
+        inner = aten.sub.Tensor(aten.sub.Tensor(g, mean_g), aten.mul.Tensor(xhat, mean_gx))
+        grad_input = aten.mul.Tensor(inner, rstd)
+    batch_dims = list(range(axis))
+    if mask[1] and weight is not None:
+        product = aten.mul.Tensor(grad, xhat)
+        grad_weight = aten.sum.dim_IntList(product, batch_dims, False) if batch_dims else product
+    if mask[2] and bias is not None:
+        grad_bias = aten.sum.dim_IntList(grad, batch_dims, False) if batch_dims else aten.clone.default(grad)
+    return grad_input, grad_weight, grad_bias
+
+
+_EMBEDDING_SOURCE = """
+__kernel void gather_rows(__global const T* weight, long w_off, long w_row, __global const long* index,
+                          long i_off, __global T* out, long count, long width) {
+    long g = get_global_id(0);
+    if (g >= count * width) return;
+    long i = g / width, j = g % width;
+    out[g] = weight[w_off + index[i_off + i] * w_row + j];
+}
+__kernel void scatter_add_rows(__global const T* grad, __global const long* index, long i_off, __global T* out,
+                               long count, long width, long rows, long padding) {
+    long j = get_global_id(0);
+    if (j >= width) return;
+    for (long i = 0; i < count; ++i) {
+        long r = index[i_off + i];
+        if (r != padding && r >= 0 && r < rows) out[r * width + j] += grad[i * width + j];
+    }
+}
+"""
+
+
+def _embedding(op, args, kwargs, bound):
+    """embedding / index_select on dim 0 (a gather) and embedding_dense_backward (a per-column scatter-add,
+    no atomics, so the sum order is fixed)."""
+    base = _base(op)
+    if _written(op, bound):
+        raise _NoKernel("out=")
+    if base == "index_select":
+        weight, index = bound["self"], bound["index"]
+        if bound["dim"] != 0 or weight.dim() < 1:
+            raise _NoKernel("index_select beyond dim 0")
+    elif base == "embedding":
+        weight, index = bound["weight"], bound["indices"]
+    else:
+        weight, index = bound["grad_output"], bound["indices"]
+    if weight.dtype not in (torch.float32, torch.float64) or index.dtype != torch.int64:
+        raise _NoKernel("embedding dtypes")
+    dev = _dev(weight)
+    source = f"#define T {_cl_type(weight.dtype)}\n" + _EMBEDDING_SOURCE
+    index = index if index.is_contiguous() else aten.clone.default(index, memory_format=torch.contiguous_format)
+    count = index.numel()
+    if base == "embedding_dense_backward":
+        rows = bound["num_weights"]
+        width = weight.shape[-1]
+        grad = weight if weight.is_contiguous() else aten.clone.default(weight, memory_format=torch.contiguous_format)
+        out = empty([rows, width], [width, 1], weight.dtype, weight.device.index)
+        pointwise("0", out, [])
+        if bound["scale_grad_by_freq"]:
+            raise _NoKernel("scale_grad_by_freq")
+        if count and width:
+            dev.kernel("scatter_add_rows", source)(
+                dev.queue, (width,), None, _block(grad).buffer, _block(index).buffer, np.int64(index.storage_offset()),
+                _block(out).buffer, np.int64(count), np.int64(width), np.int64(rows), np.int64(bound["padding_idx"]))
+        return out
+    weight = weight if weight.is_contiguous() else aten.clone.default(weight, memory_format=torch.contiguous_format)
+    row_shape = list(weight.shape[1:])
+    width = math.prod(row_shape)
+    shape = (list(index.shape) if base == "embedding" else [count]) + row_shape
+    out = empty(shape, _contiguous_strides(shape), weight.dtype, weight.device.index)
+    if count and width:
+        dev.kernel("gather_rows", source)(
+            dev.queue, (count * width,), None, _block(weight).buffer, np.int64(weight.storage_offset()),
+            np.int64(width), _block(index).buffer, np.int64(index.storage_offset()), _block(out).buffer,
+            np.int64(count), np.int64(width))
+    return out
+
+
+def _foreach(op, args, kwargs):
+    """torch._foreach_X(lists, ...): X on each index in turn, each through its own ocl kernel. torch.optim
+    picks foreach for the ocl device by default (it counts PrivateUse1 among the foreach devices)."""
+    name = op._schema.name.split("::")[1][len("_foreach_"):]
+    per_item = getattr(aten, name, None)
+    lists = [a for a in args if isinstance(a, (list, tuple))]
+    if per_item is None or not lists or kwargs.get("out") is not None or _written_outs(op):
+        raise _NoKernel(f"_foreach_{name}")
+    length = len(lists[0])
+    results = []
+    for i in range(length):
+        item_args = [a[i] if isinstance(a, (list, tuple)) else a for a in args]
+        item_kwargs = {k: (v[i] if isinstance(v, (list, tuple)) else v) for k, v in kwargs.items()}
+        results.append(per_item(*item_args, **item_kwargs))
+    if name.endswith("_"):
+        return None
+    return results
+
+
+def _written_outs(op) -> bool:
+    return any(a.is_out for a in op._schema.arguments)
+
+
 def _native(op, args, kwargs):
     """The device kernel for op, or raise _NoKernel."""
     if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
         return _copy_from(op, args, kwargs)
     if op is aten._local_scalar_dense.default:
         return _local_scalar_dense(op, args, kwargs)
+    if op._schema.name.startswith("aten::_foreach_"):
+        return _foreach(op, args, kwargs)
     bound = _bind(op, args, kwargs)
     if op in (aten.empty.memory_format, aten.empty_strided.default):
         return _empty(op, args, kwargs, bound)
@@ -783,6 +919,10 @@ def _native(op, args, kwargs):
         return _softmax_backward(op, args, kwargs, bound)
     if base in ("nll_loss_forward", "nll_loss_backward"):
         return _nll(op, args, kwargs, bound)
+    if base in ("native_layer_norm", "native_layer_norm_backward"):
+        return _layer_norm(op, args, kwargs, bound)
+    if base in ("embedding", "index_select", "embedding_dense_backward"):
+        return _embedding(op, args, kwargs, bound)
     if base in ("mm", "addmm", "bmm"):
         return _matmul(op, args, kwargs, bound)
     raise _NoKernel(op.name())
