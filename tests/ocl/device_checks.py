@@ -151,19 +151,40 @@ def test_mlp_trains_like_the_cpu_with_zero_fallbacks():
         torch.testing.assert_close(ocl_params[name], cpu_params[name], atol=1e-5, rtol=1e-4)
 
 
-def test_tiny_conv_net_trains_like_the_cpu_through_the_counted_fallback():
+def test_tiny_conv_net_trains_like_the_cpu_with_zero_fallbacks():
     def net():
         torch.manual_seed(2)
-        return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                   torch.nn.Linear(4 * 6 * 6, 3))
+        return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(4, 4, 3, stride=2, groups=2), torch.nn.Tanh(), torch.nn.Flatten(),
+                                   torch.nn.Linear(4 * 3 * 3, 3))
     inputs, targets = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
-    cpu_losses, _ = _train("cpu", net(), inputs, targets, steps=3)
+    cpu_losses, cpu_params = _train("cpu", net(), inputs, targets, steps=3)
     ocl.reset_fallback_counts()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ocl_losses, _ = _train(DEV, net(), inputs, targets, steps=3)
+    ocl_losses, ocl_params = _train(DEV, net(), inputs, targets, steps=3)
+    assert ocl.fallback_counts() == {}
     torch.testing.assert_close(torch.tensor(ocl_losses), torch.tensor(cpu_losses), atol=1e-5, rtol=1e-5)
-    assert ocl.fallback_counts()["aten::convolution"] == 3
+    for name in cpu_params:
+        torch.testing.assert_close(ocl_params[name], cpu_params[name], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cin,cout,kernel,stride,padding,dilation,groups",
+                         [(3, 4, 3, 1, 1, 1, 1), (4, 6, 3, 2, 0, 1, 2), (2, 3, 5, 1, 2, 2, 1), (4, 4, 3, 1, 1, 1, 4)])
+def test_conv2d_forward_and_both_backwards(cin, cout, kernel, stride, padding, dilation, groups):
+    torch.manual_seed(0)
+    x = torch.randn(2, cin, 9, 8, requires_grad=True)
+    conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups)
+    y = conv(x)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    x_ocl = x.detach().to(DEV).requires_grad_()
+    conv_ocl = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups)
+    conv_ocl.load_state_dict(conv.state_dict())
+    conv_ocl = conv_ocl.to(DEV)
+    y_ocl = conv_ocl(x_ocl)
+    y_ocl.backward(grad.to(DEV))
+    for actual, expected in ((y_ocl, y), (x_ocl.grad, x.grad), (conv_ocl.weight.grad, conv.weight.grad),
+                             (conv_ocl.bias.grad, conv.bias.grad)):
+        close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_fallback_warns_once_per_op_counts_and_keeps_aliasing():

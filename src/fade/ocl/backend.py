@@ -869,6 +869,114 @@ def _embedding(op, args, kwargs, bound):
     return out
 
 
+_CONV_SOURCE = """
+__kernel void im2col(__global const T* x, long x_off, __global T* cols, long C, long H, long W, long KH, long KW,
+                     long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+    long g = get_global_id(0);
+    long L = OH * OW;
+    if (g >= C * KH * KW * L) return;
+    long row = g / L, l = g % L;
+    long c = row / (KH * KW), r = row % (KH * KW);
+    long iy = (l / OW) * SH - PH + (r / KW) * DH, ix = (l % OW) * SW - PW + (r % KW) * DW;
+    cols[g] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[x_off + (c * H + iy) * W + ix] : (T)0;
+}
+__kernel void col2im(__global const T* cols, __global T* x, long x_off, long C, long H, long W, long KH, long KW,
+                     long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+    long g = get_global_id(0);
+    if (g >= C * H * W) return;
+    long c = g / (H * W), iy = (g / W) % H, ix = g % W;
+    T acc = 0;
+    for (long ki = 0; ki < KH; ++ki) {
+        long ty = iy + PH - ki * DH;
+        if (ty < 0 || ty % SH) continue;
+        long oy = ty / SH;
+        if (oy >= OH) continue;
+        for (long kj = 0; kj < KW; ++kj) {
+            long tx = ix + PW - kj * DW;
+            if (tx < 0 || tx % SW) continue;
+            long ox = tx / SW;
+            if (ox >= OW) continue;
+            acc += cols[((c * KH + ki) * KW + kj) * OH * OW + oy * OW + ox];
+        }
+    }
+    x[x_off + g] = acc;
+}
+"""
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    if t.is_contiguous():
+        return t
+    dense = empty(t.shape, _contiguous_strides(t.shape), t.dtype, t.device.index)
+    pointwise("a", dense, [t])
+    return dense
+
+
+def _convolution(op, args, kwargs, bound):
+    """2-D convolution forward and backward as im2col + CLBlast GEMM (per image, per group); col2im gathers
+    (no atomics)."""
+    x, weight = bound["input"], bound["weight"]
+    if bound["transposed"] or x.dim() != 4 or x.dtype not in (torch.float32, torch.float64):
+        raise _NoKernel("convolution beyond 2-D, non-transposed float")
+    x, weight = _contiguous(x), _contiguous(weight)
+    n, c, h, w = x.shape
+    cout, cg, kh, kw = weight.shape
+    groups = bound["groups"]
+    (sh, sw), (ph, pw), (dh, dw) = bound["stride"], bound["padding"], bound["dilation"]
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    length, kk = oh * ow, cg * kh * kw
+    coutg = cout // groups
+    dev = _dev(x)
+    source = f"#define T {_cl_type(x.dtype)}\n" + _CONV_SOURCE
+    geometry = [np.int64(v) for v in (c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)]
+    cols = empty([c * kh * kw, length], [length, 1], x.dtype, x.device.index)
+    w2d = weight.view(cout, kk)
+
+    def im2col(image: int) -> None:
+        dev.kernel("im2col", source)(dev.queue, (cols.numel(),), None, _block(x).buffer,
+                                     np.int64(x.storage_offset() + image * c * h * w), _block(cols).buffer, *geometry)
+
+    if _base(op) == "convolution":
+        out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, x.device.index)
+        for image in range(n):
+            if cols.numel():
+                im2col(image)
+            out_image = out[image].view(cout, length)
+            for group in range(groups):
+                _mm_into(out_image[group * coutg:(group + 1) * coutg], w2d[group * coutg:(group + 1) * coutg],
+                         cols[group * kk:(group + 1) * kk], 1.0, 0.0)
+        if bound.get("bias") is not None:
+            out = aten.add.Tensor(out, bound["bias"].view(1, cout, 1, 1))
+        return out
+    grad = _contiguous(bound["grad_output"])
+    mask = bound["output_mask"]
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, x.device.index)
+        grad_cols = empty([c * kh * kw, length], [length, 1], x.dtype, x.device.index)
+    if mask[1]:
+        grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, x.device.index)
+        pointwise("0", grad_weight, [])
+    for image in range(n):
+        grad_image = grad[image].view(cout, length)
+        if mask[1] and cols.numel():
+            im2col(image)
+            gw = grad_weight.view(cout, kk)
+            for group in range(groups):
+                _mm_into(gw[group * coutg:(group + 1) * coutg], grad_image[group * coutg:(group + 1) * coutg],
+                         cols[group * kk:(group + 1) * kk].t(), 1.0, 1.0)
+        if mask[0] and grad_cols.numel():
+            for group in range(groups):
+                _mm_into(grad_cols[group * kk:(group + 1) * kk], w2d[group * coutg:(group + 1) * coutg].t(),
+                         grad_image[group * coutg:(group + 1) * coutg], 1.0, 0.0)
+            dev.kernel("col2im", source)(dev.queue, (c * h * w,), None, _block(grad_cols).buffer,
+                                         _block(grad_input).buffer, np.int64(image * c * h * w), *geometry)
+    if mask[2]:
+        grad_bias = aten.sum.dim_IntList(grad, [0, 2, 3], False)
+    return grad_input, grad_weight, grad_bias
+
+
 def _foreach(op, args, kwargs):
     """torch._foreach_X(lists, ...): X on each index in turn, each through its own ocl kernel. torch.optim
     picks foreach for the ocl device by default (it counts PrivateUse1 among the foreach devices)."""
@@ -923,6 +1031,8 @@ def _native(op, args, kwargs):
         return _layer_norm(op, args, kwargs, bound)
     if base in ("embedding", "index_select", "embedding_dense_backward"):
         return _embedding(op, args, kwargs, bound)
+    if base in ("convolution", "convolution_backward"):
+        return _convolution(op, args, kwargs, bound)
     if base in ("mm", "addmm", "bmm"):
         return _matmul(op, args, kwargs, bound)
     raise _NoKernel(op.name())
