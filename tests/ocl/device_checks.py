@@ -100,6 +100,12 @@ def test_nan_and_inf_terminate_and_propagate_like_the_cpu():
                      lambda t: torch.softmax(t, 1), lambda t: torch.log_softmax(t, 1), lambda t: t.max(),
                      lambda t: torch.relu(t), lambda t: torch.maximum(t, t.flip(1))):
         close(function(d), function(x))
+    image = x[:4].reshape(1, 1, 4, 4)
+    for kernel, stride in ((2, 2), (3, 1)):
+        values, indices = torch.nn.functional.max_pool2d(image.to(DEV), kernel, stride, return_indices=True)
+        expected_values, expected_indices = torch.nn.functional.max_pool2d(image, kernel, stride, return_indices=True)
+        close(values, expected_values)
+        close(indices, expected_indices)
 
 
 @pytest.mark.parametrize("transpose", [False, True])
@@ -119,6 +125,8 @@ def test_gemm_through_clblast(transpose):
 
 
 def _train(device, model, inputs, targets, steps=5):
+    """Losses of `steps` training steps, then the eval-mode loss (batch norm's running statistics), and the
+    final state (parameters and buffers)."""
     torch.manual_seed(0)
     model = model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=False)
@@ -130,7 +138,9 @@ def _train(device, model, inputs, targets, steps=5):
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    return losses, {name: p.detach().cpu() for name, p in model.named_parameters()}
+    model.eval()
+    losses.append(torch.nn.functional.cross_entropy(model(inputs), targets).item())
+    return losses, {name: p.detach().cpu() for name, p in model.state_dict().items()}
 
 
 def _mlp():
@@ -154,9 +164,10 @@ def test_mlp_trains_like_the_cpu_with_zero_fallbacks():
 def test_tiny_conv_net_trains_like_the_cpu_with_zero_fallbacks():
     def net():
         torch.manual_seed(2)
-        return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(),
-                                   torch.nn.Conv2d(4, 4, 3, stride=2, groups=2), torch.nn.Tanh(), torch.nn.Flatten(),
-                                   torch.nn.Linear(4 * 3 * 3, 3))
+        return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                   torch.nn.MaxPool2d(2), torch.nn.Conv2d(4, 4, 3, stride=1, groups=2),
+                                   torch.nn.Tanh(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                   torch.nn.Linear(4, 3))
     inputs, targets = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
     cpu_losses, cpu_params = _train("cpu", net(), inputs, targets, steps=3)
     ocl.reset_fallback_counts()

@@ -977,6 +977,163 @@ def _convolution(op, args, kwargs, bound):
     return grad_input, grad_weight, grad_bias
 
 
+_POOL_SOURCE = """
+__kernel void max_pool2d(__global const T* x, long x_off, __global T* out, __global long* index, long planes,
+                         long H, long W, long OH, long OW, long KH, long KW, long SH, long SW, long PH, long PW,
+                         long DH, long DW) {
+    long g = get_global_id(0);
+    if (g >= planes * OH * OW) return;
+    long p = g / (OH * OW), oy = (g / OW) % OH, ox = g % OW;
+    __global const T* plane = x + x_off + p * H * W;
+    T best = -INFINITY;
+    long where = -1;
+    for (long ki = 0; ki < KH; ++ki) {
+        long iy = oy * SH - PH + ki * DH;
+        if (iy < 0 || iy >= H) continue;
+        for (long kj = 0; kj < KW; ++kj) {
+            long ix = ox * SW - PW + kj * DW;
+            if (ix < 0 || ix >= W) continue;
+            T v = plane[iy * W + ix];
+            if (where < 0 || v > best || v != v) { best = v; where = iy * W + ix; }
+        }
+    }
+    out[g] = best;
+    index[g] = where;
+}
+__kernel void max_pool2d_backward(__global const T* grad, __global const long* index, __global T* out,
+                                  long planes, long HW, long OHW) {
+    long p = get_global_id(0);
+    if (p >= planes) return;
+    for (long o = 0; o < OHW; ++o) {
+        long where = index[p * OHW + o];
+        if (where >= 0) out[p * HW + where] += grad[p * OHW + o];
+    }
+}
+"""
+
+
+def _pair(value, default=None) -> tuple:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        value = default
+    return (value[0], value[-1]) if isinstance(value, (list, tuple)) else (value, value)
+
+
+def _max_pool(op, args, kwargs, bound):
+    """max_pool2d with indices and its backward: one work item per output (a plain loop over the window, so NaN
+    ends nothing early and hangs nothing; as on the CPU the last NaN of a window wins); the backward loops per plane (no
+    atomics)."""
+    x = bound["self"]
+    if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64):
+        raise _NoKernel("max pool beyond 2-D float")
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    x = _contiguous(x)
+    h, w = x.shape[-2:]
+    planes = math.prod(x.shape[:-2])
+    kh, kw = _pair(bound["kernel_size"])
+    sh, sw = _pair(bound["stride"], (kh, kw))
+    ph, pw = _pair(bound["padding"])
+    dh, dw = _pair(bound["dilation"])
+    dev = _dev(x)
+    source = f"#define T {_cl_type(x.dtype)}\n" + _POOL_SOURCE
+    if _base(op) == "max_pool2d_with_indices":
+        out = empty_like_meta(meta_result[0], x.device.index)
+        index = empty_like_meta(meta_result[1], x.device.index)
+        oh, ow = out.shape[-2:]
+        if out.numel():
+            dev.kernel("max_pool2d", source)(
+                dev.queue, (out.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+                _block(index).buffer, *[np.int64(v) for v in (planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)])
+        return _finish(op, bound, (out, index))
+    grad, index = _contiguous(bound["grad_output"]), _contiguous(bound["indices"])
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    pointwise("0", out, [])
+    if planes and grad.numel():
+        dev.kernel("max_pool2d_backward", source)(
+            dev.queue, (planes,), None, _block(grad).buffer, _block(index).buffer, _block(out).buffer,
+            np.int64(planes), np.int64(h * w), np.int64(grad.shape[-1] * grad.shape[-2]))
+    return _finish(op, bound, out)
+
+
+def _adaptive_avg_pool(op, args, kwargs, bound):
+    """Global average pooling (output 1x1, as resnet/mobilenet use): a mean over H and W."""
+    if _base(op) == "_adaptive_avg_pool2d":
+        x = bound["self"]
+        if list(bound["output_size"]) != [1, 1] or x.dtype not in (torch.float32, torch.float64):
+            raise _NoKernel("adaptive pooling to other than 1x1")
+        return aten.mean.dim(x, [-2, -1], True)
+    grad, x = bound["grad_output"], bound["self"]
+    if list(grad.shape[-2:]) != [1, 1]:
+        raise _NoKernel("adaptive pooling backward to other than 1x1")
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    pointwise("a / b", out, [grad, float(x.shape[-1] * x.shape[-2])])
+    return out
+
+
+def _batch_norm(op, args, kwargs, bound):
+    """native_batch_norm and its backward over (N, C, ...), composed of this backend's kernels; running
+    statistics are updated in place as on the CPU (unbiased variance)."""
+    if _written(op, bound):
+        raise _NoKernel("out=")
+    x = bound["input"]
+    if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2:
+        raise _NoKernel("batch norm dtype")
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    weight = bound.get("weight")
+    count = x.numel() // max(x.shape[1], 1)
+    training = bound["training"] if "training" in bound else bound["train"]
+    if _base(op) == "native_batch_norm":
+        running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
+        if training:
+            mean = aten.mean.dim(x, dims, False)
+            centered = aten.sub.Tensor(x, mean.view(shape))
+            variance = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, False)
+            invstd = aten.rsqrt.default(aten.add.Scalar(variance, bound["eps"]))
+            momentum = bound["momentum"]
+            if running_mean is not None:
+                pointwise("a * (1 - m) + b * m", running_mean, [running_mean, mean], scalars={"m": momentum})
+            if running_var is not None:
+                unbiased = count / max(count - 1, 1)
+                pointwise("a * (1 - m) + b * m * u", running_var, [running_var, variance],
+                          scalars={"m": momentum, "u": unbiased})
+        else:
+            mean = running_mean
+            invstd = aten.rsqrt.default(aten.add.Scalar(running_var, bound["eps"]))
+            centered = aten.sub.Tensor(x, mean.view(shape))
+        out = aten.mul.Tensor(centered, invstd.view(shape))
+        if weight is not None:
+            out = aten.mul.Tensor(out, weight.view(shape))
+        if bound.get("bias") is not None:
+            out = aten.add.Tensor(out, bound["bias"].view(shape))
+        if not training:  # the CPU returns empty saved statistics in eval mode
+            return out, empty([0], [1], x.dtype, x.device.index), empty([0], [1], x.dtype, x.device.index)
+        return out, mean, invstd
+    grad = bound["grad_out"]
+    mask = bound["output_mask"]
+    if training:
+        mean, invstd = bound["save_mean"], bound["save_invstd"]
+    else:
+        mean = bound["running_mean"]
+        invstd = aten.rsqrt.default(aten.add.Scalar(bound["running_var"], bound["eps"]))
+    xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean.view(shape)), invstd.view(shape))
+    grad_input = grad_weight = grad_bias = None
+    sum_grad = aten.sum.dim_IntList(grad, dims, False)
+    sum_grad_xhat = aten.sum.dim_IntList(aten.mul.Tensor(grad, xhat), dims, False)
+    scale = invstd if weight is None else aten.mul.Tensor(invstd, weight)
+    if mask[0]:
+        if training:
+            inner = aten.sub.Tensor(aten.sub.Tensor(grad, aten.div.Scalar(sum_grad, count).view(shape)),
+                                    aten.mul.Tensor(xhat, aten.div.Scalar(sum_grad_xhat, count).view(shape)))
+            grad_input = aten.mul.Tensor(inner, scale.view(shape))
+        else:
+            grad_input = aten.mul.Tensor(grad, scale.view(shape))
+    if mask[1]:
+        grad_weight = sum_grad_xhat
+    if mask[2]:
+        grad_bias = sum_grad
+    return grad_input, grad_weight, grad_bias
+
+
 def _foreach(op, args, kwargs):
     """torch._foreach_X(lists, ...): X on each index in turn, each through its own ocl kernel. torch.optim
     picks foreach for the ocl device by default (it counts PrivateUse1 among the foreach devices)."""
@@ -1031,6 +1188,12 @@ def _native(op, args, kwargs):
         return _layer_norm(op, args, kwargs, bound)
     if base in ("embedding", "index_select", "embedding_dense_backward"):
         return _embedding(op, args, kwargs, bound)
+    if base in ("max_pool2d_with_indices", "max_pool2d_with_indices_backward"):
+        return _max_pool(op, args, kwargs, bound)
+    if base in ("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"):
+        return _adaptive_avg_pool(op, args, kwargs, bound)
+    if base in ("native_batch_norm", "native_batch_norm_backward"):
+        return _batch_norm(op, args, kwargs, bound)
     if base in ("convolution", "convolution_backward"):
         return _convolution(op, args, kwargs, bound)
     if base in ("mm", "addmm", "bmm"):
