@@ -19,13 +19,13 @@ Limits: one device (standin:0); ops run synchronously; no streams, events, pinne
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import warnings
 
 import torch
 
-from fade.hostwork.storages import StorageTable, map_nested, set_geometry
+from fade.hostwork.storages import (PythonDeviceModule, StorageTable, map_nested, register_python_backend,
+                                    set_geometry)
 
 NAME = "standin"
 aten = torch.ops.aten
@@ -46,25 +46,7 @@ def register() -> None:
     global _library
     if _library is not None:
         return
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
-    current = torch._C._get_privateuse1_backend_name()
-    if current not in ("privateuseone", NAME):
-        raise RuntimeError(f"PrivateUse1 is already registered as {current!r}; the stand-in device needs it")
-    if current == "privateuseone":
-        _setup_privateuseone_for_python_backend(NAME, backend_module=_BackendModule())
-    library = torch.library.Library("_", "IMPL")
-    library.fallback(_run_on_host, "PrivateUse1")
-    # Per-op registrations of the same kernel, for two reasons. (1) Some C++ paths reach the device kernel with
-    # the Python dispatch key excluded while a dispatch mode is on the stack (torch.tensor(data, device=...)
-    # copies that way); torch then routes the call through the mode's interpreter, which finds per-op Python
-    # registrations but not fallbacks. (2) For backends other than CPU/CUDA, convolution's composite kernel
-    # calls convolution_overrideable, which only raises; a direct registration runs it as the CPU does.
-    aten_library = torch.library.Library("aten", "IMPL")
-    for op in (aten.empty.memory_format, aten.empty_strided.default, aten._copy_from.default,
-               aten._copy_from_and_resize.default, aten.convolution.default, aten.convolution_backward.default):
-        aten_library.impl(op, functools.partial(_run_on_host, op), "PrivateUse1")
-    _library = (library, aten_library)
+    _library = register_python_backend(NAME, _BackendModule(), _run_on_host)
 
 
 @contextlib.contextmanager
@@ -184,52 +166,8 @@ def _wrap_inplace(host: torch.Tensor, device_tensor: torch.Tensor) -> torch.Tens
     return device_tensor
 
 
-class _BackendModule:
+class _BackendModule(PythonDeviceModule):
     """`torch.standin`: what torch asks of a device module, plus the allocator figure the guard reads."""
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def is_available(self) -> bool:
-        return True
-
-    def current_device(self) -> int:
-        return 0
-
-    def device_count(self) -> int:
-        return 1
-
-    def _is_in_bad_fork(self) -> bool:
-        return False
-
-    # Random ops run on the CPU generator, so the device's own RNG state is empty. torch asks for it anyway
-    # (torch.random.fork_rng saves the current accelerator's state), so these must exist.
-    def manual_seed(self, seed: int) -> None:
-        pass
-
-    def manual_seed_all(self, seed: int) -> None:
-        pass
-
-    def seed(self) -> None:
-        pass
-
-    def seed_all(self) -> None:
-        pass
-
-    def initial_seed(self) -> int:
-        return torch.initial_seed()
-
-    def get_rng_state(self, device=None) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.uint8)
-
-    def set_rng_state(self, new_state, device=None) -> None:
-        pass
-
-    def get_rng_state_all(self) -> list:
-        return [self.get_rng_state()]
-
-    def set_rng_state_all(self, new_states) -> None:
-        pass
 
     def get_amp_supported_dtype(self) -> list:
         return [torch.float16, torch.bfloat16]

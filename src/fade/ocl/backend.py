@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import functools
 import math
 import threading
 import warnings
@@ -19,7 +18,8 @@ import warnings
 import numpy as np
 import torch
 
-from fade.hostwork.storages import StorageTable, map_nested, set_geometry
+from fade.hostwork.storages import (PythonDeviceModule, StorageTable, map_nested, register_python_backend,
+                                    set_geometry)
 from fade.ocl import runtime
 from fade.ocl.runtime import FP16, OclError
 
@@ -54,28 +54,15 @@ def register() -> None:
     if _library is not None:
         return
     runtime.devices()  # fails with one line when there is no OpenCL
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
-    current = torch._C._get_privateuse1_backend_name()
-    if current not in ("privateuseone", NAME):
-        raise OclError(f"PrivateUse1 is already registered as {current!r} in this process; fade.ocl needs it")
-    if current == "privateuseone":
-        _setup_privateuseone_for_python_backend(NAME, backend_module=BackendModule())
-    library = torch.library.Library("_", "IMPL")
-    library.fallback(_dispatch, "PrivateUse1")
-    # Per-op registrations as in fade.hostwork.standin: some C++ paths (torch.tensor(..., device=), the
-    # convolution composite's convolution_overrideable) reach only per-op Python kernels.
-    aten_library = torch.library.Library("aten", "IMPL")
     # native_layer_norm(_backward) are composite for backends without a kernel (layer norm would decompose
-    # into batch norm); registered here they run this backend's own kernels.
-    for op in (aten.empty.memory_format, aten.empty_strided.default, aten._copy_from.default,
-               aten._copy_from_and_resize.default, aten.convolution.default, aten.convolution_backward.default,
-               aten.native_layer_norm.default, aten.native_layer_norm_backward.default):
-        aten_library.impl(op, functools.partial(_dispatch, op), "PrivateUse1")
+    # into batch norm); registered per op they run this backend's own kernels.
+    libraries = register_python_backend(
+        NAME, BackendModule(), _dispatch, error=OclError,
+        extra_ops=("native_layer_norm.default", "native_layer_norm_backward.default"))
     # torch.load restores a storage with torch.UntypedStorage(n, device="ocl"), which needs a C++ allocator
     # (PrivateUse1 from Python has none: it crashes). Restore "ocl:N" storages through this allocator instead.
     torch.serialization.register_package(1, lambda obj: None, _restore_storage)
-    _library = (library, aten_library)
+    _library = libraries
 
 
 def _restore_storage(storage, location: str):
@@ -1157,6 +1144,21 @@ def _written_outs(op) -> bool:
     return any(a.is_out for a in op._schema.arguments)
 
 
+_HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, kwargs, bound)
+    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin"), _reduction),
+    **dict.fromkeys(("_softmax", "_log_softmax"), _softmax),
+    **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), _softmax_backward),
+    **dict.fromkeys(("nll_loss_forward", "nll_loss_backward"), _nll),
+    **dict.fromkeys(("native_layer_norm", "native_layer_norm_backward"), _layer_norm),
+    **dict.fromkeys(("embedding", "index_select", "embedding_dense_backward"), _embedding),
+    **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward"), _max_pool),
+    **dict.fromkeys(("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"), _adaptive_avg_pool),
+    **dict.fromkeys(("native_batch_norm", "native_batch_norm_backward"), _batch_norm),
+    **dict.fromkeys(("convolution", "convolution_backward"), _convolution),
+    **dict.fromkeys(("mm", "addmm", "bmm"), _matmul),
+}
+
+
 def _native(op, args, kwargs):
     """The device kernel for op, or raise _NoKernel."""
     if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
@@ -1175,30 +1177,10 @@ def _native(op, args, kwargs):
     base = _base(op)
     if base in POINTWISE:
         return _pointwise_op(op, args, kwargs, bound)
-    if base in ("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin") and op._overloadname not in (
-            "unary_out", "other", "names_dim"):
-        return _reduction(op, args, kwargs, bound)
-    if base in ("_softmax", "_log_softmax"):
-        return _softmax(op, args, kwargs, bound)
-    if base in ("_softmax_backward_data", "_log_softmax_backward_data"):
-        return _softmax_backward(op, args, kwargs, bound)
-    if base in ("nll_loss_forward", "nll_loss_backward"):
-        return _nll(op, args, kwargs, bound)
-    if base in ("native_layer_norm", "native_layer_norm_backward"):
-        return _layer_norm(op, args, kwargs, bound)
-    if base in ("embedding", "index_select", "embedding_dense_backward"):
-        return _embedding(op, args, kwargs, bound)
-    if base in ("max_pool2d_with_indices", "max_pool2d_with_indices_backward"):
-        return _max_pool(op, args, kwargs, bound)
-    if base in ("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"):
-        return _adaptive_avg_pool(op, args, kwargs, bound)
-    if base in ("native_batch_norm", "native_batch_norm_backward"):
-        return _batch_norm(op, args, kwargs, bound)
-    if base in ("convolution", "convolution_backward"):
-        return _convolution(op, args, kwargs, bound)
-    if base in ("mm", "addmm", "bmm"):
-        return _matmul(op, args, kwargs, bound)
-    raise _NoKernel(op.name())
+    handler = _HANDLERS.get(base)
+    if handler is None or op._overloadname in ("unary_out", "other", "names_dim"):  # max.other is maximum
+        raise _NoKernel(op.name())
+    return handler(op, args, kwargs, bound)
 
 
 def _dispatch(op, *args, **kwargs):
@@ -1272,56 +1254,16 @@ def _cpu_fallback(op, args, kwargs):
     return map_nested(wrap, result)
 
 
-class BackendModule:
-    """`torch.ocl`: what torch asks of a device module."""
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def is_available(self) -> bool:
-        return True
-
-    def current_device(self) -> int:
-        return 0
+class BackendModule(PythonDeviceModule):
+    """`torch.ocl`: what torch asks of a device module. Random ops run on the CPU (through the fallback) with
+    the CPU generator, so seeding is torch.manual_seed's."""
 
     def device_count(self) -> int:
         return len(runtime.devices())
 
-    def _is_in_bad_fork(self) -> bool:
-        return False
-
     def device(self, device):
         """A no-op context: ops run on their tensors' device, there is no current device to switch."""
         return contextlib.nullcontext()
-
-    # Random ops run on the CPU (through the fallback) with the CPU generator, which torch.manual_seed seeds
-    # before it calls these; the device has no generator of its own.
-    def manual_seed(self, seed: int) -> None:
-        pass
-
-    def manual_seed_all(self, seed: int) -> None:
-        pass
-
-    def seed(self) -> None:
-        pass
-
-    def seed_all(self) -> None:
-        pass
-
-    def initial_seed(self) -> int:
-        return torch.initial_seed()
-
-    def get_rng_state(self, device=None) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.uint8)
-
-    def set_rng_state(self, new_state, device=None) -> None:
-        pass
-
-    def get_rng_state_all(self) -> list:
-        return [self.get_rng_state()]
-
-    def set_rng_state_all(self, new_states) -> None:
-        pass
 
     def get_amp_supported_dtype(self) -> list:
         return [torch.float16] if any(d.fp16 for d in runtime.devices()) else []
