@@ -641,7 +641,17 @@ def _matmul(op, args, kwargs, bound):
         raise _NoKernel("a GEMM variant without CLBlast")
     meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
     index = bound["self"].device.index
-    out = empty(meta_result.shape, _contiguous_strides(meta_result.shape), meta_result.dtype, index)
+    written = _written(op, bound)
+    if written and written[0].dtype == meta_result.dtype:  # mm.out (torch.mm's path): GEMM straight into it
+        if written[0].shape != meta_result.shape:
+            aten.resize_.default(written[0], meta_result.shape)
+        inputs = {t.untyped_storage()._cdata for t in (bound.get("self"), bound.get("mat1"), bound.get("mat2"))
+                  if isinstance(t, torch.Tensor)}
+        if written[0].is_contiguous() and written[0].untyped_storage()._cdata not in inputs:
+            out = written[0]
+            bound = dict(bound, out=None)  # nothing left for _finish to copy
+    if not written or bound.get("out") is not None:
+        out = empty(meta_result.shape, _contiguous_strides(meta_result.shape), meta_result.dtype, index)
     if base == "mm":
         _mm_into(out, bound["self"], bound["mat2"], 1.0, 0.0)
     elif base == "addmm":

@@ -170,9 +170,12 @@ class Device:
             try:
                 program = self.cl.Program(self.context, header + source).build(options=list(options))
             except self.cl.Error as error:
-                log = " | ".join(line for line in str(error).splitlines() if line.strip())[:600]
-                raise OclError(f"OpenCL kernel {name!r} failed to build on ocl:{self.index} "
-                               f"({self.info.name}): {log}") from None
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+                log = [line for line in lines if not line.startswith(("clBuildProgram failed", "Build on",
+                                                                      "(options:"))]
+                status = lines[0].split(" - ")[0] if lines else type(error).__name__
+                raise OclError(f"OpenCL kernel {name!r} failed to build on ocl:{self.index} ({self.info.name}): "
+                               f"{status}: {' | '.join(log[:4])[:500]}") from None
             kernel = getattr(program, name)
             self.programs[key] = kernel
         return kernel
