@@ -302,3 +302,47 @@ def test_embedding_layer_norm_and_default_foreach_optimizers_with_zero_fallbacks
 def test_index_select_gathers_rows():
     weight, index = torch.randn(5, 3, 2), torch.tensor([4, 0, 2, 4])
     assert torch.equal(weight.to(DEV).index_select(0, index.to(DEV)).cpu(), weight.index_select(0, index))
+
+
+def test_dropout_uses_the_cpu_generator_and_matches_the_cpu():
+    x = torch.randn(1000)
+    torch.manual_seed(5)
+    expected = torch.nn.functional.dropout(x, 0.3)
+    torch.manual_seed(5)
+    close(torch.nn.functional.dropout(x.to(DEV), 0.3), expected)
+
+
+def test_logical_reductions_and_inf_tests():
+    flags = torch.tensor([[True, False], [True, True]])
+    close(flags.to(DEV).all(1), flags.all(1))
+    close(flags.to(DEV).any(), flags.any())
+    values = torch.tensor([float("nan"), 0.0, -float("inf"), float("inf")])
+    for function in (torch.all, torch.any, torch.isneginf, torch.isposinf, torch.isinf, torch.isfinite, torch.isnan):
+        close(function(values.to(DEV)), function(values))
+
+
+def test_transformer_encoder_layer_trains_like_the_cpu_with_zero_fallbacks():
+    """Attention's dropout draws its mask differently on the CPU (a fused attention kernel) and on ocl (the
+    math path), so the comparison runs without dropout; dropout itself is compared above."""
+    def run(device):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0,
+                                                 batch_first=True).to(device)
+        optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-2)
+        torch.manual_seed(1)
+        x, weights = torch.randn(2, 5, 16).to(device), torch.randn(16).to(device)
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = (layer(x) * weights).mean().pow(2)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    expected = run("cpu")
+    ocl.reset_fallback_counts()
+    actual = run(DEV)
+    assert ocl.fallback_counts() == {}
+    assert expected[-1] < expected[0]
+    torch.testing.assert_close(torch.tensor(actual), torch.tensor(expected), atol=1e-6, rtol=1e-4)

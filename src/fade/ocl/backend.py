@@ -268,6 +268,8 @@ _ROWS = {
                "if (v != v) { best = j; break; } if (v > acc) { acc = v; best = j; }", "best"),
     "argmin": ("acc = INFINITY; long best = 0; if (!FLOAT) acc = x[0]",
                "if (v != v) { best = j; break; } if (v < acc) { acc = v; best = j; }", "best"),
+    "all": ("acc = 1", "if (v == 0) { acc = 0; break; }", "acc"),  # NaN is nonzero: true, as in torch
+    "any": ("acc = 0", "if (v != 0) { acc = 1; break; }", "acc"),
 }
 
 
@@ -294,7 +296,7 @@ __kernel void reduce_rows(__global const {_cl_type(x.dtype)}* xs, long x_off, __
     for (long j = 0; j < n; ++j) {{ ACC v = (ACC)x[j]; {step}; }}
     out[out_off + r] = ({_cl_type(out.dtype)})({result});
 }}"""
-    if not floating:
+    if not floating and kind not in ("all", "any"):
         source = source.replace("if (v != v) { acc = v; break; } ", "").replace(
             "if (v != v) { best = j; break; } ", "")
     kernel = dev.kernel("reduce_rows", source)
@@ -428,6 +430,11 @@ POINTWISE = {  # base name -> (operand argument names, expression, scalar argume
     "logical_and": (("self", "other"), "a != 0 && b != 0", ()),
     "logical_or": (("self", "other"), "a != 0 || b != 0", ()),
     "isnan": (("self",), "a != a", ()),
+    "isinf": (("self",), "(a == INFINITY || a == -INFINITY)", ()),
+    "isposinf": (("self",), "a == INFINITY", ()),
+    "isneginf": (("self",), "a == -INFINITY", ()),
+    "isfinite": (("self",), "(a == a && a != INFINITY && a != -INFINITY)", ()),
+    "native_dropout_backward": (("grad_output", "mask"), "a * b * scale", ("scale",)),
     "sign": (("self",), "(a > 0) - (a < 0)", ()),
     "masked_fill": (("self", "mask", "value"), "(b != 0 ? c : a)", ()),
     "addcmul": (("self", "tensor1", "tensor2"), "a + value * b * c", ("value",)),
@@ -489,13 +496,15 @@ def _row_layout(x: torch.Tensor, dims) -> tuple:
 def _reduction(op, args, kwargs, bound):
     base = _base(op)
     x = bound["self"]
-    if x.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32):
+    logical = base in ("all", "any")
+    if x.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32) + (
+            (torch.bool, torch.uint8) if logical else ()):
         raise _NoKernel(f"reduction over {x.dtype}")
     meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
     dim = bound.get("dim")
     dims = list(range(x.dim())) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
     kind = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
-            "argmax": "argmax", "argmin": "argmin"}[base]
+            "argmax": "argmax", "argmin": "argmin", "all": "all", "any": "any"}[base]
     source = x if bound.get("dtype") is None else x.to(bound["dtype"])
     rows, _, _ = _row_layout(source, dims)
     if isinstance(meta_result, tuple):
@@ -1131,6 +1140,25 @@ def _batch_norm(op, args, kwargs, bound):
     return grad_input, grad_weight, grad_bias
 
 
+def _dropout(op, args, kwargs, bound):
+    """native_dropout: the mask comes from the CPU's own native_dropout on a same-shaped host tensor (the CPU
+    generator, consumed exactly as the CPU would, so seeded runs match the CPU), is uploaded, and the output is
+    computed on the device."""
+    x, p, train = bound["input"], bound["p"], bound["train"]
+    if x.dtype not in (torch.float32, torch.float64) or _written(op, bound):
+        raise _NoKernel("dropout dtype")
+    _, host_mask = aten.native_dropout.default(torch.zeros(x.shape, dtype=x.dtype), p, train)
+    mask = empty(host_mask.shape, _contiguous_strides(host_mask.shape), host_mask.dtype, x.device.index)
+    upload(host_mask, mask)
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    if train is None or train:
+        scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+        pointwise("a * b * scale", out, [x, mask], scalars={"scale": scale})
+    else:
+        pointwise("a", out, [x])
+    return out, mask
+
+
 def _foreach(op, args, kwargs):
     """torch._foreach_X(lists, ...): X on each index in turn, each through its own ocl kernel. torch.optim
     picks foreach for the ocl device by default (it counts PrivateUse1 among the foreach devices)."""
@@ -1155,7 +1183,8 @@ def _written_outs(op) -> bool:
 
 
 _HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, kwargs, bound)
-    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin"), _reduction),
+    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "all", "any"), _reduction),
+    "native_dropout": _dropout,
     **dict.fromkeys(("_softmax", "_log_softmax"), _softmax),
     **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), _softmax_backward),
     **dict.fromkeys(("nll_loss_forward", "nll_loss_backward"), _nll),
