@@ -346,3 +346,30 @@ def test_transformer_encoder_layer_trains_like_the_cpu_with_zero_fallbacks():
     assert ocl.fallback_counts() == {}
     assert expected[-1] < expected[0]
     torch.testing.assert_close(torch.tensor(actual), torch.tensor(expected), atol=1e-6, rtol=1e-4)
+
+
+def test_zoo_resnet18_trains_like_the_cpu_with_zero_fallbacks():
+    """FADE's zoo resnet18 (the seed network) at 64x64, batch 4, two SGD steps. Smaller inputs leave batch norm
+    statistics over 1x1 maps of 2-4 values, where the CPU's own gradients are rounding noise."""
+    from fade.measure.zoo import vision
+
+    def run(device):
+        torch.manual_seed(0)
+        model = vision.resnet18(num_classes=10).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        torch.manual_seed(1)
+        x, y = torch.randn(4, 3, 64, 64).to(device), torch.randint(0, 10, (4,)).to(device)
+        losses = []
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    expected = run("cpu")
+    ocl.reset_fallback_counts()
+    actual = run(DEV)
+    assert ocl.fallback_counts() == {}
+    torch.testing.assert_close(torch.tensor(actual), torch.tensor(expected), atol=1e-5, rtol=1e-5)
