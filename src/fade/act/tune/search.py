@@ -136,6 +136,7 @@ class SearchResult:
     trials_resumed: int = 0
     verdict_reason: str = ""
     candidate: Optional[dict] = None  # what the search chose before the final check judged it
+    samples_per_step: Optional[int] = None  # the batch the workload really has (a user's may differ from --batch)
 
     @property
     def recommends(self) -> bool:
@@ -294,6 +295,7 @@ def search(
         trials_resumed=counts["resumed"],
         verdict_reason=why,
         candidate=dict(best.config),
+        samples_per_step=baseline_trial.samples_per_step,
     )
 
 
