@@ -66,3 +66,26 @@ def test_the_output_bound_follows_what_rounding_does_to_the_model_but_never_past
     assert "allowed for bf16" in check_inference({**sensitive, "rounding_spread": 0.1})
     zeros = {**sensitive, "relative_rms_error": 1.0, "rounding_spread": 5.0}
     assert "more than the 0.5 allowed" in check_inference(zeros)
+
+
+def test_a_loss_that_takes_a_target_gets_one_derived_or_given():
+    from fade.act.tune.tuner import loss_target
+
+    model = torch.nn.Linear(6, 5)
+    inputs = (torch.randn(4, 6),)
+    target, note = loss_target(model, inputs, torch.nn.CrossEntropyLoss(), None)
+    assert target.shape == (4,) and target.dtype == torch.int64 and int(target.max()) < 5
+    assert note.startswith("derived: random class indices")
+    target, note = loss_target(model, inputs, torch.nn.MSELoss(), None)
+    assert target.shape == (4, 5) and note.startswith("derived")
+    given = torch.zeros(4, dtype=torch.int64)
+    assert loss_target(model, inputs, torch.nn.CrossEntropyLoss(), given) == (given, "given")
+    assert loss_target(model, inputs, lambda output: output.sum(), None) == (None, "loss_fn(output)")
+
+
+def test_a_loss_that_cannot_run_is_one_line_not_a_traceback():
+    from fade.act.tune.tuner import tune
+    from fade.errors import FadeUsageError
+
+    with pytest.raises(FadeUsageError, match=r"loss_fn\(output, target\) failed on one forward pass: .*Error"):
+        tune(torch.nn.Linear(6, 5), torch.randn(4, 6), torch.nn.CrossEntropyLoss(), target=torch.zeros(3, dtype=torch.int64))
