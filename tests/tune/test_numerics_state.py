@@ -89,3 +89,9 @@ def test_a_loss_that_cannot_run_is_one_line_not_a_traceback():
 
     with pytest.raises(FadeUsageError, match=r"loss_fn\(output, target\) failed on one forward pass: .*Error"):
         tune(torch.nn.Linear(6, 5), torch.randn(4, 6), torch.nn.CrossEntropyLoss(), target=torch.zeros(3, dtype=torch.int64))
+
+
+def test_a_batch_too_small_for_train_mode_leaves_the_statistics_as_they_were():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4)).eval()
+    assert calibrate_batchnorm(model, (torch.randn(1, 3, 1, 1),)) == 0
+    assert torch.equal(model[1].running_var, torch.ones(4)) and not model.training

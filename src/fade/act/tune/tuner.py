@@ -249,10 +249,7 @@ def _search_and_keep(cache, model: str, *, mode, batch, budget_min, device, size
     finally:
         if worker is not None:
             worker.close()
-    host_load = host_probe.stop()
-    busy = is_busy(host_load, "cpu" if fingerprint.get("backend") == "cpu" else "gpu")
-    if busy:
-        result = recommend_nothing(result, "noisy-host", f"the host was noisy: {busy}; nothing is recommended, run again on a quiet host")
+    result, host_load = judge_host(result, host_probe, fingerprint)
     profile = build_profile(result, searched, fingerprint=fingerprint, model=model, mode=mode, batch=batch, size=size,
                             budget_s=60.0 * budget_min, exhaustive=exhaustive, cache_dir=str(cache.root),
                             cache_messages=cache.messages, host_load=host_load)  # fmt: skip
@@ -260,6 +257,15 @@ def _search_and_keep(cache, model: str, *, mode, batch, budget_min, device, size
         save_profile(profile, output)  # atomic; an OSError here leaves the journal for a resume
     journal.clear()  # finished and kept: the next run of the same request measures afresh
     return profile
+
+
+def judge_host(result, host_probe, fingerprint: dict) -> tuple:
+    """(result, host load): the probe stopped; the result recommends nothing when hostload.is_busy says so."""
+    host_load = host_probe.stop()
+    busy = is_busy(host_load, "cpu" if fingerprint.get("backend") == "cpu" else "gpu")
+    if busy:
+        result = recommend_nothing(result, "noisy-host", f"the host was noisy: {busy}; nothing is recommended, run again on a quiet host")
+    return result, host_load
 
 
 def tune(model, example_inputs, loss_fn=None, *, target=None, mode: Optional[str] = None,
@@ -314,10 +320,13 @@ def tune(model, example_inputs, loss_fn=None, *, target=None, mode: Optional[str
             return Trial(dict(config), (), "failed", reason, None, samples, time.monotonic() - started)
         return Trial(dict(config), tuple(result.timing.samples_s), "ok", None, result.extra["numerics"], samples, time.monotonic() - started)
 
+    host_probe = HostLoadProbe()
+    host_probe.start()
     reference = measure_reference(make_workload, mode, device) if mode == "train" else None
     result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, left_out=left_out, progress=progress)
+    result, host_load = judge_host(result, host_probe, fingerprint)
     profile = build_profile(result, searched, fingerprint=fingerprint, model=type(model).__name__, mode=mode, batch=samples,
-                            budget_s=60.0 * budget_min)  # fmt: skip
+                            budget_s=60.0 * budget_min, host_load=host_load)  # fmt: skip
     profile["loss_target"] = target_note
     return profile
 

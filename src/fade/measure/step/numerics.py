@@ -197,7 +197,8 @@ def output_rms(tensors: list) -> float:
 def calibrate_batchnorm(model, inputs: tuple, forwards: int = CALIBRATION_FORWARDS) -> int:
     """Give `model`'s BatchNorm layers the running statistics of `inputs` (module docstring): `forwards`
     train-mode passes without gradients at momentum None, then momentum and train/eval mode as they were.
-    Returns how many layers were calibrated (0: nothing to do)."""
+    Returns how many layers were calibrated (0: nothing to do, or a batch too small for train mode: one value
+    per channel; the statistics are then left as they were)."""
     import torch
 
     norms = [module for module in model.modules()
@@ -205,17 +206,24 @@ def calibrate_batchnorm(model, inputs: tuple, forwards: int = CALIBRATION_FORWAR
     if not norms:
         return 0
     momenta = [module.momentum for module in norms]
+    saved = [(module.running_mean.clone(), module.running_var.clone()) for module in norms]
     was_training = model.training
     for module in norms:
         module.reset_running_stats()
         module.momentum = None  # cumulative average over the passes
     model.train()
+    calibrated = len(norms)
     try:
         with torch.no_grad():
             for _ in range(forwards):
                 model(*inputs)
+    except ValueError:  # "Expected more than 1 value per channel when training": batch 1 at a 1x1 map
+        for module, (mean, variance) in zip(norms, saved):
+            module.running_mean.copy_(mean)
+            module.running_var.copy_(variance)
+        calibrated = 0
     finally:
         for module, momentum in zip(norms, momenta):
             module.momentum = momentum
         model.train(was_training)
-    return len(norms)
+    return calibrated
