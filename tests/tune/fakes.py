@@ -81,3 +81,17 @@ def mobilenet_v2_step_ms(config: dict) -> float:
     """Milliseconds per batch-64 step from MOBILENET_V2_INFER_H100; unlisted combinations at the eager fp32 rate."""
     key = (config.get("precision", "default"), config.get("channels_last", "off"), config.get("compile", "off"))
     return 64e3 / MOBILENET_V2_INFER_H100.get(key, 11470)
+
+
+class FixedHost:
+    """A host-load probe (hostload.HostLoadProbe's start/stop) reporting `other_cores` of 16 busy over 60 s."""
+
+    def __init__(self, other_cores=0.0):
+        self.other_cores = other_cores
+
+    def start(self):
+        pass
+
+    def stop(self):
+        return {"other_cores": self.other_cores, "other_cpu_s": 60.0 * self.other_cores, "own_cpu_s": 60.0, "wall_s": 60.0,
+                "cores": 16, "run_queue": 1, "source": "test"}  # fmt: skip

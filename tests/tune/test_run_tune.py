@@ -8,22 +8,8 @@ import pytest
 
 from fade.act.tune.cache import open_cache
 from fade.act.tune.tuner import run_tune
-from tests.tune.fakes import REFERENCE, FakeTimer
+from tests.tune.fakes import REFERENCE, FakeTimer, FixedHost
 from tests.tune.test_profile import H100
-
-
-class FixedHost:
-    """A host-load probe that reports `other_cores` of 16 cores busy with other processes."""
-
-    def __init__(self, other_cores=0.0):
-        self.other_cores = other_cores
-
-    def start(self):
-        pass
-
-    def stop(self):
-        return {"other_cores": self.other_cores, "other_cpu_s": 0.0, "own_cpu_s": 0.0, "wall_s": 1.0, "cores": 16,
-                "run_queue": 1, "source": "test"}  # fmt: skip
 
 
 def tune_fake(tmp_path, timer, **kwargs):

@@ -12,7 +12,7 @@ Method
 Judgement (`is_busy`)
     On a CPU device the step uses every core: busy when others took more than BUSY_SHARE_CPU of them. On a
     GPU the step needs one host core to launch kernels: busy when others left less than one core free.
-Elsewhere (no /proc) the probe reports None and nothing is judged.
+Elsewhere (no /proc), or over a run shorter than MIN_JUDGED_WALL_S, nothing is judged.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+MIN_JUDGED_WALL_S = 5.0  # shorter runs: a few 10 ms jiffies decide the ratio, so nothing is judged
 BUSY_SHARE_CPU = 0.25  # of the cores: another process this busy moves a CPU step's time by far more than the noise bar
 PROC = Path("/proc")
 
@@ -128,7 +129,7 @@ class HostLoadProbe:
 
 def is_busy(load: Optional[dict], device: str) -> Optional[str]:
     """Why the host was too busy to trust timings (module docstring), or None."""
-    if not load:
+    if not load or load["wall_s"] < MIN_JUDGED_WALL_S:
         return None
     cores, other = load["cores"], load["other_cores"]
     if str(device or "").startswith("cpu"):

@@ -35,7 +35,8 @@ Final check
     samples, not from the search. A profile only says what this check proved: unless the chosen
     configuration is faster than the baseline beyond the bar here, the baseline's knobs are the result
     (verdict "not-proven" when within the bar, "reverted" when slower) and a candidates row says why. If the
-    search's baseline and the final check's baseline differ by more than max(HOST_DRIFT_TOLERANCE, bar),
+    search's baseline and the final check's baseline differ by more than max(HOST_DRIFT_TOLERANCE, the bar,
+    the search baseline's relative IQR),
     the host changed under the run: verdict "noisy-host", nothing is recommended. (The caller adds the
     measured host load: recommend_nothing with "noisy-host" when other processes used the cores.)
 Resume
@@ -312,9 +313,10 @@ def judge_final(search_baseline: Trial, before: Trial, after: Trial, failure: Op
     configuration beats the baseline there beyond the noise bar and the baseline agrees with the search's."""
     speedup, bar = compare(after, before) if after.status == "ok" and after.samples_s and before.samples_s else (0.0, NOISE_FLOOR)
     drift = _drift(search_baseline, before)
-    if drift is not None and drift > 1 + max(HOST_DRIFT_TOLERANCE, bar):
+    allowed = max(HOST_DRIFT_TOLERANCE, bar, search_baseline.relative_iqr if search_baseline.samples_s else 0.0)
+    if drift is not None and drift > 1 + allowed:
         reason = (f"the host was noisy: the baseline ran at {_rate(search_baseline):.4g} samples/s in the search and "
-                  f"{_rate(before):.4g} in the final check ({drift:.2f}x apart, beyond the {100 * max(HOST_DRIFT_TOLERANCE, bar):.0f}% "
+                  f"{_rate(before):.4g} in the final check ({drift:.2f}x apart, beyond the {100 * allowed:.0f}% "
                   "allowed); nothing is recommended, run again on a quiet host")  # fmt: skip
         verdict = "noisy-host"
     elif failure:
