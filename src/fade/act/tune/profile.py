@@ -101,7 +101,9 @@ def build_profile(
             "trials_measured": result.trials_measured,
             "trials_resumed": result.trials_resumed,
             "noise_floor": NOISE_FLOOR,
-            "rule": "accepted when best_median / candidate_median > 1 + max(noise_floor, IQR/median of either side)",
+            "rule": "compile modes first, then the other knobs under the best one; a value is accepted when "
+                    "start_median / candidate_median > 1 + max(noise_floor, IQR/median of either side) and it is the "
+                    "fastest such value of its knob (start: the configuration before that knob)",
         },
         "cache_dir": cache_dir,
         "cache_messages": list(cache_messages or []),
