@@ -138,7 +138,7 @@ def test_bench_models_runs_a_tiny_selection_from_python(tmp_path):
                         quick=True, out=tmp_path / "models.jsonl", isolate=False, progress=False)
     (record,) = result.records
     assert record["status"] == "ok" and record["case_id"] == "models/resnet18/infer/fp32/b1-32px"
-    assert result.summary[0]["case_id"] == record["case_id"] and "TFLOP/s" in result.summary[0]["note"]
+    assert result.summary[0]["case_id"] == record["case_id"] and "FLOP/s" in result.summary[0]["note"]
     assert result.to_dict(with_records=False).keys() >= {"schema_version", "suite", "statuses", "summary"}
 
 

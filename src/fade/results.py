@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -146,24 +147,17 @@ def read_records(path, *, strict: bool = False) -> RecordFile:
     except OSError as error:
         raise FadeUsageError(f"cannot read results file {path}: {error.strerror or error}") from None
     found = RecordFile(path)
+    not_results = _other_document(text)
+    if not_results:
+        message = f"{path}: {not_results}, not a results file (JSONL, one record per line)"
+        if strict:
+            raise FadeUsageError(message)
+        found.problems.append(message)
+        return found
     for line_number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        problem = None
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            problem = f"not valid JSON ({error.msg}; column {error.colno})"
-        else:
-            if not isinstance(record, dict):
-                problem = "not a JSON object"
-            elif record.get("schema_version") != SCHEMA_VERSION:
-                problem = (
-                    f"schema_version {record.get('schema_version')!r} is not one this FADE reads "
-                    f"({SCHEMA_VERSION}); upgrade FADE to read it"
-                )
-            elif "case_id" not in record or "status" not in record:
-                problem = "record has no case_id or status"
+        record, problem = parse_record(line)
         if problem is None:
             found.records.append(record)
             continue
@@ -172,6 +166,128 @@ def read_records(path, *, strict: bool = False) -> RecordFile:
             raise FadeUsageError(message)
         found.problems.append(message)
     return found
+
+
+def parse_record(line: str) -> tuple:
+    """(record, None) for a line holding a record this FADE can use, else (None, one-line reason)."""
+    try:
+        record = json.loads(line, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
+        column = f"; column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
+        return None, f"not valid JSON ({reason}{column})"
+    except RecursionError:
+        return None, f"not valid JSON (nested deeper than Python's limit of {sys.getrecursionlimit()})"
+    return (record, None) if (problem := record_problem(record)) is None else (None, problem)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# Each top-level field a reader uses, with the JSON types it may hold (None: null allowed). A record whose
+# field has another type is reported and skipped instead of crashing compare, report or a plot.
+_NUMBER = (int, float)
+_SCALAR = (str, int, float, bool, type(None))
+FIELD_TYPES = {
+    "case_id": (str,), "status": (str,), "run_id": (str, type(None)), "suite": (str, type(None)),
+    "torch_device": (str, type(None)), "params": (dict,), "value": (*_NUMBER, type(None)),
+    "unit": (str, type(None)), "formula": (str, type(None)), "work": (dict,), "stats": (dict, type(None)),
+    "timing": (dict, type(None)), "peak": (dict, type(None)), "extra": (dict,), "device": (dict,),
+    "stack": (dict,), "telemetry": (dict,), "started": (str, type(None)), "finished": (str, type(None)),
+    "duration_s": (*_NUMBER, type(None)), "error": (str, type(None)), "error_detail": (str, type(None)),
+    "warnings": (list,),
+}  # fmt: skip
+# Nested fields the readers compute with: (parent, key) -> allowed types.
+NESTED_TYPES = {
+    ("stats", "median_s"): (*_NUMBER, type(None)), ("stats", "iqr_s"): (*_NUMBER, type(None)),
+    ("stats", "cov"): (*_NUMBER, type(None)), ("stats", "n"): (int, type(None)),
+    ("stats", "q1_s"): (*_NUMBER, type(None)), ("stats", "q3_s"): (*_NUMBER, type(None)),
+    ("stack", "torch"): (dict, type(None)), ("extra", "loss_check"): (dict, type(None)),
+    ("params", "model"): _SCALAR, ("params", "mode"): _SCALAR, ("params", "variant"): _SCALAR,
+    ("params", "batch"): _SCALAR,
+    ("stats", "noisy"): (bool, type(None)), ("peak", "value"): (*_NUMBER, type(None)),
+    ("peak", "pct_of_peak"): (*_NUMBER, type(None)), ("telemetry", "throttled"): (bool, type(None)),
+    ("telemetry", "throttle_reasons"): (list, type(None)), ("telemetry", "contended"): (bool, type(None)),
+    ("telemetry", "contention_reasons"): (list, type(None)), ("extra", "backend_ran"): (str, type(None)),
+    ("extra", "plain_loop"): (dict, type(None)), ("extra", "flops"): (dict, type(None)),
+    ("extra", "memory"): (dict, type(None)),
+}  # fmt: skip
+# Inside extra's dicts (models suite), the numbers the report and the plots read.
+EXTRA_NUMBERS = {
+    "plain_loop": ("fade_vs_plain_pct", "samples_per_s"), "flops": ("pct_of_peak", "achieved_tflops"),
+    "memory": ("peak_allocated_bytes",), "loss_check": ("loss", "fp32_loss"),
+}
+
+
+def record_problem(record) -> Optional[str]:
+    """None when `record` can be read by every FADE reader, else the first reason it cannot (one line)."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if record.get("schema_version") != SCHEMA_VERSION:
+        return (f"schema_version {_short(record.get('schema_version'))} is not one this FADE reads "
+                f"({SCHEMA_VERSION}); upgrade FADE to read it")  # fmt: skip
+    if "case_id" not in record or "status" not in record:
+        return "record has no case_id or status"
+    for name, types in FIELD_TYPES.items():
+        if name in record and not _is(record[name], types):
+            return f"field {name!r} is {_kind(record[name])}, expected {_names(types)}"
+    if record["status"] not in STATUSES:
+        return f"status {_short(record['status'])} is none of {', '.join(STATUSES)}"
+    for (parent, name), types in NESTED_TYPES.items():
+        holder = record.get(parent) or {}
+        if name in holder and not _is(holder[name], types):
+            return f"field {parent}.{name} is {_kind(holder[name])}, expected {_names(types)}"
+    for reason_list in ("throttle_reasons", "contention_reasons"):
+        if not all(isinstance(item, str) for item in (record.get("telemetry") or {}).get(reason_list) or []):
+            return f"field telemetry.{reason_list} holds a non-string"
+    for parent, names in EXTRA_NUMBERS.items():
+        holder = (record.get("extra") or {}).get(parent) or {}
+        for name in names:
+            if name in holder and not _is(holder[name], (*_NUMBER, type(None))):
+                return f"field extra.{parent}.{name} is {_kind(holder[name])}, expected a number or null"
+    return None
+
+
+def _is(value, types: tuple) -> bool:
+    if isinstance(value, bool) and bool not in types:
+        return False  # JSON true is not a number here
+    return isinstance(value, types)
+
+
+_JSON_NAMES = {str: "a string", int: "an integer", float: "a number", dict: "an object", list: "an array",
+               bool: "true/false", type(None): "null"}  # fmt: skip
+
+
+def _kind(value) -> str:
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _names(types: tuple) -> str:
+    names = [_JSON_NAMES[kind] for kind in types if not (kind is float and int in types)]
+    return " or ".join(dict.fromkeys("a number" if name == "an integer" and float in types else name for name in names))
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _other_document(text: str) -> Optional[str]:
+    """What the file is when it holds one indented JSON document (a snapshot, a tuning profile, a --json
+    report) instead of one record per line; None for a JSONL file."""
+    first_line = text.lstrip().split("\n", 1)[0].strip()
+    if first_line not in ("{", "["):
+        return None
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(document, dict) and "kfd_nodes" in document and "pci" in document:
+        return "this is a snapshot (fade doctor --snapshot reads it)"
+    if isinstance(document, dict) and "knobs" in document and "env" in document:
+        return "this is a tuning profile (fade tune --show reads it)"
+    return "this is one indented JSON document"
 
 
 def record_key(record: dict) -> tuple:
@@ -191,7 +307,8 @@ def summarize(records: Iterable[dict]) -> list:
     """One flat row per case (its latest record) for a terminal or HTML table.
 
     Row keys: case_id, torch_device, status, value, unit, pct_of_peak, peak, median_ms, iqr_pct
-    (IQR / median, %), cov_pct, n, noisy, throttled, note (error, skip reason or the SDPA backend that ran).
+    (IQR / median, %), cov_pct, n, noisy, throttled, contended (other work on the host or device during the
+    case: telemetry.contended), note (error, skip reason or the SDPA backend that ran).
     """
     rows = []
     for record in latest_records(records):
@@ -204,7 +321,10 @@ def summarize(records: Iterable[dict]) -> list:
         if note is None and extra.get("backend_ran"):
             note = f"ran {extra['backend_ran']}"
         if note is None and telemetry.get("throttled"):
-            note = "throttled: " + ", ".join(telemetry.get("throttle_reasons", []))
+            note = "throttled: " + ", ".join(telemetry.get("throttle_reasons") or [])
+        if telemetry.get("contended"):
+            reasons = "contended: " + "; ".join(telemetry.get("contention_reasons") or [])
+            note = reasons if note is None else f"{note}; {reasons}"
         rows.append(
             {
                 "case_id": record.get("case_id"),
@@ -220,10 +340,23 @@ def summarize(records: Iterable[dict]) -> list:
                 "n": stats.get("n"),
                 "noisy": bool(stats.get("noisy")),
                 "throttled": bool(telemetry.get("throttled")),
+                "contended": bool(telemetry.get("contended")),
                 "note": note,
             }
         )
     return rows
+
+
+class OutputFull(OSError):
+    """A results file stopped taking lines (full disk, quota, I/O error); the lines before are whole."""
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte of `data` is out (the one place a results line is written)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 class JsonlAppender:
@@ -245,13 +378,20 @@ class JsonlAppender:
                     os.write(self.fd, b"\n")
 
     def append(self, record: dict) -> None:
+        """Write one line; OutputFull when it cannot (the file is cut back to its last whole line first)."""
         data = dumps_line(record).encode("utf-8")
         with _sigint_deferred():
-            view = memoryview(data)
-            while view:
-                written = os.write(self.fd, view)
-                view = view[written:]
-            os.fsync(self.fd)
+            size_before = os.fstat(self.fd).st_size
+            try:
+                write_all(self.fd, data)
+                os.fsync(self.fd)
+            except OSError as error:
+                try:
+                    os.ftruncate(self.fd, size_before)  # no torn last line: the file ends on a whole record
+                except OSError:
+                    pass
+                raise OutputFull(f"cannot write {self.path}: {error.strerror or error}; "
+                                 f"the {self.path.name} records before this case are intact") from None
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -35,3 +35,11 @@ def out_of_memory(ctx) -> CaseResult:
 def report_timing(ctx) -> CaseResult:
     """Echoes the timing settings the case was handed, so a test can see per-case overrides arrive."""
     return CaseResult(value=1.0, unit="x", formula="constant", extra={"timing": dict(ctx.timing)})
+
+
+def memory_error(ctx) -> CaseResult:
+    raise MemoryError()
+
+
+def cpu_allocator_error(ctx) -> CaseResult:
+    raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory: you tried to allocate 1099511627776 bytes")

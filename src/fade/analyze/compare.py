@@ -12,6 +12,7 @@ Rows and columns: a model-bench record (suite "models") is row "<network> <varia
 % of baseline is the speed ratio, so > 100 is faster whatever the unit: value / baseline for rates
 (TFLOP/s, GB/s, samples/s, x), baseline / value for latencies (us). A difference is "within noise" when
 |% - 100| <= the noise band: half the relative IQR of each side added, at least NOISE_FLOOR_PCT. A cell
+whose record or baseline ran on a busy host (telemetry.contended) is flagged `contended`. A cell
 outside the band below the baseline is "slower"; with `fail_under`, a cell below that % and outside the
 band, or a case that ran in the baseline and failed here, is a regression (`fade compare` exits 1).
 """
@@ -55,6 +56,7 @@ class Cell:
     noise_band_pct: Optional[float] = None
     verdict: str = "missing"
     noisy: bool = False  # the record's own CoV is above its noisy threshold
+    contended: bool = False  # other work used the host or device while this case or its baseline ran
     note: Optional[str] = None  # error, skip reason or the FADE-vs-plain-loop difference
 
 
@@ -72,6 +74,8 @@ class Comparison:
     regressions: list = field(default_factory=list)  # "row / set column: why"
     problems: list = field(default_factory=list)  # unreadable lines: "file:LINE: reason"
     by: str = "file"
+    contended: int = 0  # cells whose record or baseline ran on a busy host or device
+    notes: list = field(default_factory=list)  # what the reader must know: "the result sets share no case"
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -190,7 +194,17 @@ def compare_sets(
         if any(cell.status != "missing" for cell in cells):
             comparison.rows.append({"row": row, "cells": cells})
     comparison.units = list(units)
+    comparison.contended = sum(1 for row in comparison.rows for cell in row["cells"] if cell.contended)
+    if len(ordered) > 1 and not any(_shared(row, columns, base.label) for row in comparison.rows):
+        comparison.notes.append(f"the result sets share no case with the baseline {base.label!r}: "
+                                "nothing is compared (different suites?)")
     return comparison
+
+
+def _shared(row: dict, columns: list, base_label: str) -> bool:
+    """Whether the baseline and another set both hold a record of this row."""
+    present = {column[0] for cell, column in zip(row["cells"], columns) if cell.status != "missing"}
+    return base_label in present and len(present) > 1
 
 
 def _find_set(sets: list, wanted: str) -> ResultSet:
@@ -206,7 +220,8 @@ def _cell(record: Optional[dict], base: Optional[dict], *, is_baseline: bool, fa
         return Cell(status="missing")
     status = str(record.get("status"))
     stats = record.get("stats") or {}
-    cell = Cell(status=status, value=record.get("value"), unit=record.get("unit"), noisy=bool(stats.get("noisy")))
+    cell = Cell(status=status, value=record.get("value"), unit=record.get("unit"), noisy=bool(stats.get("noisy")),
+                contended=_contended(record))
     cell.note = _note(record)
     if status != "ok" or cell.value is None:
         base_ran = base is not None and base.get("status") == "ok"
@@ -226,6 +241,7 @@ def _cell(record: Optional[dict], base: Optional[dict], *, is_baseline: bool, fa
         cell.pct_of_baseline = 100.0 * cell.value / base["value"]
     cell.noise_band_pct = max(NOISE_FLOOR_PCT, 50.0 * (_relative_iqr(record) + _relative_iqr(base)))
     cell.noisy = cell.noisy or bool((base.get("stats") or {}).get("noisy"))
+    cell.contended = cell.contended or _contended(base)
     difference = cell.pct_of_baseline - 100.0
     if abs(difference) <= cell.noise_band_pct:
         cell.verdict = "same"
@@ -236,6 +252,10 @@ def _cell(record: Optional[dict], base: Optional[dict], *, is_baseline: bool, fa
     else:
         cell.verdict = "slower"
     return cell
+
+
+def _contended(record: dict) -> bool:
+    return bool((record.get("telemetry") or {}).get("contended"))
 
 
 def _relative_iqr(record: dict) -> float:

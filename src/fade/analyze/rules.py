@@ -79,17 +79,37 @@ def _check_condition(cond, where: str):
             unknown = set(value) - OPERATORS
             if unknown or len(value) != 1:
                 raise RuleError(f"{where}: condition on '{key}' must be one of {sorted(OPERATORS)}")
-            if "version" in value:
+            (operator, argument), = value.items()
+            if operator == "version":
                 try:
-                    SpecifierSet(value["version"])
-                except InvalidSpecifier:
-                    raise RuleError(f"{where}: bad version specifier {value['version']!r}") from None
+                    SpecifierSet(argument if isinstance(argument, str) else None)
+                except (InvalidSpecifier, TypeError):
+                    raise RuleError(f"{where}: bad version specifier {argument!r}") from None
+            elif operator in ("lt", "gt") and (not isinstance(argument, (int, float)) or isinstance(argument, bool)):
+                raise RuleError(f"{where}: '{operator}' on '{key}' needs a number, got {argument!r}")
+            elif operator == "not_in" and not isinstance(argument, list):
+                raise RuleError(f"{where}: 'not_in' on '{key}' needs a list")
+            elif operator == "contains" and not isinstance(argument, (str, int, float)):
+                raise RuleError(f"{where}: 'contains' on '{key}' needs a string")
+        elif not isinstance(value, (str, int, float, bool, list)):
+            raise RuleError(f"{where}: condition on '{key}' must be a value, a list or an operator table")
+        elif isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
+            raise RuleError(f"{where}: the list for '{key}' must hold plain values")
 
 
 def _rule_from_row(row: dict, where: str) -> Rule:
+    if not isinstance(row, dict):
+        raise RuleError(f"{where}: a rule must be a table ([[rule]])")
     for key in ("id", "severity", "scope", "title", "when", "explain", "fix", "source"):
         if not row.get(key) and key != "when":
             raise RuleError(f"{where}: missing '{key}'")
+        if key != "when" and not isinstance(row[key], str):
+            raise RuleError(f"{where}: '{key}' must be a string")
+    if not isinstance(row.get("fix_env", {}), dict):
+        raise RuleError(f"{where}: fix_env must be a table of NAME = value")
+    suppressed = row.get("suppressed_by", [])
+    if not isinstance(suppressed, list) or not all(isinstance(item, str) for item in suppressed):
+        raise RuleError(f"{where}: suppressed_by must be a list of rule ids")
     if not RULE_ID.match(row["id"]):
         raise RuleError(f"{where}: id {row['id']!r} must look like ROCM012")
     if row["severity"] not in SEVERITIES:
@@ -121,12 +141,21 @@ def load_rules(path: str | Path = RULES_FILE) -> tuple[Rule, ...]:
     """Bundled rules and a user's rules file load through this same function."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise RuleError(f"{path}: {exc}") from None
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RuleError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise RuleError(f"{path}: not UTF-8 text (TOML files are UTF-8)") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise RuleError(f"{path}: not valid TOML ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise RuleError(f"{path}: nested too deeply") from None
+    if not isinstance(data.get("rule", []), list):
+        raise RuleError(f"{path}: 'rule' must be an array of tables ([[rule]])")
     rules, seen = [], set()
     for i, row in enumerate(data.get("rule", [])):
-        rule = _rule_from_row(row, f"{path.name} rule #{i + 1} ({row.get('id', '?')})")
+        label = row.get("id", "?") if isinstance(row, dict) else "?"
+        rule = _rule_from_row(row, f"{path.name} rule #{i + 1} ({str(label)[:40]})")
         if rule.id in seen:
             raise RuleError(f"{path.name}: duplicate rule id {rule.id}")
         seen.add(rule.id)

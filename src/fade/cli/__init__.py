@@ -8,11 +8,16 @@ input files are one stderr line, never a traceback (set FADE_DEBUG=1 to see one 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
 from fade import __version__
 from fade.errors import ExitCode, FadeUsageError
+
+
+# A write the user's disk refused (full, over quota, read-only, too big): one line and exit 2, not a bug.
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,11 +53,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return ExitCode.OK
+    except OSError as exc:
+        if exc.errno not in OUTPUT_ERRNOS:
+            return _internal(exc)
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"fade: error: cannot write{where}: {exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.USAGE
     except Exception as exc:  # noqa: BLE001 - last resort: one line, unless debugging
-        if os.environ.get("FADE_DEBUG"):
-            raise
-        print(f"fade: internal error: {type(exc).__name__}: {exc} (FADE_DEBUG=1 shows the traceback)", file=sys.stderr)
-        return ExitCode.INTERNAL
+        return _internal(exc)
+
+
+def _internal(exc: BaseException) -> int:
+    if os.environ.get("FADE_DEBUG"):
+        raise exc
+    print(f"fade: internal error: {type(exc).__name__}: {exc} (FADE_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return ExitCode.INTERNAL
 
 
 if __name__ == "__main__":

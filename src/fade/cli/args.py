@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 
-from fade.errors import FadeUsageError
+from fade.errors import ExitCode, FadeUsageError
 
 
 def positive_int(flag: str):
@@ -64,13 +65,50 @@ def add_json_flag(parser, what: str, *, dest: str | None = None) -> None:
                         **options)
 
 
-def check_writable(path: str) -> None:
-    """FadeUsageError unless `path` can be written: checked before minutes of work, not after."""
+def check_writable(path, flag: str | None = None) -> None:
+    """FadeUsageError unless `path` can be written: checked before minutes of work, not after.
+
+    Every verb calls it for each output it will write (a JSONL file, --json FILE, -o FILE, --markdown FILE)
+    before anything runs; None and "-" (stdout) pass. A missing parent directory is fine when it can be
+    created (the writers create it). The check creates and removes a temp file, so a read-only mount or a
+    root-owned directory is caught even where os.access would say yes.
+    """
+    if path in (None, "-"):
+        return
+    name = f"{flag} {path}" if flag else str(path)
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise FadeUsageError(f"cannot write {name}: it is a directory; give a file name")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise FadeUsageError(f"cannot write {name}: permission denied")
     directory = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(directory):
+        directory = os.path.dirname(directory)
     if not os.path.isdir(directory):
-        raise FadeUsageError(f"cannot write {path}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise FadeUsageError(f"cannot write {path}: permission denied")
+        raise FadeUsageError(f"cannot write {name}: {directory} is not a directory")
+    try:
+        descriptor, probe = tempfile.mkstemp(dir=directory, prefix=".fade-write-check.")
+    except OSError as error:
+        raise FadeUsageError(f"cannot write {name}: {error.strerror or error} ({directory})") from None
+    os.close(descriptor)
+    os.unlink(probe)
+
+
+def check_outputs(*outputs) -> None:
+    """check_writable for each (flag, path) pair; the common first line of a verb that writes files."""
+    for flag, path in outputs:
+        check_writable(path, flag)
+
+
+def report_run_problems(summary) -> int:
+    """After a suite run: each unreadable line `--resume` skipped and a write that failed (full disk), one
+    stderr line each. Returns ExitCode.USAGE when the output stopped taking records, else 0."""
+    report_problems(getattr(summary, "problems", None) or [])
+    error = getattr(summary, "write_error", None)
+    if error:
+        print(f"fade: error: {error}", file=sys.stderr)
+        return ExitCode.USAGE
+    return ExitCode.OK
 
 
 def write_text(path: str, text: str) -> None:

@@ -4,7 +4,7 @@ baseline. Exit codes: 1 a regression past --fail-under; 2 a file with unreadable
 
 from __future__ import annotations
 
-from fade.cli.args import add_json_flag, positive_float, report_problems, write_json, write_text
+from fade.cli.args import add_json_flag, check_outputs, positive_float, report_problems, write_json, write_text
 from fade.errors import ExitCode
 
 
@@ -26,6 +26,7 @@ def cmd_compare(args) -> int:
     from fade.report.compare import render_markdown, render_terminal
     from fade.report.console import make_console
 
+    check_outputs(("--json", args.json), ("--markdown", args.markdown))
     comparison = compare_files(args.files, baseline=args.baseline, fail_under=args.fail_under, by=args.by)
     if args.json:
         write_json(comparison.to_dict(), args.json)

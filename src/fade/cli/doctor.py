@@ -19,8 +19,7 @@ def cmd_doctor(args) -> int:
     from fade.api import doctor
     from fade.report.console import make_console, render_doctor
 
-    if args.json not in (None, "-"):
-        check_writable(args.json)  # before minutes of work, not after
+    check_writable(args.json, "--json")  # before 8 s of measuring, not after
     result = doctor(measure=not args.no_measure, snapshot=args.snapshot, fresh=args.fresh, rules=args.rules)
     report = result.to_dict()
     if args.json:

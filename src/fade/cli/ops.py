@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fade.cli.args import add_device_flag, add_json_flag, write_json
+from fade.cli.args import add_device_flag, add_json_flag, check_outputs, report_run_problems, write_json
 from fade.errors import ExitCode
 
 INTERRUPTED = 130  # what fade.cli returns for Ctrl-C
@@ -60,6 +60,7 @@ def cmd_ops(args) -> int:
     from fade.report.console import make_console
     from fade.report.ops import ops_progress, render_sweep
 
+    check_outputs(("-o", args.output), ("--json", args.json))
     try:
         sweep = run_ops_sweep(
             args.device,
@@ -81,6 +82,8 @@ def cmd_ops(args) -> int:
         write_json(sweep.to_dict(), args.json)
     if args.json != "-":
         render_sweep(sweep, make_console())
+    if sweep.run.write_error:
+        return report_run_problems(sweep.run)  # render_sweep already listed the unreadable lines
     return INTERRUPTED if sweep.run.interrupted else ExitCode.OK
 
 
@@ -89,6 +92,7 @@ def cmd_ops_compare(args) -> int:
     from fade.report.ops import render_gap
     from fade.report.console import make_console
 
+    check_outputs(("--json", args.compare_json))
     gap = compare_ops(args.a, args.b)
     if args.compare_json:
         write_json(gap, args.compare_json)

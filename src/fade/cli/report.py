@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from fade.cli.args import report_problems
+from fade.cli.args import check_outputs, report_problems
 from fade.errors import ExitCode
 
 DEFAULT_REPORT = "report.html"
@@ -22,6 +22,7 @@ def add_verbs(verbs) -> None:
 def cmd_report(args) -> int:
     from fade.report.html import write_report
 
+    check_outputs(("-o", args.output))
     report = write_report(args.files, args.output, baseline=args.baseline)
     print(f"wrote {args.output} ({report.records} records from {len(args.files)} file(s))", file=sys.stderr)
     report_problems(report.problems)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
-from fade.cli.args import check_writable
+from fade.cli.args import check_writable, write_text
 from fade.errors import ExitCode
 
 
@@ -17,14 +16,13 @@ def add_verbs(verbs) -> None:
 
 def cmd_snapshot(args) -> int:
     from fade.api import collect_snapshot
-    from fade.collect.snapshot import save_snapshot
+    from fade.collect.snapshot import snapshot_text
 
-    if args.output and args.output != "-":
-        check_writable(args.output)
+    check_writable(args.output, "-o")
     snap = collect_snapshot(torch="subprocess")
     if args.output in (None, "-"):
-        print(json.dumps(snap, indent=2))
+        print(snapshot_text(snap), end="")
     else:
-        save_snapshot(snap, args.output)
+        write_text(args.output, snapshot_text(snap))
         print(f"wrote {args.output}", file=sys.stderr)
     return ExitCode.OK

@@ -34,6 +34,7 @@ def cmd_tune(args) -> int:
         return _pretune(args)
     if not args.model:
         raise FadeUsageError("fade tune: give MODEL (a zoo name or module:function), or --show PROFILE")
+    check_writable(args.output, "-o")  # before the search, not after
     from fade.act.tune import run_tune
 
     check_output(args.output)  # before minutes of search, not after

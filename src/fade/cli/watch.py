@@ -46,8 +46,7 @@ def cmd_watch(args) -> int:
         raise FadeUsageError(f"fade watch: put the command after --, e.g. {WATCH_EXAMPLE}{given}")
     if args.sampled is not None and args.sampled < 1:
         raise FadeUsageError(f"fade watch: --sampled needs a positive step count, got {args.sampled}")
-    if args.json:
-        check_writable(args.json)
+    check_writable(args.json, "--json")  # a file only: stdout is the script's
     parse_command(command[1:])  # a missing script is a usage error before anything runs
     if args.device == "standin":
         from fade.hostwork import standin
@@ -64,5 +63,8 @@ def cmd_watch(args) -> int:
         data = result.report.to_dict()
         data["command"] = result.command
         data["exit_code"] = result.exit_code
-        write_json(data, args.json)
+        try:
+            write_json(data, args.json)
+        except FadeUsageError as error:  # a full disk at the end: say so, keep the script's own exit code
+            print(f"fade: error: {error}", file=sys.stderr)
     return result.exit_code

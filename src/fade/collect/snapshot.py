@@ -15,6 +15,7 @@ from pathlib import Path
 from fade import __version__
 from fade.collect import system, tools
 from fade.errors import FadeUsageError
+from fade.analyze.devices import KFD_PROPERTY_MAX
 
 SCHEMA_VERSION = 1
 
@@ -105,10 +106,15 @@ def _torch_subprocess_cached(snap: dict, environ: dict | None):
     return section, reason
 
 
+def snapshot_text(snapshot: dict) -> str:
+    """The snapshot as the indented JSON text FADE writes."""
+    return json.dumps(snapshot, indent=2, sort_keys=False) + "\n"
+
+
 def save_snapshot(snapshot: dict, path: str | Path) -> None:
     from fade.files import atomic_write_text
 
-    atomic_write_text(path, json.dumps(snapshot, indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, snapshot_text(snapshot))
 
 
 # ---- validation: what a reader may rely on. Anything beyond these keys is optional. ----
@@ -125,6 +131,11 @@ _DEVICE = {"index": int, "name": str, "major": int, "minor": int, "multi_process
            "total_memory": int}
 _DEVICE_NULLABLE = {"gcnArchName": str, "warp_size": int, "is_integrated": int, "L2_cache_size": int,
                     "pci_bus_id": str}
+
+
+def _short_value(value) -> str:
+    text = _type_name(value) if not isinstance(value, int) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _type_name(value) -> str:
@@ -178,11 +189,13 @@ def validate_snapshot(snap, where: str = "snapshot") -> dict:
         _check(dev, f"{where}.pci[{i}]", {"vendor": str, "device": str, "class": str}, {"address": str})
     for i, node in enumerate(snap["kfd_nodes"]):
         _check_type(node, dict, f"{where}.kfd_nodes[{i}]", nullable=False)
+        node.setdefault("node", i)  # the position in the list is the KFD node number the collector wrote
         _check(node, f"{where}.kfd_nodes[{i}]", {"node": int, "properties": dict}, {"name": str})
         for key, value in node["properties"].items():
-            if not isinstance(value, (int, str)) or isinstance(value, bool):
-                raise FadeUsageError(f"{where}.kfd_nodes[{i}].properties.{key} must be int, "
-                                     f"got {_type_name(value)}")
+            text_or_int = isinstance(value, (int, str)) and not isinstance(value, bool)
+            if not text_or_int or (isinstance(value, int) and not 0 <= value <= KFD_PROPERTY_MAX):
+                raise FadeUsageError(f"{where}.kfd_nodes[{i}].properties.{key} must be an integer in 0..2**64-1 "
+                                     f"or text (a line the collector could not parse), got {_short_value(value)}")
     for path, access in snap["device_files"].items():
         _check_type(access, dict, f"{where}.device_files.{path}", nullable=False)
         _check(access, f"{where}.device_files.{path}",
@@ -203,6 +216,7 @@ def validate_snapshot(snap, where: str = "snapshot") -> dict:
             _check_strings(torch["warnings"], f"{where}.torch.warnings")
         for i, dev in enumerate(torch["devices"]):
             _check_type(dev, dict, f"{where}.torch.devices[{i}]", nullable=False)
+            dev.setdefault("index", i)  # torch numbers its devices in list order
             _check(dev, f"{where}.torch.devices[{i}]", _DEVICE, _DEVICE_NULLABLE)
     return snap
 
@@ -211,7 +225,7 @@ def load_snapshot(path: str | Path) -> dict:
     """Read and validate a snapshot file; every problem is one FadeUsageError line."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")  # FADE writes UTF-8, whatever the locale
     except FileNotFoundError:
         raise FadeUsageError(f"snapshot {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -8,7 +8,8 @@ case. `InProcessExecutor` runs cases in the caller's process: no timeout and no 
 
 No loss: each record is appended, flushed and fsynced as its case finishes (record.JsonlAppender); a kill -9
 of this process loses only the case in flight. Ctrl-C stops after killing the worker, keeps the file, and
-returns a summary with `interrupted=True`. With `resume=True`, cases whose latest record on this device has
+returns a summary with `interrupted=True`. A write that fails (a full disk: ENOSPC, EDQUOT) is cut back to
+the last whole line and stops the run with `write_error` set; the CLI reports it in one line, exit 2. With `resume=True`, cases whose latest record on this device has
 a status in record.RESUME_SKIPS_STATUSES ("ok", "skipped") are not run again; failed ones are retried.
 """
 
@@ -35,6 +36,8 @@ from fade.results import (
     FAILED_STATUSES,
     RESUME_SKIPS_STATUSES,
     JsonlAppender,
+    OutputFull,
+    latest_records,
     now_iso,
     read_records,
 )
@@ -84,6 +87,7 @@ class RunSummary:
     problems: list = field(default_factory=list)  # unreadable lines found in `out` when resuming
     plots: list = field(default_factory=list)  # PNG paths, when plots were asked for
     unsupported: dict = field(default_factory=dict)  # reason -> number of cases left out for it
+    write_error: Optional[str] = None  # why `out` stopped taking records (a full disk); earlier ones are whole
 
     @property
     def failed(self) -> int:
@@ -104,6 +108,7 @@ class RunSummary:
             "problems": list(self.problems),
             "plots": [str(path) for path in self.plots],
             "unsupported": dict(self.unsupported),
+            "write_error": self.write_error,
         }
         if with_records:
             data["records"] = list(self.records)
@@ -148,9 +153,9 @@ def run_cases(
     if resume and Path(out).exists() and Path(out).stat().st_size:
         found = read_records(out)
         summary.problems = found.problems
-        finished = {
+        finished = {  # the latest record of a case decides, as in compare: a crash after an ok runs again
             record["case_id"]
-            for record in found.records
+            for record in latest_records(found.records)
             if record.get("torch_device") == device and record.get("status") in RESUME_SKIPS_STATUSES
         }
     todo = [case for case in cases if case.case_id not in finished]
@@ -175,6 +180,8 @@ def run_cases(
                     progress.case_finished(record)
     except KeyboardInterrupt:
         summary.interrupted = True
+    except OutputFull as error:  # full disk or quota: the records before it are whole; stop, say so in one line
+        summary.write_error = str(error)
     finally:
         executor.close()
         summary.wall_s = time.monotonic() - wall_start
@@ -417,7 +424,10 @@ class IsolatedExecutor:
     def _failure(self, case, ctx, status, error, detail, started, started_clock) -> dict:
         from fade.measure.session import case_record  # the worker's module; imports torch only when a case runs
 
-        telemetry = {"available": False, "source": "none", "reason": "the case did not finish"}
+        from fade.measure.telemetry import with_contention
+
+        unknown = {"available": False, "contended": None, "reasons": [], "reason": "the case did not finish"}
+        telemetry = with_contention({"available": False, "source": "none", "reason": "the case did not finish"}, unknown)
         described = {**(self.session or {}), "device": ctx.device}
         return case_record(case, ctx, described, status=status, started=started, started_clock=started_clock,
                            telemetry=telemetry, error=error, error_detail=detail)

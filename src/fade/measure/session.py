@@ -22,7 +22,7 @@ from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext, CaseSkipped, torch_dtype
 from fade.measure.fingerprint import stack_fingerprint
 from fade.results import make_record, now_iso
-from fade.measure.telemetry import TelemetrySampler, TelemetrySource, open_telemetry
+from fade.measure.telemetry import ContentionMonitor, TelemetrySampler, TelemetrySource, open_telemetry, with_contention
 
 MAX_WARNINGS_PER_CASE = 10  # distinct warning messages kept in a record; more are repeats of a pattern
 TRACEBACK_LINES = 20  # tail of a failing case's traceback kept in `error_detail`
@@ -277,9 +277,10 @@ def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
     error = error_detail = None
     caught_warnings: list = []
     sampler = TelemetrySampler(session.telemetry)
+    contention = ContentionMonitor(processes=session.telemetry.processes)
     try:
         function = getattr(importlib.import_module(case.module), case.function)
-        with warnings.catch_warnings(record=True) as caught_warnings, sampler:
+        with warnings.catch_warnings(record=True) as caught_warnings, sampler, contention:
             warnings.simplefilter("always")
             case_ctx = dataclasses.replace(ctx, timing={**ctx.timing, **case.timing}) if case.timing else ctx
             result = function(case_ctx, **case.params)
@@ -297,7 +298,7 @@ def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
         if not _release_memory(session.device, collect_cycles=status != "ok"):
             session.broken = True
     return case_record(case, ctx, session.describe(), status=status, started=started, started_clock=started_clock,
-                       telemetry=sampler.summary(), result=result, error=error, error_detail=error_detail,
+                       telemetry=with_contention(sampler.summary(), contention.summary()), result=result, error=error, error_detail=error_detail,
                        warnings=_distinct_messages(caught_warnings))
 
 
@@ -312,8 +313,14 @@ def _distinct_messages(caught: list) -> list:
     return messages
 
 
+OUT_OF_MEMORY_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")  # CUDA/HIP, c10 CPU, errno
+
+
 def _is_out_of_memory(exception: BaseException) -> bool:
-    return type(exception).__name__ == "OutOfMemoryError" or "out of memory" in str(exception).lower()
+    """A device OOM, Python's MemoryError, or torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory")."""
+    text = str(exception).lower()
+    return (isinstance(exception, MemoryError) or type(exception).__name__ == "OutOfMemoryError"
+            or any(marker in text for marker in OUT_OF_MEMORY_TEXT))
 
 
 def _release_memory(device: str, *, collect_cycles: bool) -> bool:

@@ -1,16 +1,27 @@
-"""Samples a GPU's clocks, power, temperature and throttle reasons in a background thread while a case runs.
+"""Samples a GPU's clocks, power, temperature and throttle reasons in a background thread while a case runs,
+and measures how busy the host (and the GPU) was with other work during the case.
 
 Sources: NVML through `import pynvml` (the `nvidia-ml-py` package, extra `fade[nvidia]`) and AMD SMI
 through `import amdsmi` (extra `fade[amd]`). Both are optional: without them, or on the CPU, the summary is
 `{"available": false, "reason": ...}` and measuring goes on. Every reading is best effort: a field the
 driver does not report is None, never an error.
+
+Contention (ContentionMonitor): /proc/stat's busy CPU time (user, nice, system, irq, softirq, steal) over
+the case, less this process's own CPU time (os.times), is the CPU time other processes took; divided by
+the case's wall time × the CPUs, it is their share of the machine. Above CONTENDED_OTHER_CPU_SHARE the
+case is `contended`. On a GPU, another process holding a context on the device (NVML compute and
+graphics processes, amdsmi's process list) makes it contended too (CONTENDED_GPU_OTHER_PROCESSES). The
+run queue (/proc/loadavg, /proc/stat procs_running) is recorded alongside. Windows shorter than
+CONTENTION_MIN_WINDOW_S are recorded but not judged: /proc/stat counts in clock ticks (10 ms).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -66,6 +77,7 @@ class TelemetrySource:
     read: Optional[Callable[[], TelemetrySample]] = None
     reason: Optional[str] = None  # why `read` is None
     close: Callable[[], None] = field(default=lambda: None)
+    processes: Optional[Callable[[], list]] = None  # pids holding a context on the device, where readable
 
 
 def open_telemetry(device: str, pci_bus_id: Optional[str] = None) -> TelemetrySource:
@@ -190,7 +202,13 @@ def _open_nvml(index: int, pci_bus_id: Optional[str]) -> TelemetrySource:
             reasons=reasons,
         )
 
-    return TelemetrySource("pynvml", read=read, close=lambda: _optional(pynvml.nvmlShutdown))
+    def processes() -> list:
+        found = []
+        for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            found += [int(entry.pid) for entry in (_optional(lambda: getattr(pynvml, getter)(handle)) or [])]
+        return sorted(set(found))
+
+    return TelemetrySource("pynvml", read=read, close=lambda: _optional(pynvml.nvmlShutdown), processes=processes)
 
 
 def _open_amdsmi(index: int, pci_bus_id: Optional[str]) -> TelemetrySource:
@@ -220,7 +238,12 @@ def _open_amdsmi(index: int, pci_bus_id: Optional[str]) -> TelemetrySource:
             reasons=_amd_reasons(metrics),
         )
 
-    return TelemetrySource("amdsmi", read=read, close=lambda: _optional(amdsmi.amdsmi_shut_down))
+    def processes() -> list:
+        entries = _optional(lambda: amdsmi.amdsmi_get_gpu_process_list(handle)) or []
+        pids = [entry.get("pid") if isinstance(entry, dict) else getattr(entry, "pid", None) for entry in entries]
+        return sorted({int(pid) for pid in pids if isinstance(pid, int)})
+
+    return TelemetrySource("amdsmi", read=read, close=lambda: _optional(amdsmi.amdsmi_shut_down), processes=processes)
 
 
 def _amd_reasons(metrics: dict) -> tuple:
@@ -253,3 +276,136 @@ def _optional(read: Callable):
         return read()
     except Exception:
         return None
+
+
+# -- contention: other work on the host and the device while a case ran ----------------------------------
+CONTENDED_OTHER_CPU_SHARE = 0.25  # others took > 1/4 of all CPUs' time: a CPU figure, or a GPU's launch path, is off
+CONTENDED_GPU_OTHER_PROCESSES = 1  # one other process with a context on the device already shares its SMs/CUs
+CONTENTION_MIN_WINDOW_S = 0.2  # /proc/stat ticks are 10 ms: a shorter window is recorded but not judged
+BUSY_FIELDS = (0, 1, 2, 5, 6, 7)  # /proc/stat cpu: user nice system [idle iowait] irq softirq steal
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """One reading of the host: busy CPU seconds of all CPUs, this process's CPU seconds, the clock."""
+
+    t_s: float
+    busy_cpu_s: Optional[float]
+    own_cpu_s: float
+    cpus: int
+    procs_running: Optional[int] = None
+    load_1min: Optional[float] = None
+
+
+class ProcReader:
+    """Reads /proc (or a stand-in directory with the same files, for tests) and this process's CPU time."""
+
+    def __init__(self, root="/proc", *, own_cpu_s: Optional[Callable[[], float]] = None,
+                 clock: Callable[[], float] = time.monotonic, cpus: Optional[int] = None):
+        self.root = Path(root)
+        self.own_cpu_s = own_cpu_s or (lambda: sum(os.times()[:2]))
+        self.clock = clock
+        self.cpus = cpus or os.cpu_count() or 1
+
+    def read(self) -> HostReading:
+        busy = procs_running = load = None
+        try:
+            stat = (self.root / "stat").read_text(encoding="ascii", errors="replace").splitlines()
+        except OSError:
+            stat = []
+        tick_s = 1.0 / _clock_ticks()
+        for line in stat:
+            parts = line.split()
+            if parts[:1] == ["cpu"]:
+                values = [int(value) for value in parts[1:] if value.isdigit()]
+                busy = sum(values[index] for index in BUSY_FIELDS if index < len(values)) * tick_s
+            elif parts[:1] == ["procs_running"] and len(parts) > 1 and parts[1].isdigit():
+                procs_running = int(parts[1])
+        try:
+            load = float((self.root / "loadavg").read_text(encoding="ascii").split()[0])
+        except (OSError, ValueError, IndexError):
+            load = None
+        return HostReading(t_s=self.clock(), busy_cpu_s=busy, own_cpu_s=self.own_cpu_s(), cpus=self.cpus,
+                           procs_running=procs_running, load_1min=load)
+
+
+def _clock_ticks() -> int:
+    try:
+        return int(os.sysconf("SC_CLK_TCK")) or 100
+    except (ValueError, OSError, AttributeError):
+        return 100
+
+
+class ContentionMonitor:
+    """Reads the host at `__enter__` and `__exit__` (and the device's processes at exit); `summary()` is the
+    record's `telemetry.contention` with the verdict. Never raises: an unreadable /proc gives a reason."""
+
+    def __init__(self, reader: Optional[ProcReader] = None, *, processes: Optional[Callable[[], list]] = None,
+                 own_pid: Optional[int] = None):
+        self.reader = reader or ProcReader()
+        self.processes = processes
+        self.own_pid = os.getpid() if own_pid is None else own_pid
+        self.start: Optional[HostReading] = None
+        self.end: Optional[HostReading] = None
+        self.device_pids: Optional[list] = None
+
+    def __enter__(self) -> "ContentionMonitor":
+        self.start = _optional(self.reader.read)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.end = _optional(self.reader.read)
+        if self.processes is not None:
+            self.device_pids = _optional(self.processes)
+
+    def summary(self) -> dict:
+        return judge_contention(self.start, self.end, device_pids=self.device_pids, own_pid=self.own_pid)
+
+
+def judge_contention(start: Optional[HostReading], end: Optional[HostReading], *,
+                     device_pids: Optional[list] = None, own_pid: int = 0) -> dict:
+    """The contention summary: what others took of the host (and device) between two readings, and whether
+    that makes the case `contended` (thresholds CONTENDED_OTHER_CPU_SHARE, CONTENDED_GPU_OTHER_PROCESSES)."""
+    summary: dict = {"available": False, "contended": False, "reasons": [], "source": "/proc/stat, os.times"}
+    if device_pids is not None:
+        # Inside a container NVML may report host pids, so this process may not be listed as itself: then
+        # one listed process is taken to be this one.
+        others = [pid for pid in device_pids if pid != own_pid]
+        other_count = len(others) if own_pid in device_pids else max(0, len(device_pids) - 1)
+        summary["gpu_processes"] = len(device_pids)
+        summary["gpu_other_processes"] = other_count
+        if other_count >= CONTENDED_GPU_OTHER_PROCESSES:
+            summary["reasons"].append(f"{other_count} other process(es) on the device "
+                                      f"(CONTENDED_GPU_OTHER_PROCESSES {CONTENDED_GPU_OTHER_PROCESSES})")
+    if start is None or end is None or start.busy_cpu_s is None or end.busy_cpu_s is None:
+        summary["reason"] = "/proc/stat not readable here"
+    else:
+        window_s = end.t_s - start.t_s
+        own_s = max(0.0, end.own_cpu_s - start.own_cpu_s)
+        other_s = max(0.0, (end.busy_cpu_s - start.busy_cpu_s) - own_s)
+        summary.update({
+            "available": True, "window_s": window_s, "cpus": end.cpus, "own_cpu_s": own_s, "other_cpu_s": other_s,
+            "other_cpu_share": other_s / (window_s * end.cpus) if window_s > 0 else None,
+            "procs_running": [start.procs_running, end.procs_running], "load_1min": end.load_1min,
+            "threshold_other_cpu_share": CONTENDED_OTHER_CPU_SHARE,
+        })  # fmt: skip
+        share = summary["other_cpu_share"]
+        if window_s < CONTENTION_MIN_WINDOW_S or share is None:
+            summary["judged"] = False
+            summary["reason"] = f"window {window_s:.3f} s is below CONTENTION_MIN_WINDOW_S {CONTENTION_MIN_WINDOW_S:g} s"
+        else:
+            summary["judged"] = True
+            if share > CONTENDED_OTHER_CPU_SHARE:
+                summary["reasons"].append(
+                    f"other processes used {100 * share:.0f}% of the {end.cpus} CPUs' time "
+                    f"(CONTENDED_OTHER_CPU_SHARE {100 * CONTENDED_OTHER_CPU_SHARE:.0f}%)"
+                )
+    summary["contended"] = bool(summary["reasons"])
+    return summary
+
+
+def with_contention(telemetry: dict, contention: dict) -> dict:
+    """The record's telemetry with `contention` added and the verdict lifted to `contended` and
+    `contention_reasons`, beside `throttled` and `throttle_reasons`."""
+    return {**telemetry, "contention": contention, "contended": contention["contended"],
+            "contention_reasons": list(contention["reasons"])}

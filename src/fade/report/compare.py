@@ -14,6 +14,20 @@ VERDICT_STYLE = {
 VERDICT_MARK = {"same": "≈", "faster": "▲", "slower": "▼", "regression": "✗"}
 
 
+# A rate below 1 of its unit reads in the next smaller one, so a CPU's 0.0007738 TFLOP/s shows as 773.8 MFLOP/s.
+SMALLER_UNITS = {"TFLOP/s": ("GFLOP/s", 1e3), "GFLOP/s": ("MFLOP/s", 1e3), "TB/s": ("GB/s", 1e3),
+                 "GB/s": ("MB/s", 1e3)}  # fmt: skip
+
+
+def fitting_unit(value: float, unit: str) -> tuple:
+    """(value, unit) scaled down while below 1 and a smaller unit exists: (0.0007738, "TFLOP/s") ->
+    (773.8, "MFLOP/s"); a value >= 1, zero or an unknown unit is returned as it is."""
+    while value and abs(value) < 1 and unit in SMALLER_UNITS:
+        unit, factor = SMALLER_UNITS[unit]
+        value *= factor
+    return value, unit
+
+
 def format_value(value: Optional[float]) -> str:
     """Four significant digits, no exponent below a million: 12.35, 882.4, 14190."""
     if value is None:
@@ -36,6 +50,8 @@ def cell_text(cell: Cell) -> str:
         text += f" ({cell.pct_of_baseline:.0f}% {VERDICT_MARK.get(cell.verdict, '')})".replace(" )", ")")
     if cell.noisy:
         text += " noisy"
+    if cell.contended:
+        text += " contended"
     return text
 
 
@@ -51,6 +67,10 @@ def footer_lines(comparison: Comparison) -> list:
         f"≈ within noise (|% - 100| <= half the relative IQR of each side, at least {comparison.noise_floor_pct:g}%), "
         "▲ faster, ▼ slower, ✗ regression; noisy: a CoV above 5%, do not read small differences.",
     ]
+    if comparison.contended:
+        lines.append(f"contended: {comparison.contended} cell(s) ran, or their baseline ran, while other work used the "
+                     "host or device (telemetry.contention); their % says little.")
+    lines += [f"note: {note}" for note in comparison.notes]
     if comparison.fail_under is not None:
         lines.append(f"Regression: below {comparison.fail_under:g}% of the baseline and outside the noise band, or failed where the baseline ran.")
     return lines

@@ -14,6 +14,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.theme import Theme
 
+from fade.report.compare import fitting_unit
+
 THEME = Theme({
     "fade.fail": "bold red", "fade.warn": "yellow", "fade.info": "cyan", "fade.ok": "green",
     "fade.dim": "dim", "fade.fix": "bold", "fade.head": "bold",
@@ -21,8 +23,16 @@ THEME = Theme({
 SEVERITY_LABEL = {"fail": "FAIL", "warn": "WARN", "info": "INFO"}
 
 
+MIN_CONSOLE_WIDTH = 20  # narrower (COLUMNS=0, a bogus terminal size) and rich prints nothing at all
+FALLBACK_WIDTH = 80
+
+
 def make_console(**kwargs) -> Console:
-    return Console(theme=THEME, highlight=False, **kwargs)
+    """A rich Console in FADE's theme; a width below MIN_CONSOLE_WIDTH becomes FALLBACK_WIDTH."""
+    console = Console(theme=THEME, highlight=False, **kwargs)
+    if console.width < MIN_CONSOLE_WIDTH:
+        console.width = FALLBACK_WIDTH
+    return console
 
 
 def _gib(nbytes) -> str:
@@ -155,8 +165,7 @@ def _figure(row: dict) -> str:
     value, unit = row.get("value"), row.get("unit") or ""
     if value is None:
         return "-"
-    if unit == "TFLOP/s" and value < 1:
-        return f"{value * 1e3:.1f} GFLOP/s"
+    value, unit = fitting_unit(value, unit)
     return f"{value:.4g} {unit}"
 
 
@@ -177,6 +186,7 @@ def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> N
         pct = f"{row['pct_of_peak']:.0f}%" if row.get("pct_of_peak") is not None else "-"
         flags = [f for f, on in (("noisy", row.get("noisy")), ("throttled", row.get("throttled"))) if on]
         note = " ".join(flags + ([row["note"]] if row.get("note") else []))
+        flags += ["contended"] if row.get("contended") else []  # its reasons are in the note
         median = f"{row['median_ms']:.4g}" if row.get("median_ms") is not None else "-"
         iqr = f"{row['iqr_pct']:.1f}" if row.get("iqr_pct") is not None else "-"
         note_text = Text(note, style="fade.warn" if flags else "fade.dim")
@@ -187,6 +197,11 @@ def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> N
     line = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
     console.print(Text(f"{line} in {summary.get('wall_s', 0):.1f} s" + (" (interrupted)" if summary.get("interrupted") else ""),
                        style="fade.fail" if summary.get("failed") else "fade.ok"))
+    contended = sum(1 for row in rows if row.get("contended"))
+    if contended:
+        console.print(Text(f"{contended} of {len(rows)} case(s) ran while other work used the host or device "
+                           "(contended): their figures understate this machine; rerun them on a quiet one",
+                           style="fade.warn"))
     for plot in summary.get("plots") or []:
         console.print(Text(f"plot: {plot}", style="fade.dim"))
 
@@ -207,7 +222,8 @@ def model_rows(records: list) -> list:
         parts = []
         if flops.get("achieved_tflops"):
             dtype = f" ({flops['peak_dtype']} peak)" if flops.get("peak_dtype") else ""
-            parts.append(f"{flops['achieved_tflops']:.3g} TFLOP/s{dtype}")
+            achieved, unit = fitting_unit(flops["achieved_tflops"], "TFLOP/s")
+            parts.append(f"{achieved:.3g} {unit}{dtype}")
         peak_bytes = (extra.get("memory") or {}).get("peak_allocated_bytes")
         if peak_bytes:
             parts.append(f"{peak_bytes / 2**30:.1f} GiB peak")

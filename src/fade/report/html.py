@@ -23,7 +23,7 @@ from fade.errors import FadeUsageError
 from fade.files import atomic_write_text
 from fade.results import latest_records, read_records, summarize
 from fade.analyze.compare import VERDICTS, Comparison, compare_sets, result_sets, row_and_column
-from fade.report.compare import cell_text, column_title, footer_lines, format_value
+from fade.report.compare import cell_text, column_title, fitting_unit, footer_lines, format_value
 
 FIGURE_DPI = 100
 MODEL_PANEL_INCHES = (6.0, 2.6)  # one network, one mode: a bar per variant
@@ -192,11 +192,14 @@ def _micro(records: list) -> str:
         median = "" if row.get("median_ms") is None else f"{row['median_ms']:.4g}"
         iqr = "" if row.get("iqr_pct") is None else f"{row['iqr_pct']:.1f}"
         flags = " ".join(flag for flag, on in (("noisy", row.get("noisy")), ("throttled", row.get("throttled"))) if on)
-        note = " ".join(part for part in (flags, row.get("note") or "") if part)
+        note = " ".join(part for part in (flags, row.get("note") or "") if part)  # a contended case says so here
+        value, unit = (row.get("value"), row.get("unit"))
+        if value is not None:
+            value, unit = fitting_unit(value, unit or "")
         rows.append(
             f"<tr><td><code>{escape(row['case_id'])}</code></td><td>{escape(row.get('torch_device'))}</td>"
-            f"<td class={css}>{escape(status)}</td><td class=num>{escape(format_value(row.get('value')))}</td>"
-            f"<td>{escape(row.get('unit') or '')}</td><td class=num>{escape(pct)}</td>"
+            f"<td class={css}>{escape(status)}</td><td class=num>{escape(format_value(value))}</td>"
+            f"<td>{escape(unit or '')}</td><td class=num>{escape(pct)}</td>"
             f"<td class=num>{escape(median)}</td><td class=num>{escape(iqr)}</td><td>{escape(note)}</td></tr>"
         )
     table = (
@@ -254,20 +257,24 @@ def _models_table(records: list) -> str:
         plain = extra.get("plain_loop") or {}
         step_text = ""
         if stats.get("median_s") is not None:
-            step_text = f"{1e3 * stats['median_s']:.4g} [{1e3 * stats['q1_s']:.4g}-{1e3 * stats['q3_s']:.4g}]"
+            step_text = f"{1e3 * stats['median_s']:.4g}"
+            if stats.get("q1_s") is not None and stats.get("q3_s") is not None:
+                step_text += f" [{1e3 * stats['q1_s']:.4g}-{1e3 * stats['q3_s']:.4g}]"
         tflops = format_value(flops.get("achieved_tflops")) if flops.get("achieved_tflops") is not None else ""
         pct = f"{flops['pct_of_peak']:.1f}% ({flops.get('peak_dtype')})" if flops.get("pct_of_peak") is not None else ""
         peak_bytes = memory.get("peak_allocated_bytes")
         memory_text = f"{peak_bytes / 2**30:.2f} GiB" if peak_bytes else ""
-        loss_text = f"{loss['loss']:.4g} vs {loss['fp32_loss']:.4g}" if loss.get("loss") is not None else ""
+        loss_text = f"{loss['loss']:.4g} vs {loss['fp32_loss']:.4g}" if None not in (loss.get("loss"), loss.get("fp32_loss")) else ""
         plain_text = ""
         if plain.get("samples_per_s") is not None:
-            plain_text = f"{format_value(plain['samples_per_s'])} ({plain.get('fade_vs_plain_pct', 0):+.1f}%)"
+            plain_text = f"{format_value(plain['samples_per_s'])} ({plain.get('fade_vs_plain_pct') or 0:+.1f}%)"
         notes = [record.get("error") or ""]
         if stats.get("noisy"):
             notes.append("noisy")
         if (record.get("telemetry") or {}).get("throttled"):
             notes.append("throttled: " + ", ".join((record.get("telemetry") or {}).get("throttle_reasons") or []))
+        if (record.get("telemetry") or {}).get("contended"):
+            notes.append("contended: " + "; ".join((record.get("telemetry") or {}).get("contention_reasons") or []))
         css = "ok" if status == "ok" else ("dim" if status == "skipped" else "fail")
         cells = [
             params.get("model"), params.get("mode"), params.get("variant"), params.get("batch"), None,

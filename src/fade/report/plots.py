@@ -69,9 +69,15 @@ def _figure(panels: int, columns: int = 2, *, panel_width: float = SUBPLOT_INCHE
 def _save(figure, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    import io
+
+    from fade.files import atomic_write_bytes
+
     FigureCanvasAgg(figure)
     figure.tight_layout()
-    figure.savefig(path)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format=path.suffix.lstrip(".") or "png")
+    atomic_write_bytes(path, buffer.getvalue())  # a full disk leaves the previous plot, never half a PNG
 
 
 def _device_label(record: dict) -> str:

@@ -178,10 +178,15 @@ def load_profile(path) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ProfileError(f"profile {path}: cannot read it ({error.strerror or error})") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"profile {path}: not UTF-8 text (a binary file?); re-run `fade tune`") from None
     try:
         profile = json.loads(text)
     except ValueError as error:
-        raise ProfileError(f"profile {path}: not JSON ({error}); is it truncated? re-run `fade tune`") from None
+        reason = str(error).splitlines()[0][:120]
+        raise ProfileError(f"profile {path}: not JSON ({reason}); is it truncated? re-run `fade tune`") from None
+    except RecursionError:
+        raise ProfileError(f"profile {path}: JSON nested too deeply; re-run `fade tune`") from None
     if not isinstance(profile, dict) or profile.get("kind") != KIND:
         raise ProfileError(f"profile {path}: not a FADE tuning profile (no \"kind\": \"{KIND}\")")
     if profile.get("schema_version") != SCHEMA_VERSION:
@@ -193,7 +198,32 @@ def load_profile(path) -> dict:
         raise ProfileError(f"profile {path}: missing field(s) {', '.join(missing)}; re-run `fade tune`")
     if not isinstance(profile["knobs"], dict) or not isinstance(profile["env"], dict) or not isinstance(profile["device"], dict):
         raise ProfileError(f"profile {path}: knobs, env and device must be JSON objects")
+    problem = profile_problem(profile)
+    if problem:
+        raise ProfileError(f"profile {path}: {problem}; re-run `fade tune`")
     return profile
+
+
+def profile_problem(profile: dict) -> Optional[str]:
+    """The first reason `profile` cannot be applied as a whole, or None: checked before anything is applied,
+    so a bad entry never leaves the environment half set."""
+    for name, value in profile["knobs"].items():
+        if not isinstance(value, (str, int, float, bool)) and value is not None:
+            return f"knobs.{name} must be a string or a number, got {type(value).__name__}"
+    for name, value in profile["env"].items():
+        if not name or "=" in name or "\0" in name:
+            return f"env name {name[:40]!r} is not a valid environment variable name"
+        if not isinstance(value, (str, int, float, bool)) or "\0" in str(value):
+            return f"env.{name} must be a string without NUL bytes"
+    for name, value in profile["device"].items():
+        if isinstance(value, (dict, list)):
+            return f"device.{name} must be a string or a number, got {type(value).__name__}"
+    for name in ("model", "mode"):
+        if not isinstance(profile[name], str):
+            return f"{name} must be a string"
+    if not isinstance(profile["batch"], int) or isinstance(profile["batch"], bool):
+        return "batch must be an integer"
+    return None
 
 
 def check_device(profile: dict, current: dict, *, path="profile") -> list:
