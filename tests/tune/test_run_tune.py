@@ -112,12 +112,13 @@ def test_cli_exit_code_says_when_nothing_is_recommended(tmp_path, monkeypatch, c
     assert "nothing recommended" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("output", ["{tmp}/", "{tmp}", "{tmp}/missing/p.json"])
-def test_an_unwritable_output_is_refused_before_the_search(tmp_path, output, monkeypatch):
+@pytest.mark.parametrize("output", ["{tmp}/", "{tmp}", "{tmp}/a-file/p.json"])
+def test_an_unwritable_output_is_refused_before_the_search(tmp_path, output):
     from fade.cli.tune import check_output
     from fade.errors import FadeUsageError
 
-    with pytest.raises(FadeUsageError, match="-o|cannot write"):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(FadeUsageError, match="-o"):
         check_output(output.format(tmp=tmp_path))
 
 

@@ -34,10 +34,8 @@ def cmd_tune(args) -> int:
         return _pretune(args)
     if not args.model:
         raise FadeUsageError("fade tune: give MODEL (a zoo name or module:function), or --show PROFILE")
-    check_writable(args.output, "-o")  # before the search, not after
-    from fade.act.tune import run_tune
-
     check_output(args.output)  # before minutes of search, not after
+    from fade.act.tune import run_tune
 
     def progress(message: str) -> None:
         print(f"fade tune: {message}", file=sys.stderr)
@@ -62,7 +60,7 @@ def check_output(path: str) -> None:
     """FadeUsageError (one line) unless `path` names a file that can be written."""
     if path.endswith(os.sep) or os.path.isdir(path):
         raise FadeUsageError(f"-o {path}: is a directory; give a file name such as {os.path.join(path, DEFAULT_PROFILE)}")
-    check_writable(path)
+    check_writable(path, "-o")
 
 
 def _show(args) -> int:
