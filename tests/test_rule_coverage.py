@@ -71,6 +71,8 @@ HEALTHY_RDNA3 = "rdna3_rx7900xtx_rocm62_healthy"
 H100 = "nvidia_h100_cu130_healthy"
 RX6750XT = "rdna2_rx6750xt_gfx1031_override_healthy"
 MI300X = "cdna3_mi300x_rocm630_bwd_weight_conv"
+OCL_H100 = "nvidia_h100_opencl_registered"
+OCL_POCL = "cpu_only_pocl_opencl"
 NO_SM90_ARCH_LIST = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"]
 
 FIRES = {
@@ -157,6 +159,12 @@ FIRES = {
                     "BLAS-fallback device shows (ROCm/legacy-rocm-build#5643)", measurements=H100_QUICK,
                     measurement_changes=((("devices", "cuda:0", "gemm", "fp16", "value"), 748.7 / 5),
                                          (("devices", "cuda:0", "gemm", "bf16", "value"), 763.9 / 5))),
+    "OCL001": Case(OCL_H100, "the same machine before NVIDIA's ICD was registered (issue 17): no .icd file, "
+                   "so no platform", ((("opencl", "icd_files"), []), (("opencl", "platforms"), []))),
+    "OCL002": Case(OCL_H100, "an nvidia.icd naming a library that does not load: the loader finds no platform "
+                   "(Khronos OpenCL-ICD-Loader README)", ((("opencl", "platforms"), []),)),
+    "OCL003": Case(OCL_H100),
+    "OCL004": Case(OCL_POCL, "the same VM without Debian's libclblast1", ((("opencl", "clblast"), False),)),
 }
 
 QUIET = {
@@ -206,6 +214,10 @@ QUIET = {
     "INST001": Case(MI300X),  # SPX mode: all 304 CUs
     "MEAS001": Case(H100, measurements=H100_QUICK),
     "MEAS002": Case(H100, measurements=H100_QUICK),
+    "OCL001": Case(OCL_H100),
+    "OCL002": Case(OCL_H100),
+    "OCL003": Case(OCL_POCL),  # PoCL's CPU device lacks cl_khr_fp16 too, but the rule is about GPUs
+    "OCL004": Case(OCL_POCL),
 }
 
 RULE_IDS = sorted(r.id for r in load_rules())

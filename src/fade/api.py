@@ -316,6 +316,7 @@ def tune(
     example_inputs,
     loss_fn: Optional[Callable] = None,
     *,
+    target=None,
     mode: Optional[str] = None,
     budget_min: float = 5.0,  # fade.act.tune.tuner.DEFAULT_BUDGET_MIN (a test holds them equal)
     device: Optional[str] = None,
@@ -323,7 +324,9 @@ def tune(
 ) -> dict:
     """Tune `model` (a torch.nn.Module) on `example_inputs` in this process and return the profile.
 
-    loss_fn: `loss_fn(output) -> loss` for training, or None for inference. mode: "train" or "infer"
+    loss_fn: `loss_fn(output) -> loss` or `loss_fn(output, target) -> loss` (nn.CrossEntropyLoss()) for
+    training, or None for inference. target: the loss's target (default: derived from one forward pass, seeded
+    class indices for classification losses; the profile's loss_target says which). mode: "train" or "infer"
     (default: train when loss_fn is given). budget_min: search time in minutes. progress: receives one
     line per step of the search. Trials run here, not in workers, so env knobs are left out: `fade tune
     module:function` searches them too. Save the profile with fade.act.tune.profile.save_profile and apply
@@ -331,7 +334,7 @@ def tune(
     """
     from fade.act.tune.tuner import tune as run
 
-    return run(model, example_inputs, loss_fn, mode=mode, budget_min=budget_min, device=device, progress=progress)
+    return run(model, example_inputs, loss_fn, target=target, mode=mode, budget_min=budget_min, device=device, progress=progress)
 
 
 def enable_process_guard(mode: str = "warn", device=None, *, sample_every: int = 20,

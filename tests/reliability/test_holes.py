@@ -425,3 +425,12 @@ def test_an_atomic_write_gives_the_mode_a_plain_write_would(tmp_path):
         assert stat.S_IMODE(kept.stat().st_mode) == 0o640
     finally:
         os.umask(umask)
+
+
+def test_a_file_that_is_not_jsonl_gets_ten_lines_and_a_count_not_one_line_each(tmp_path, capsys):
+    from fade.cli.args import MAX_PROBLEM_LINES_PER_FILE, report_problems
+
+    report_problems([f"notes.md:{line}: not valid JSON (Expecting value; column 1)" for line in range(1, 101)])
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == MAX_PROBLEM_LINES_PER_FILE + 1
+    assert lines[-1].startswith("fade: error: notes.md: 90 more unreadable lines")

@@ -25,8 +25,10 @@ class FakeTimer:
     """step_ms(config) -> milliseconds; spread is the relative half-width of the samples; a clock that
     advances by cost_s per measurement; `losses` maps a (knob, value) to a final loss (default: fp32's)."""
 
-    def __init__(self, speedups, *, spread=0.005, cost_s=10.0, losses=None, failures=None, interrupt_after=None):
+    def __init__(self, speedups, *, spread=0.005, cost_s=10.0, losses=None, failures=None, interrupt_after=None,
+                 step_ms=None):  # fmt: skip
         self.speedups = speedups  # (knob, value) -> factor on step time (0.5: twice as fast)
+        self.step_ms = step_ms  # config -> milliseconds, for knobs that interact (replaces speedups)
         self.spread = spread
         self.cost_s = cost_s
         self.losses = losses or {}
@@ -46,7 +48,7 @@ class FakeTimer:
         for key, reason in self.failures.items():
             if config.get(key[0]) == key[1]:
                 return Trial(config, (), "failed", reason)
-        step_ms = 100.0
+        step_ms = 100.0 if self.step_ms is None else self.step_ms(config)
         for (name, value), factor in self.speedups.items():
             if config.get(name) == value:
                 step_ms *= factor
@@ -58,3 +60,38 @@ class FakeTimer:
                 last = loss
         numerics = {"mode": "train", "losses": [7.0, 6.5, last], "grads_finite": True}
         return Trial(config, samples, "ok", None, numerics, samples_per_step=64, cost_s=self.cost_s)
+
+
+# mobilenet_v2 inference, batch 64, H100 (issue 14): samples/s by (precision, channels_last, compile)
+MOBILENET_V2_INFER_H100 = {
+    ("default", "off", "off"): 11470,
+    ("amp-bf16", "off", "off"): 9480,  # 21% slower in eager mode: launch-bound
+    ("amp-fp16", "off", "off"): 9500,
+    ("tf32", "off", "off"): 11470,
+    ("default", "on", "off"): 10900,
+    ("default", "off", "reduce-overhead"): 22870,
+    ("amp-bf16", "off", "reduce-overhead"): 33000,
+    ("amp-bf16", "on", "reduce-overhead"): 33700,
+    ("amp-fp16", "off", "reduce-overhead"): 32500,
+    ("default", "on", "reduce-overhead"): 21000,
+}
+
+
+def mobilenet_v2_step_ms(config: dict) -> float:
+    """Milliseconds per batch-64 step from MOBILENET_V2_INFER_H100; unlisted combinations at the eager fp32 rate."""
+    key = (config.get("precision", "default"), config.get("channels_last", "off"), config.get("compile", "off"))
+    return 64e3 / MOBILENET_V2_INFER_H100.get(key, 11470)
+
+
+class FixedHost:
+    """A host-load probe (hostload.HostLoadProbe's start/stop) reporting `other_cores` of 16 busy over 60 s."""
+
+    def __init__(self, other_cores=0.0):
+        self.other_cores = other_cores
+
+    def start(self):
+        pass
+
+    def stop(self):
+        return {"other_cores": self.other_cores, "other_cpu_s": 60.0 * self.other_cores, "own_cpu_s": 60.0, "wall_s": 60.0,
+                "cores": 16, "run_queue": 1, "source": "test"}  # fmt: skip

@@ -70,7 +70,7 @@ def test_show_prints_a_matching_profiles_env_lines(fade_main, capsys, tmp_path, 
 def test_tune_writes_a_profile(fade_main, capsys, tmp_path, monkeypatch):
     """The search runs on a fake timer (run_tune's measure is injectable); the CLI writes and renders."""
     from fade.act import tune as tune_package
-    from tests.tune.fakes import REFERENCE, FakeTimer
+    from tests.tune.fakes import REFERENCE, FakeTimer, FixedHost
 
     timer = FakeTimer({("precision", "amp-bf16"): 0.5})
     real = tune_package.run_tune
@@ -79,7 +79,7 @@ def test_tune_writes_a_profile(fade_main, capsys, tmp_path, monkeypatch):
         kwargs.pop("device")
         kwargs.pop("quick")
         return real(model, **kwargs, fingerprint=dict(H100), measure=timer, reference=REFERENCE, clock=timer.clock,
-                    cache_base=tmp_path / "cache")
+                    cache_base=tmp_path / "cache", host_probe=FixedHost())
 
     monkeypatch.setattr(tune_package, "run_tune", fake_run_tune)
     out = tmp_path / "profile.json"

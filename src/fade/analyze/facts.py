@@ -30,6 +30,8 @@ SYSTEM_FACTS = (
     "user_in_gpu_group", "user_name", "tf32_matmul_off",
     "miopen_db_fstype", "miopen_db_network_fs", "miopen_db_path",
     "igpu_first", "dgpu_indices", "igpu_name", "dgpu_name",
+    "opencl_no_icd", "opencl_icd_but_no_platform", "opencl_device_present", "opencl_gpu_without_fp16",
+    "opencl_fp16_missing_device", "opencl_clblast",
 )
 ENV_FACT_PREFIX = "env."  # plus env.NAME for every variable in the snapshot's env
 DEVICE_FACTS = (
@@ -127,9 +129,26 @@ def system_facts(snapshot: dict, truths: list[DeviceTruth]) -> dict:
     miopen_db = _miopen_db_fs(env, mounts)
     facts.update(miopen_db)
     facts.update(_igpu_facts(truths))
+    facts.update(opencl_facts(snapshot.get("opencl")))
     for name, value in env.items():
         facts[f"env.{name}"] = value
     return facts
+
+
+def opencl_facts(opencl: dict | None) -> dict:
+    """Facts from the snapshot's optional `opencl` section (fade.ocl's needs); all None without it."""
+    if not opencl:
+        return {}
+    devices = [d for p in opencl.get("platforms") or [] for d in p.get("devices") or []]
+    no_fp16 = [d for d in devices if d.get("kind") == "gpu" and d.get("fp16") is False]
+    return {
+        "opencl_no_icd": not opencl.get("icd_files"),
+        "opencl_icd_but_no_platform": bool(opencl.get("icd_files")) and not opencl.get("platforms"),
+        "opencl_device_present": bool(devices),
+        "opencl_gpu_without_fp16": bool(no_fp16),
+        "opencl_fp16_missing_device": no_fp16[0].get("name") if no_fp16 else None,
+        "opencl_clblast": opencl.get("clblast"),
+    }
 
 
 def _miopen_db_fs(env: dict, mounts: dict) -> dict:

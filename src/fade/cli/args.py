@@ -129,7 +129,22 @@ def write_json(data, path: str | None) -> None:
         write_text(path, text + "\n")
 
 
+MAX_PROBLEM_LINES_PER_FILE = 10  # enough to see the pattern; a file that is not JSONL at all would print every line
+
+
 def report_problems(problems) -> None:
-    """One `fade: error: file:LINE: reason` line on stderr per unreadable line of an input file."""
+    """One `fade: error: file:LINE: reason` line on stderr per unreadable line of an input file, at most
+    MAX_PROBLEM_LINES_PER_FILE per file, then one line counting the rest."""
+    import re
+
+    shown: dict = {}
     for problem in problems:
-        print(f"fade: error: {problem}", file=sys.stderr)
+        match = re.match(r"(.*?):(\d+): ", str(problem))
+        source = match.group(1) if match else None
+        shown[source] = shown.get(source, 0) + 1
+        if source is None or shown[source] <= MAX_PROBLEM_LINES_PER_FILE:
+            print(f"fade: error: {problem}", file=sys.stderr)
+    for source, count in shown.items():
+        if source is not None and count > MAX_PROBLEM_LINES_PER_FILE:
+            print(f"fade: error: {source}: {count - MAX_PROBLEM_LINES_PER_FILE} more unreadable lines "
+                  f"({count} in all; is it a FADE results file?)", file=sys.stderr)

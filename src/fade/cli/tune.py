@@ -1,17 +1,30 @@
 """`fade tune`: a thin shell over fade.act.tune.run_tune (search and write a profile) and load_profile
-(`--show`: print a profile's env lines, snippet and results). Exit codes are fade.errors.ExitCode: 2 for
-an unknown model, a budget <= 0, a corrupt profile or one from another device, one stderr line each.
+(`--show`: print a profile's env lines, snippet and results). Exit codes are fade.errors.ExitCode (EPILOG):
+0 when the final check proved a configuration faster, 1 when the profile recommends nothing (its knobs are
+the baseline's), 2 for bad input (an unknown model, a budget <= 0, an -o that cannot be written, a corrupt
+profile or one from another device; one stderr line each), 3 when this machine cannot run the request.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 
 from fade.cli.args import add_device_flag, check_writable, positive_float, positive_int
 from fade.errors import ExitCode, FadeUsageError
 
 DEFAULT_PROFILE = "fade-tuning.json"
+EPILOG = """exit codes:
+  0  the final side-by-side check proved the chosen configuration faster than PyTorch's defaults
+  1  the profile recommends nothing: its knobs are the baseline's (verdict baseline-kept: no candidate beat
+     the defaults; not-proven or reverted: the final check did not confirm the search's choice; noisy-host:
+     the baseline moved between search and final check, or other processes kept the cores busy)
+  2  bad input (unknown model, budget <= 0, an -o that cannot be written, a corrupt profile): one line
+  3  this machine cannot run the request (no such device)
+The profile is written before the resume journal is cleared: a failed write loses no search.
+"""
 
 
 def cmd_tune(args) -> int:
@@ -21,9 +34,8 @@ def cmd_tune(args) -> int:
         return _pretune(args)
     if not args.model:
         raise FadeUsageError("fade tune: give MODEL (a zoo name or module:function), or --show PROFILE")
-    check_writable(args.output, "-o")  # before the search, not after
+    check_output(args.output)  # before minutes of search, not after
     from fade.act.tune import run_tune
-    from fade.act.tune.profile import save_profile
 
     def progress(message: str) -> None:
         print(f"fade tune: {message}", file=sys.stderr)
@@ -31,14 +43,24 @@ def cmd_tune(args) -> int:
     try:
         profile = run_tune(args.model, mode=args.mode, batch=args.batch, budget_min=args.budget, device=args.device,
                            size=args.size, exhaustive=args.exhaustive, quick=args.quick, resume=not args.fresh,
-                           progress=progress)  # fmt: skip
+                           progress=progress, output=args.output)  # fmt: skip
     except RuntimeError as error:  # the worker could not start here: a valid request this machine cannot run
         print(f"fade: cannot run here: {error}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
-    save_profile(profile, args.output)
+    except OSError as error:  # the profile could not be written after all: the journal keeps the search
+        print(f"fade: cannot write {args.output}: {error.strerror or error}; the search is kept, "
+              "run the same command with a writable -o to finish it", file=sys.stderr)  # fmt: skip
+        return ExitCode.USAGE
     _render(profile)
     print(f"wrote {args.output}; apply it with fade.load_tuning({args.output!r})", file=sys.stderr)
-    return ExitCode.OK
+    return ExitCode.OK if profile.get("recommends") else ExitCode.FINDINGS
+
+
+def check_output(path: str) -> None:
+    """FadeUsageError (one line) unless `path` names a file that can be written."""
+    if path.endswith(os.sep) or os.path.isdir(path):
+        raise FadeUsageError(f"-o {path}: is a directory; give a file name such as {os.path.join(path, DEFAULT_PROFILE)}")
+    check_writable(path, "-o")
 
 
 def _show(args) -> int:
@@ -70,10 +92,16 @@ def _render(profile: dict) -> None:
     """Terminal text (not a contract: the JSON is)."""
     before, after = profile.get("before"), profile.get("after")
     print(f"{profile['model']} {profile['mode']} b{profile['batch']} on {profile['device'].get('name')}: {profile['verdict']}")
-    if before and after:
-        print(f"  before {before['samples_per_s']:.4g} samples/s (IQR {100 * before['relative_iqr']:.1f}%)"
-              f"  after {after['samples_per_s']:.4g} (IQR {100 * after['relative_iqr']:.1f}%)  x{profile['speedup']:.2f}")  # fmt: skip
-    print(f"  chosen: {', '.join(f'{k}={v}' for k, v in profile['changed'].items()) or 'PyTorch defaults'}")
+    if profile.get("verdict_reason"):
+        print(f"  {profile['verdict_reason']}")
+    final = profile.get("final_check") or {}
+    if before and after and final.get("speedup"):
+        print(f"  final check: baseline {before['samples_per_s']:.4g} samples/s (IQR {100 * before['relative_iqr']:.1f}%)"
+              f"  candidate {after['samples_per_s']:.4g} (IQR {100 * after['relative_iqr']:.1f}%)  x{final['speedup']:.2f}")  # fmt: skip
+    print(f"  chosen: {', '.join(f'{k}={v}' for k, v in profile['changed'].items()) or 'PyTorch defaults (nothing recommended)'}")
+    load = profile.get("host_load")
+    if load:
+        print(f"  host load: other processes {load['other_cores']:.2f} of {load['cores']} cores, run queue {load['run_queue']}")
     for row in profile["candidates"]:
         if row["status"] in ("baseline",):
             continue
@@ -87,7 +115,8 @@ def _render(profile: dict) -> None:
 
 
 def add_verbs(verbs) -> None:
-    tune = verbs.add_parser("tune", help="search the fastest sound knobs for a model on this device; write a profile")
+    tune = verbs.add_parser("tune", help="search the fastest sound knobs for a model on this device; write a profile",
+                            epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     tune.add_argument("model", nargs="?", help="a zoo model (resnet50, ...) or module:function")
     tune.add_argument("--mode", default="train", choices=("train", "infer"))
     tune.add_argument("--batch", type=positive_int("--batch"), default=64)

@@ -74,6 +74,10 @@ def collect_snapshot(*, torch="subprocess", root: str = "/", environ: dict | Non
     else:
         snap["torch"] = None
         errors["torch"] = "not probed (collected without starting a GPU runtime)"
+    if run_tools:  # OpenCL platforms and devices, for fade.ocl (an optional section)
+        from fade.collect.opencl import collect_opencl
+
+        _section(snap, errors, "opencl", lambda: collect_opencl(root), None)
     if tools_future is not None:
         snap["tools"], tool_errors = tools_future.result()
         errors.update(tool_errors)
@@ -123,7 +127,7 @@ _TOP = {"schema_version": int, "os": dict, "env": dict, "pci": list, "kfd_nodes"
         "device_files": dict, "groups": list, "tools": dict}
 _TOP_NULLABLE = {"torch": dict, "rocm": dict}
 _TOP_OPTIONAL = {"probe": dict, "mounts": dict, "memory": dict, "errors": dict, "user": dict, "source": str,
-                 "created": str, "fade_version": str, "python": str}
+                 "created": str, "fade_version": str, "python": str, "opencl": dict}
 _TORCH = {"version": str, "available": bool, "device_count": int, "arch_list": list, "devices": list}
 _TORCH_NULLABLE = {"hip": str, "cuda": str, "cudnn_version": int, "error": str, "backends": dict,
                    "warnings": list}
@@ -208,6 +212,8 @@ def validate_snapshot(snap, where: str = "snapshot") -> dict:
     if snap.get("rocm") is not None:
         _check(snap["rocm"], f"{where}.rocm", {"path": str}, {"version": str})
     _check(snap["os"], f"{where}.os", {}, {"system": str, "release": str, "machine": str})
+    if snap.get("opencl") is not None:
+        _check_opencl(snap["opencl"], f"{where}.opencl")
     torch = snap.get("torch")
     if torch is not None:
         _check(torch, f"{where}.torch", _TORCH, _TORCH_NULLABLE)
@@ -219,6 +225,27 @@ def validate_snapshot(snap, where: str = "snapshot") -> dict:
             dev.setdefault("index", i)  # torch numbers its devices in list order
             _check(dev, f"{where}.torch.devices[{i}]", _DEVICE, _DEVICE_NULLABLE)
     return snap
+
+
+_OPENCL = {"icd_files": list, "platforms": list}
+_OPENCL_NULLABLE = {"loader": bool, "clblast": bool, "pyopencl": bool, "source": str, "error": str}
+_OPENCL_DEVICE = {"name": str}
+_OPENCL_DEVICE_NULLABLE = {"vendor": str, "kind": str, "opencl_version": str, "driver_version": str,
+                           "compute_units": int, "clock_mhz": int, "global_memory_bytes": int, "fp16": bool,
+                           "fp64": bool}
+
+
+def _check_opencl(opencl, where: str) -> None:
+    """The optional `opencl` section (fade.collect.opencl)."""
+    _check_type(opencl, dict, where, nullable=False)
+    _check(opencl, where, _OPENCL, _OPENCL_NULLABLE)
+    _check_strings(opencl["icd_files"], f"{where}.icd_files")
+    for i, platform in enumerate(opencl["platforms"]):
+        _check_type(platform, dict, f"{where}.platforms[{i}]", nullable=False)
+        _check(platform, f"{where}.platforms[{i}]", {"name": str, "devices": list}, {"vendor": str, "version": str})
+        for j, device in enumerate(platform["devices"]):
+            _check_type(device, dict, f"{where}.platforms[{i}].devices[{j}]", nullable=False)
+            _check(device, f"{where}.platforms[{i}].devices[{j}]", _OPENCL_DEVICE, _OPENCL_DEVICE_NULLABLE)
 
 
 def load_snapshot(path: str | Path) -> dict:

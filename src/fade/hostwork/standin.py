@@ -19,17 +19,19 @@ Limits: one device (standin:0); ops run synchronously; no streams, events, pinne
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import warnings
 
 import torch
 
+from fade.hostwork.storages import (PythonDeviceModule, StorageTable, map_nested, register_python_backend,
+                                    set_geometry)
+
 NAME = "standin"
 aten = torch.ops.aten
 
 _lock = threading.Lock()
-_host_storage: dict = {}  # device StorageImpl address -> (weak ref to the device storage, host UntypedStorage)
+_host_storage = StorageTable(NAME)  # device storage -> the host UntypedStorage holding its memory
 _library = None  # the torch.library.Library holding the fallback; kept alive here
 _simulated_warnings: dict[str, str] = {}  # op name -> warning text the op emits (see simulated_warnings)
 
@@ -44,25 +46,7 @@ def register() -> None:
     global _library
     if _library is not None:
         return
-    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
-    current = torch._C._get_privateuse1_backend_name()
-    if current not in ("privateuseone", NAME):
-        raise RuntimeError(f"PrivateUse1 is already registered as {current!r}; the stand-in device needs it")
-    if current == "privateuseone":
-        _setup_privateuseone_for_python_backend(NAME, backend_module=_BackendModule())
-    library = torch.library.Library("_", "IMPL")
-    library.fallback(_run_on_host, "PrivateUse1")
-    # Per-op registrations of the same kernel, for two reasons. (1) Some C++ paths reach the device kernel with
-    # the Python dispatch key excluded while a dispatch mode is on the stack (torch.tensor(data, device=...)
-    # copies that way); torch then routes the call through the mode's interpreter, which finds per-op Python
-    # registrations but not fallbacks. (2) For backends other than CPU/CUDA, convolution's composite kernel
-    # calls convolution_overrideable, which only raises; a direct registration runs it as the CPU does.
-    aten_library = torch.library.Library("aten", "IMPL")
-    for op in (aten.empty.memory_format, aten.empty_strided.default, aten._copy_from.default,
-               aten._copy_from_and_resize.default, aten.convolution.default, aten.convolution_backward.default):
-        aten_library.impl(op, functools.partial(_run_on_host, op), "PrivateUse1")
-    _library = (library, aten_library)
+    _library = register_python_backend(NAME, _BackendModule(), _run_on_host)
 
 
 @contextlib.contextmanager
@@ -91,58 +75,30 @@ def _device() -> torch.device:
     return torch.device(NAME, 0)
 
 
-def _weak_ref(storage):
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    return StorageWeakRef(storage)
-
-
 def to_host(tensor: torch.Tensor) -> torch.Tensor:
     """The host tensor sharing `tensor`'s memory, with the same sizes, strides and offset. No copy."""
-    storage = tensor.untyped_storage()
-    entry = _host_storage.get(storage._cdata)
-    if entry is None or entry[0].expired():
-        raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.hostwork.standin?)")
-    host = torch.empty(0, dtype=tensor.dtype)
-    host.set_(entry[1], tensor.storage_offset(), tensor.size(), tensor.stride())
-    return host
+    try:
+        host_storage = _host_storage.backing(tensor)
+    except RuntimeError:
+        raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.hostwork.standin?)") from None
+    return set_geometry(torch.empty(0, dtype=tensor.dtype), host_storage, tensor.storage_offset(), tensor.size(),
+                        tensor.stride())
 
 
 def _new_device_tensor(host: torch.Tensor) -> torch.Tensor:
     """A device tensor over `host`'s memory, same geometry."""
     host_storage = host.untyped_storage()
-    storage = torch._C._construct_storage_from_data_pointer(host_storage.data_ptr(), _device(),
-                                                            host_storage.nbytes())
-    tensor = torch._C._acc.create_empty_tensor((0,), host.dtype)
-    # The CPU kernel of set_ only rewires sizes, strides and storage; it never reads the data.
-    aten.set_.source_Storage_storage_offset._op_dk("CPU", tensor, storage, host.storage_offset(), host.size(),
-                                                   host.stride())
-    with _lock:
-        _host_storage[storage._cdata] = (_weak_ref(tensor.untyped_storage()), host_storage)
-        if len(_host_storage) % 1024 == 0:
-            _forget_dead_storages()
+    tensor = _host_storage.new_tensor(host_storage, host_storage.data_ptr(), host_storage.nbytes(), _device(),
+                                      host.dtype, host.storage_offset(), host.size(), host.stride())
+    if len(_host_storage) % 1024 == 0:
+        _host_storage.sweep()
     return tensor
 
 
 def _view_of(device_base: torch.Tensor, host_view: torch.Tensor) -> torch.Tensor:
     """A device tensor sharing `device_base`'s storage, with `host_view`'s geometry."""
-    tensor = torch._C._acc.create_empty_tensor((0,), host_view.dtype)
-    aten.set_.source_Storage_storage_offset._op_dk("CPU", tensor, device_base.untyped_storage(),
-                                                   host_view.storage_offset(), host_view.size(), host_view.stride())
-    return tensor
-
-
-def _forget_dead_storages() -> None:
-    for key in [key for key, (ref, _) in _host_storage.items() if ref.expired()]:
-        del _host_storage[key]
-
-
-def _map(function, value):
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(function, item) for item in value)
-    if isinstance(value, dict):
-        return {key: _map(function, item) for key, item in value.items()}
-    return function(value)
+    return _host_storage.view_of(device_base, host_view.dtype, host_view.storage_offset(), host_view.size(),
+                                 host_view.stride())
 
 
 def _run_on_host(op, *args, **kwargs):
@@ -167,8 +123,8 @@ def _run_on_host(op, *args, **kwargs):
             return torch.device("cpu")
         return value
 
-    host_args = _map(unwrap, args)
-    host_kwargs = _map(unwrap, kwargs)
+    host_args = map_nested(unwrap, args)
+    host_kwargs = map_nested(unwrap, kwargs)
     if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
         source, destination = host_args[0], host_args[1]
         if op is aten._copy_from_and_resize.default:
@@ -193,7 +149,7 @@ def _run_on_host(op, *args, **kwargs):
             return _view_of(base, value)
         return _new_device_tensor(value)
 
-    return _map(wrap, result)
+    return map_nested(wrap, result)
 
 
 def _wrap_inplace(host: torch.Tensor, device_tensor: torch.Tensor) -> torch.Tensor:
@@ -203,60 +159,15 @@ def _wrap_inplace(host: torch.Tensor, device_tensor: torch.Tensor) -> torch.Tens
     grew = host.untyped_storage().nbytes() > device_tensor.untyped_storage().nbytes()
     if grew:  # the host storage was reallocated: point the device tensor at a storage over the new memory
         fresh = _new_device_tensor(host)
-        aten.set_.source_Storage_storage_offset._op_dk("CPU", device_tensor, fresh.untyped_storage(),
-                                                       host.storage_offset(), host.size(), host.stride())
+        set_geometry(device_tensor, fresh.untyped_storage(), host.storage_offset(), host.size(), host.stride())
     elif not same_geometry:
-        aten.set_.source_Storage_storage_offset._op_dk("CPU", device_tensor, device_tensor.untyped_storage(),
-                                                       host.storage_offset(), host.size(), host.stride())
+        set_geometry(device_tensor, device_tensor.untyped_storage(), host.storage_offset(), host.size(),
+                     host.stride())
     return device_tensor
 
 
-class _BackendModule:
+class _BackendModule(PythonDeviceModule):
     """`torch.standin`: what torch asks of a device module, plus the allocator figure the guard reads."""
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def is_available(self) -> bool:
-        return True
-
-    def current_device(self) -> int:
-        return 0
-
-    def device_count(self) -> int:
-        return 1
-
-    def _is_in_bad_fork(self) -> bool:
-        return False
-
-    # Random ops run on the CPU generator, so the device's own RNG state is empty. torch asks for it anyway
-    # (torch.random.fork_rng saves the current accelerator's state), so these must exist.
-    def manual_seed(self, seed: int) -> None:
-        pass
-
-    def manual_seed_all(self, seed: int) -> None:
-        pass
-
-    def seed(self) -> None:
-        pass
-
-    def seed_all(self) -> None:
-        pass
-
-    def initial_seed(self) -> int:
-        return torch.initial_seed()
-
-    def get_rng_state(self, device=None) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.uint8)
-
-    def set_rng_state(self, new_state, device=None) -> None:
-        pass
-
-    def get_rng_state_all(self) -> list:
-        return [self.get_rng_state()]
-
-    def set_rng_state_all(self, new_states) -> None:
-        pass
 
     def get_amp_supported_dtype(self) -> list:
         return [torch.float16, torch.bfloat16]
@@ -265,5 +176,4 @@ class _BackendModule:
         pass  # ops run synchronously
 
     def memory_allocated(self, device=None) -> int:
-        with _lock:
-            return sum(host.nbytes() for ref, host in _host_storage.values() if not ref.expired())
+        return sum(host.nbytes() for host in _host_storage.live())

@@ -29,7 +29,7 @@ def main() -> int:
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    _die_with_parent()
+    die_with_parent()
 
     def send(message: dict) -> None:
         from fade.results import dumps_line
@@ -72,7 +72,8 @@ def main() -> int:
     return 0
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
+    """End this process when its parent dies (PR_SET_PDEATHSIG, and a watchdog thread where prctl is missing)."""
     parent = os.getppid()
     try:  # Linux: the kernel sends SIGKILL to this process when its parent dies
         import ctypes

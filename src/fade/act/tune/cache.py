@@ -99,6 +99,13 @@ class TuneCache:
             atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
         return data
 
+    def remove_if_temporary(self) -> None:
+        """Delete a fallback temporary cache (open_cache's /tmp/fade-tune-*): nothing in it persists anyway."""
+        if self.temporary:
+            import shutil
+
+            shutil.rmtree(self.root, ignore_errors=True)
+
     def journal(self, key: str) -> "Journal":
         return Journal(self, f"journal/{key}.jsonl")
 
@@ -114,8 +121,14 @@ class Journal:
     def append(self, trial: dict) -> None:
         line = json.dumps(trial, sort_keys=True, default=str)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.cache.lock(), open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        with self.cache.lock(), open(self.path, "a+b") as handle:
+            handle.seek(0, os.SEEK_END)
+            torn = False
+            if handle.tell() > 0:  # a line torn by a kill has no newline: end it, or this trial joins it
+                handle.seek(-1, os.SEEK_END)
+                torn = handle.read(1) != b"\n"
+            handle.seek(0, os.SEEK_END)
+            handle.write((("\n" if torn else "") + line + "\n").encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())
 

@@ -19,7 +19,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 KNOBS_FILE = Path(__file__).resolve().parents[2] / "data" / "knobs.toml"
-GROUP_ORDER = ("precision", "layout", "backend", "optimizer", "compile")  # eager knobs (seconds a trial) before compile (minutes)
+GROUP_ORDER = ("precision", "layout", "backend", "optimizer", "compile")  # the table's order; search.search_order visits compile first
 WHERE = ("any", "gpu", "cuda", "rocm")
 KINDS = ("torch", "env", "model")
 MODES = ("train", "infer")

@@ -110,6 +110,9 @@ def child_main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--benchmark", action="store_true")
     args = parser.parse_args(argv)
+    from fade.measure.worker import die_with_parent
+
+    die_with_parent()  # a killed `fade tune --pretune` takes this child along: nothing writes the DBs unlocked
     import torch
 
     from fade.measure.case import synchronize

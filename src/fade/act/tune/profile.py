@@ -49,8 +49,10 @@ def build_profile(
     exhaustive: bool = False,
     cache_dir: Optional[str] = None,
     cache_messages: Optional[list] = None,
+    host_load: Optional[dict] = None,
 ) -> dict:
-    """The profile of one search.SearchResult."""
+    """The profile of one search.SearchResult: its knobs are what the final check proved ("recommends" is
+    False and the knobs are the baseline's otherwise); `host_load` is hostload.HostLoadProbe's reading."""
     from fade.act.tune.knobs import config_env
     from fade.act.tune.search import NOISE_FLOOR
 
@@ -61,9 +63,10 @@ def build_profile(
         from fade.act.tune.cache import ENV_PATHS
 
         env.update({name: str(Path(cache_dir) / relative) for name, relative in ENV_PATHS.items() if _uses(name, chosen)})
-    speedup = None
+    final_speedup = None
     if result.before and result.after:
-        speedup = result.after["samples_per_s"] / result.before["samples_per_s"]
+        final_speedup = result.after["samples_per_s"] / result.before["samples_per_s"]
+    recommends = result.verdict == "faster"
     profile = {
         "schema_version": SCHEMA_VERSION,
         "fade_version": __version__,
@@ -72,7 +75,7 @@ def build_profile(
         "device": dict(fingerprint),
         "model": model,
         "mode": mode,
-        "batch": batch,
+        "batch": result.samples_per_step or batch,
         "size": size,
         "knobs": chosen,
         "changed": {name: value for name, value in chosen.items() if baseline.get(name) != value},
@@ -81,8 +84,14 @@ def build_profile(
         "python_snippet": python_snippet(chosen, mode),
         "before": result.before,
         "after": result.after,
-        "speedup": speedup,
+        "speedup": final_speedup if recommends else None,
         "verdict": result.verdict,
+        "verdict_reason": result.verdict_reason,
+        "recommends": recommends,
+        "final_check": {"candidate": result.candidate, "speedup": final_speedup,
+                        "rule": "the knobs are the candidate's only when this check measured it faster than the "
+                                "baseline beyond the noise bar, and the baseline agreed with the search's"},  # fmt: skip
+        "host_load": host_load,
         "candidates": [_candidate_dict(candidate) for candidate in result.candidates],
         "left_out": dict(result.left_out),
         "search": {
@@ -92,7 +101,9 @@ def build_profile(
             "trials_measured": result.trials_measured,
             "trials_resumed": result.trials_resumed,
             "noise_floor": NOISE_FLOOR,
-            "rule": "accepted when best_median / candidate_median > 1 + max(noise_floor, IQR/median of either side)",
+            "rule": "compile modes first, then the other knobs under the best one; a value is accepted when "
+                    "start_median / candidate_median > 1 + max(noise_floor, IQR/median of either side) and it is the "
+                    "fastest such value of its knob (start: the configuration before that knob)",
         },
         "cache_dir": cache_dir,
         "cache_messages": list(cache_messages or []),

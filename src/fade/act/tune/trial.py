@@ -12,7 +12,7 @@ Build
     backend (sdpa_kernel around every step), autocast and GradScaler by step.runner.StepRunner. Torch-flag
     knobs (TF32 math by precision, cudnn.benchmark, MIOpen immediate) are pinned for the trial
     (step.config.pinned); env knobs were set by the parent before the worker started.
-Numerics (step.numerics decides in the parent)
+Numerics (step.numerics decides in the parent; inference first calibrates BatchNorm on the example batch)
     Training: step.runner.checked_step_count steps from STEP_SEED at the workload's learning rate; the losses,
     how many optimizer updates a GradScaler let through and whether every gradient of the last step was
     finite are reported. fp32's losses come from `tune_reference`, run once per search. Inference: one
@@ -32,8 +32,8 @@ from typing import Optional
 from fade.measure.case import CaseResult
 from fade.measure.step.conditions import gc_frozen, pinned_flags
 from fade.measure.step.config import StepConfig, pinned
-from fade.measure.step.numerics import output_error, output_math_dtype
-from fade.measure.step.runner import WEIGHT_SEED, StepRunner, apply_config, checked_step_count, fp32_reference
+from fade.measure.step.numerics import UNIT_ROUNDOFF, calibrate_batchnorm, output_error, output_math_dtype, output_rms
+from fade.measure.step.runner import WEIGHT_SEED, StepRunner, apply_config, checked_step_count, fp32_reference, perturb
 
 
 def tune_reference(ctx, *, model: str, mode: str, batch: int, size: Optional[int] = None) -> CaseResult:
@@ -151,32 +151,40 @@ def prepare(make_workload, mode: str, knobs: dict, device: str, *, quick: bool =
     training = mode == "train"
     torch.manual_seed(WEIGHT_SEED)
     workload = make_workload()
+    # a realistic state first: BatchNorm statistics of the example batch (step.numerics.calibrate_batchnorm)
+    calibrated = 0 if training else calibrate_batchnorm(workload.model, workload.inputs)
     # eager fp32 weights for the output comparison, before any knob touches the module
     reference_module = None if training else copy.deepcopy(workload.model)
     runnable = apply_config(workload, config, reset_compiler=reset_compiler)
     with pinned(config):
         runner = StepRunner(workload, runnable, config, training, device, track_finite=False)
         checked = runner.checked_steps(checked_step_count(training, quick))
-        numerics = checked.numerics(mode) if training else _output_error(reference_module, runner)
+        numerics = checked.numerics(mode) if training else {**_output_error(reference_module, runner), "calibrated_batchnorm": calibrated}
     runner.freeze_weights()
     return Prepared(runner.step, numerics, workload.samples, [workload, runnable, runner])
 
 
 def _output_error(reference_module, runner: StepRunner) -> dict:
-    """Relative RMS error of the candidate's outputs against an fp32 (TF32 off) forward of the same weights."""
+    """Relative RMS error of the candidate's outputs against an fp32 (TF32 off) forward of the same weights,
+    and the rounding spread (fp32 from weights perturbed by the math dtype's unit roundoff) that bounds it."""
     import torch
     from torch.utils._pytree import tree_leaves
 
     def floats(output) -> list:
         return [leaf.float() for leaf in tree_leaves(output) if torch.is_tensor(leaf) and leaf.is_floating_point()]
 
+    math_dtype = output_math_dtype(runner.config.precision, runner.config.compile_mode is not None, runner.device)
     reference_module.eval()
     with torch.inference_mode(), pinned_flags("ieee", "ieee"):
         expected = floats(reference_module(*runner.workload.inputs))
+    with torch.no_grad():
+        perturb(reference_module, UNIT_ROUNDOFF[math_dtype])
+    with torch.inference_mode(), pinned_flags("ieee", "ieee"):
+        rounding_spread, _ = output_error(expected, floats(reference_module(*runner.workload.inputs)))
     got = floats(runner.step())  # inference mode, autocast and the SDPA backend of the candidate
     error, finite = output_error(expected, got)
-    math_dtype = output_math_dtype(runner.config.precision, runner.config.compile_mode is not None, runner.device)
-    return {"mode": "infer", "relative_rms_error": error, "math_dtype": math_dtype, "finite": finite}
+    return {"mode": "infer", "relative_rms_error": error, "math_dtype": math_dtype, "finite": finite,
+            "fp32_output_rms": output_rms(expected), "rounding_spread": rounding_spread}  # fmt: skip
 
 
 __all__ = ["tune_trial", "tune_reference", "tune_side_by_side", "measure_trial", "measure_reference", "side_by_side", "prepare"]

@@ -16,8 +16,9 @@ from typing import Callable, Optional
 
 from fade.act.tune import knobs as knob_table
 from fade.act.tune.cache import journal_key, open_cache
-from fade.act.tune.profile import build_profile
-from fade.act.tune.search import Trial, search
+from fade.act.tune.hostload import HostLoadProbe, is_busy
+from fade.act.tune.profile import build_profile, save_profile
+from fade.act.tune.search import Trial, recommend_nothing, search
 from fade.errors import FadeUsageError
 
 # Trial timing: models.FULL_TIMING's shape, shorter: a search measures ~10-20 configurations within minutes
@@ -47,7 +48,7 @@ def check_request(model: str, *, mode: str, batch: int, budget_min: float) -> No
         raise FadeUsageError(f"--budget {budget_min}: the budget in minutes must be > 0")
     if mode not in MODES:
         raise FadeUsageError(f"--mode {mode!r}: use train or infer")
-    check_models([model], batch=batch, mode=mode, image_size=None, sequence_length=None)
+    check_models([model], batch=batch, mode=mode, image_size=None, sequence_length=None, models_flag="fade tune MODEL")
 
 
 def target_for(model: str, mode: str, fingerprint: dict) -> knob_table.Target:
@@ -197,19 +198,39 @@ def run_tune(
     reference: Optional[dict] = None,
     clock: Callable[[], float] = time.monotonic,
     progress: Optional[Callable[[str], None]] = None,
+    output=None,
+    host_probe=None,
 ) -> dict:
     """Tune `model` (a zoo name or module:function) and return the profile (profile.build_profile).
 
-    `measure`, `reference`, `fingerprint` and `clock` are injectable (tests use a fake timer); by default
-    trials run in isolated workers on `device`. The search journal lives in the device's cache, so an
-    interrupted run resumes where it stopped (`resume=False` starts over).
+    `measure`, `reference`, `fingerprint`, `clock` and `host_probe` (start()/stop() -> host load, default
+    hostload.HostLoadProbe) are injectable (tests use a fake timer); by default trials run in isolated
+    workers on `device`. The search journal lives in the device's cache, so an interrupted run resumes where
+    it stopped (`resume=False` starts over). With `output` the profile is written there atomically before
+    the journal is cleared: a profile that cannot be written (OSError) leaves the journal, and the next run
+    resumes instead of searching again. When other processes kept the cores busy (hostload.is_busy), the
+    profile recommends nothing (verdict "noisy-host").
     """
     check_request(model, mode=mode, batch=batch, budget_min=budget_min)
     started = clock()  # the budget covers the set-up below too: "<= budget" is the whole run
+    host_probe = host_probe or HostLoadProbe()
+    host_probe.start()
     fingerprint = fingerprint or worker_fingerprint(device)
     cache = open_cache(fingerprint, base=cache_base)
     for message in cache.messages:
         (progress or (lambda text: None))(message)
+    try:
+        return _search_and_keep(cache, model, mode=mode, batch=batch, budget_min=budget_min, device=device, size=size,
+                                exhaustive=exhaustive, quick=quick, resume=resume, fingerprint=fingerprint, measure=measure,
+                                reference=reference, clock=clock, progress=progress, output=output, host_probe=host_probe,
+                                started=started)  # fmt: skip
+    finally:
+        cache.remove_if_temporary()  # a fallback /tmp/fade-tune-* directory: nothing in it persists anyway
+
+
+def _search_and_keep(cache, model: str, *, mode, batch, budget_min, device, size, exhaustive, quick, resume, fingerprint,
+                     measure, reference, clock, progress, output, host_probe, started) -> dict:  # fmt: skip
+    """run_tune after the cache is open: search, judge the host load, build and write the profile, clear the journal."""
     all_knobs = knob_table.load_knobs()
     searched, left_out = knob_table.searched_knobs(all_knobs, target_for(model, mode, fingerprint))
     journal = cache.journal(journal_key(model, mode, batch, size, exhaustive))
@@ -228,21 +249,35 @@ def run_tune(
     finally:
         if worker is not None:
             worker.close()
+    result, host_load = judge_host(result, host_probe, fingerprint)
     profile = build_profile(result, searched, fingerprint=fingerprint, model=model, mode=mode, batch=batch, size=size,
                             budget_s=60.0 * budget_min, exhaustive=exhaustive, cache_dir=str(cache.root),
-                            cache_messages=cache.messages)  # fmt: skip
-    journal.clear()  # finished: the next run of the same request measures afresh
+                            cache_messages=cache.messages, host_load=host_load)  # fmt: skip
+    if output is not None:
+        save_profile(profile, output)  # atomic; an OSError here leaves the journal for a resume
+    journal.clear()  # finished and kept: the next run of the same request measures afresh
     return profile
 
 
-def tune(model, example_inputs, loss_fn=None, *, mode: Optional[str] = None, budget_min: float = DEFAULT_BUDGET_MIN,
-         device: Optional[str] = None, progress: Optional[Callable[[str], None]] = None) -> dict:  # fmt: skip
+def judge_host(result, host_probe, fingerprint: dict) -> tuple:
+    """(result, host load): the probe stopped; the result recommends nothing when hostload.is_busy says so."""
+    host_load = host_probe.stop()
+    busy = is_busy(host_load, "cpu" if fingerprint.get("backend") == "cpu" else "gpu")
+    if busy:
+        result = recommend_nothing(result, "noisy-host", f"the host was noisy: {busy}; nothing is recommended, run again on a quiet host")
+    return result, host_load
+
+
+def tune(model, example_inputs, loss_fn=None, *, target=None, mode: Optional[str] = None,
+         budget_min: float = DEFAULT_BUDGET_MIN, device: Optional[str] = None,
+         progress: Optional[Callable[[str], None]] = None) -> dict:  # fmt: skip
     """Tune `model` on `example_inputs` in this process and return the profile.
 
-    `loss_fn(output) -> loss` (or None: inference). Trials run here, not in workers: env knobs (MIOpen find
-    mode, TunableOp, NHWC suggestion) are left out because the runtime already read its env; `fade tune
-    module:function` searches them. Each trial starts from a deep copy of `model` with SGD (lr 0.01,
-    momentum 0.9) when training.
+    `loss_fn` (or None: inference) is `loss_fn(output) -> loss`, or `loss_fn(output, target) -> loss` such as
+    nn.CrossEntropyLoss(): the target is `target`, or derived (derive_target) when not given. Trials run here,
+    not in workers: env knobs (MIOpen find mode, TunableOp, NHWC suggestion) are left out because the
+    runtime already read its env; `fade tune module:function` searches them. Each trial starts from a deep
+    copy of `model` with SGD (lr 0.01, momentum 0.9) when training.
     """
     import copy
 
@@ -263,8 +298,11 @@ def tune(model, example_inputs, loss_fn=None, *, mode: Optional[str] = None, bud
     samples = next((value.shape[0] for value in inputs if torch.is_tensor(value) and value.dim() > 0), 1)
     image = any(torch.is_tensor(value) and value.dim() == 4 for value in inputs)
 
+    loss_fn = loss_fn or (lambda output: output.float().mean())
+    target, target_note = loss_target(model, inputs, loss_fn, target) if mode == "train" else (None, "inference: no loss")
+
     def make_workload():
-        return Workload(copy.deepcopy(model), tuple(value for value in inputs), None, loss_fn or (lambda output: output.float().mean()), samples)
+        return Workload(copy.deepcopy(model), tuple(value for value in inputs), target, loss_fn, samples)
 
     fingerprint = device_fingerprint(device)
     target = knob_table.Target(fingerprint["backend"], fingerprint["torch"], mode, image=image, attention=True)
@@ -282,7 +320,79 @@ def tune(model, example_inputs, loss_fn=None, *, mode: Optional[str] = None, bud
             return Trial(dict(config), (), "failed", reason, None, samples, time.monotonic() - started)
         return Trial(dict(config), tuple(result.timing.samples_s), "ok", None, result.extra["numerics"], samples, time.monotonic() - started)
 
+    host_probe = HostLoadProbe()
+    host_probe.start()
     reference = measure_reference(make_workload, mode, device) if mode == "train" else None
     result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, left_out=left_out, progress=progress)
-    return build_profile(result, searched, fingerprint=fingerprint, model=type(model).__name__, mode=mode, batch=samples,
-                         budget_s=60.0 * budget_min)  # fmt: skip
+    result, host_load = judge_host(result, host_probe, fingerprint)
+    profile = build_profile(result, searched, fingerprint=fingerprint, model=type(model).__name__, mode=mode, batch=samples,
+                            budget_s=60.0 * budget_min, host_load=host_load)  # fmt: skip
+    profile["loss_target"] = target_note
+    return profile
+
+
+CLASS_INDEX_LOSSES = ("CrossEntropyLoss", "NLLLoss", "MultiMarginLoss")  # target: class indices, not the output's shape
+PROBABILITY_LOSSES = ("BCELoss", "BCEWithLogitsLoss")  # target: values in [0, 1]
+
+
+def takes_target(loss_fn) -> bool:
+    """Whether `loss_fn` is called as loss_fn(output, target): a torch.nn loss module, or a callable with two
+    or more required positional parameters."""
+    import inspect
+
+    import torch
+
+    if isinstance(loss_fn, torch.nn.modules.loss._Loss):
+        return True
+    try:
+        parameters = inspect.signature(loss_fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for item in parameters if item.kind in positional and item.default is inspect.Parameter.empty) >= 2
+
+
+def derive_target(loss_fn, output):
+    """A seeded target for `loss_fn` from one fp32 output: class indices for CLASS_INDEX_LOSSES (classes on
+    dim 1), uniform [0, 1) for PROBABILITY_LOSSES, standard normal of the output's shape otherwise. Throughput
+    does not depend on the values; the numerics check compares candidates on the same target."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    name = type(loss_fn).__name__
+    if name in CLASS_INDEX_LOSSES:
+        shape = output.shape[:1] + output.shape[2:]
+        return torch.randint(0, output.shape[1], tuple(shape), generator=generator).to(output.device), f"random class indices ({name})"
+    if name in PROBABILITY_LOSSES:
+        return torch.rand(output.shape, generator=generator).to(output.device), f"uniform [0, 1) of the output's shape ({name})"
+    return torch.randn(output.shape, generator=generator).to(output.device), "standard normal of the output's shape"
+
+
+def loss_target(model, inputs: tuple, loss_fn, target) -> tuple:
+    """(target or None, what the profile says about it); FadeUsageError (one line) when the loss cannot be
+    computed on one forward pass of `model`."""
+    import copy
+
+    import torch
+
+    if not takes_target(loss_fn):
+        if target is not None:
+            raise FadeUsageError("tune(target=...): loss_fn takes only the output; give loss_fn(output, target)")
+        note = "loss_fn(output)"
+    else:
+        note = "given"
+    with torch.no_grad():
+        output = copy.deepcopy(model)(*inputs)
+    if note == "given" and target is None:
+        if not torch.is_tensor(output):
+            raise FadeUsageError(f"tune: loss_fn takes (output, target) and the model returns {type(output).__name__}, not a tensor: pass target=")
+        target, derived = derive_target(loss_fn, output.float())
+        note = f"derived: {derived}"
+    try:
+        loss = loss_fn(output) if note == "loss_fn(output)" else loss_fn(output, target)
+        if not torch.is_tensor(loss) or loss.numel() != 1:
+            raise ValueError(f"it returned {type(loss).__name__}, not a one-element tensor")
+    except Exception as error:  # noqa: BLE001 - the user's loss: one line naming what to fix, no traceback
+        call = "loss_fn(output)" if note == "loss_fn(output)" else "loss_fn(output, target)"
+        raise FadeUsageError(f"tune: {call} failed on one forward pass: {type(error).__name__}: {error}".splitlines()[0][:300]) from None
+    return target, note

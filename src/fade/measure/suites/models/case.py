@@ -97,7 +97,7 @@ from fade.measure import timing as engine
 from fade.measure.step.conditions import flags_in_effect, gc_frozen
 from fade.measure.step.config import StepConfig, pinned, reference_config
 from fade.measure.step.finite import InvalidRun
-from fade.measure.step.numerics import loss_check
+from fade.measure.step.numerics import calibrate_batchnorm, loss_check
 from fade.measure.step.runner import (
     TIMED_LEARNING_RATE,
     WEIGHT_SEED,
@@ -162,6 +162,8 @@ def model_case(
     workload = build_workload(model, batch, size, device)
     if parsed.uses_channels_last and not _has_4d(workload):
         raise CaseSkipped(no_4d)
+    if not training:  # a realistic state, as the tuner's: BatchNorm statistics of the example batch
+        calibrate_batchnorm(workload.model, workload.inputs)
     # The fp32 reference from the same weights and RNG stream; its first step also counts the FLOPs. The fp32
     # variant itself is its own reference: the same eager steps, so they run once.
     is_reference = parsed == reference_config()

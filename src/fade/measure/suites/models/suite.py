@@ -121,8 +121,10 @@ def check_request(
     mode: str,
     image_size: Optional[int],
     sequence_length: Optional[int],
+    models_flag: str = "--models",
 ) -> list:
-    """FadeUsageError for anything that cannot run anywhere; returns the modes `mode` stands for."""
+    """FadeUsageError for anything that cannot run anywhere; returns the modes `mode` stands for. The error
+    for an unknown model names `models_flag` (`fade tune` passes "MODEL")."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
         raise FadeUsageError(f"--batch {batch}: the batch size must be a positive integer")
     if batch > MAX_BATCH:
@@ -139,7 +141,7 @@ def check_request(
             close = difflib.get_close_matches(model, list(ZOO), n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise FadeUsageError(
-                f"--models {model!r}: unknown model{hint} (known: {', '.join(ZOO)}; or give module:function)"
+                f"{models_flag} {model!r}: unknown model{hint} (known: {', '.join(ZOO)}; or give module:function)"
             )
         entry = ZOO[model]
         size = image_size if entry.kind == "image" else sequence_length

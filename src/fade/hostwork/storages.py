@@ -1,0 +1,163 @@
+"""Device tensors over memory FADE owns: a table from each PrivateUse1 storage to the object that backs it.
+
+A PrivateUse1 backend registered from Python gets no allocator, so its tensors' storages are built with
+`torch._C._construct_storage_from_data_pointer` over an address FADE chooses, and the memory behind them lives in
+a Python object (a host storage for the stand-in device, an OpenCL buffer for `fade.ocl`). Geometry (sizes,
+strides, offset) is set with the CPU kernel of `set_`, which never reads data, so views, `detach` and in-place
+ops share one storage and keep their aliasing without per-op code. Shared by fade.hostwork.standin and fade.ocl.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+aten = torch.ops.aten
+
+
+# Ops every Python PrivateUse1 backend registers per op as well as through its fallback, for two reasons.
+# (1) Some C++ paths reach the device kernel with the Python dispatch key excluded while a dispatch mode is on
+# the stack (torch.tensor(data, device=...) copies that way); torch then routes the call through the mode's
+# interpreter, which finds per-op Python registrations but not fallbacks. (2) For backends other than
+# CPU/CUDA, convolution's composite kernel calls convolution_overrideable, which only raises; a direct
+# registration runs the backend's own kernel.
+PER_OP = ("empty.memory_format", "empty_strided.default", "_copy_from.default", "_copy_from_and_resize.default",
+          "convolution.default", "convolution_backward.default")
+
+
+def register_python_backend(name: str, module, kernel, extra_ops: tuple = (), error=RuntimeError) -> tuple:
+    """Name PrivateUse1 `name` with device module `module` and route every op on it to `kernel(op, *args,
+    **kwargs)`: a boxed fallback plus the per-op registrations (PER_OP and `extra_ops`). PrivateUse1 can be
+    named once per process: `error` is raised when another backend already took it. Returns the
+    torch.library objects, which must be kept alive."""
+    import functools
+
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    current = torch._C._get_privateuse1_backend_name()
+    if current not in ("privateuseone", name):
+        raise error(f"PrivateUse1 is already registered as {current!r}; the {name} device needs it")
+    if current == "privateuseone":
+        _setup_privateuseone_for_python_backend(name, backend_module=module)
+    library = torch.library.Library("_", "IMPL")
+    library.fallback(kernel, "PrivateUse1")
+    aten_library = torch.library.Library("aten", "IMPL")
+    for op_name in PER_OP + tuple(extra_ops):
+        packet, overload = op_name.split(".")
+        op = getattr(getattr(aten, packet), overload)
+        aten_library.impl(op, functools.partial(kernel, op), "PrivateUse1")
+    return library, aten_library
+
+
+def map_nested(function, value):
+    """`function` applied to every leaf of nested lists, tuples and dicts, keeping their types."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(map_nested(function, item) for item in value)
+    if isinstance(value, dict):
+        return {key: map_nested(function, item) for key, item in value.items()}
+    return function(value)
+
+
+def set_geometry(tensor: torch.Tensor, storage, offset: int, size, stride) -> torch.Tensor:
+    """Point `tensor` at `storage` with the given geometry; no data is read or written."""
+    aten.set_.source_Storage_storage_offset._op_dk("CPU", tensor, storage, offset, size, stride)
+    return tensor
+
+
+class StorageTable:
+    """Device storages of one backend -> their backing objects. A storage's entry dies with the storage."""
+
+    def __init__(self, device_type: str):
+        self.device_type = device_type
+        self._lock = threading.Lock()
+        self._entries: dict = {}  # StorageImpl address -> (weak ref to the device storage, backing object)
+
+    def new_tensor(self, backing, address: int, nbytes: int, device: torch.device, dtype, offset: int, size,
+                   stride) -> torch.Tensor:
+        """A device tensor on a fresh storage of `nbytes` at `address`, remembered as backed by `backing`."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        storage = torch._C._construct_storage_from_data_pointer(address, device, nbytes)
+        tensor = set_geometry(torch._C._acc.create_empty_tensor((0,), dtype), storage, offset, size, stride)
+        with self._lock:
+            self._entries[storage._cdata] = (StorageWeakRef(tensor.untyped_storage()), backing)
+        return tensor
+
+    def view_of(self, base: torch.Tensor, dtype, offset: int, size, stride) -> torch.Tensor:
+        """A device tensor sharing `base`'s storage with the given geometry."""
+        return set_geometry(torch._C._acc.create_empty_tensor((0,), dtype), base.untyped_storage(), offset, size,
+                            stride)
+
+    def backing(self, tensor_or_storage):
+        """The object behind a device tensor's (or storage's) memory; RuntimeError if FADE did not make it."""
+        storage = tensor_or_storage.untyped_storage() if isinstance(tensor_or_storage, torch.Tensor) \
+            else tensor_or_storage
+        entry = self._entries.get(storage._cdata)
+        if entry is None or entry[0].expired():
+            raise RuntimeError(f"this {self.device_type} tensor has no memory behind it (made outside FADE?)")
+        return entry[1]
+
+    def sweep(self) -> list:
+        """Forget the storages that died; returns their backing objects (so an allocator can reuse them)."""
+        with self._lock:
+            dead = [key for key, (ref, _) in self._entries.items() if ref.expired()]
+            return [self._entries.pop(key)[1] for key in dead]
+
+    def live(self) -> list:
+        """The backing objects of the storages still alive."""
+        with self._lock:
+            return [backing for ref, backing in self._entries.values() if not ref.expired()]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class PythonDeviceModule:
+    """What torch asks of the device module (`torch.<name>`) of a PrivateUse1 backend registered from Python,
+    for a backend whose random ops run on the CPU generator: seeding is torch.manual_seed's (it seeds the CPU
+    generator before it calls these) and the device's own RNG state is empty. torch asks for it anyway
+    (torch.random.fork_rng saves the current accelerator's state), so these must exist. Subclasses override
+    device_count, synchronize, memory_allocated and what else differs."""
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def device_count(self) -> int:
+        return 1
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed(self, seed: int) -> None:
+        pass
+
+    def manual_seed_all(self, seed: int) -> None:
+        pass
+
+    def seed(self) -> None:
+        pass
+
+    def seed_all(self) -> None:
+        pass
+
+    def initial_seed(self) -> int:
+        return torch.initial_seed()
+
+    def get_rng_state(self, device=None) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_rng_state(self, new_state, device=None) -> None:
+        pass
+
+    def get_rng_state_all(self) -> list:
+        return [self.get_rng_state()]
+
+    def set_rng_state_all(self, new_states) -> None:
+        pass

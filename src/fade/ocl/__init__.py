@@ -1,0 +1,50 @@
+"""fade.ocl: an open OpenCL device for PyTorch, `torch.device("ocl:N")`, registered by `fade.ocl.register()`.
+
+`register()` names torch's PrivateUse1 device "ocl" (once per process; importing fade.ocl registers nothing).
+See docs/ocl.md for what runs on the device, what falls back to the CPU, and how to set it up.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fade.ocl import backend, runtime
+from fade.ocl.runtime import DeviceInfo, OclError, OutOfMemoryError
+
+__all__ = ["register", "is_registered", "devices", "device_count", "fallback_counts", "reset_fallback_counts",
+           "synchronize", "empty_cache", "manual_seed", "memory_allocated", "DeviceInfo", "OclError",
+           "OutOfMemoryError"]
+
+register = backend.register
+is_registered = backend.is_registered
+fallback_counts = backend.fallback_counts
+reset_fallback_counts = backend.reset_fallback_counts
+
+
+def devices() -> list[DeviceInfo]:
+    """The OpenCL devices, GPUs first: ocl:N is devices()[N]. OclError when there is no OpenCL platform."""
+    return runtime.devices()
+
+
+def device_count() -> int:
+    return len(runtime.devices())
+
+
+def synchronize() -> None:
+    """Wait for every queued OpenCL command."""
+    backend.BackendModule().synchronize()
+
+
+def empty_cache() -> None:
+    """Return the allocator's cached buffers (and those of dead tensors) to the driver."""
+    backend.BackendModule().empty_cache()
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the random ops of the ocl device (they run on the CPU generator)."""
+    torch.manual_seed(seed)
+
+
+def memory_allocated() -> int:
+    """Bytes held by live ocl tensors' buffers (rounded to the allocator's sizes)."""
+    return backend.BackendModule().memory_allocated()

@@ -1,0 +1,1324 @@
+"""torch's PrivateUse1 device named "ocl": tensors in OpenCL buffers, native kernels, a counted CPU fallback.
+
+Every ATen op on the device reaches one boxed kernel (`_dispatch`). View ops are computed on meta tensors and
+become views of the same storage (fade.hostwork.storages); ops with an OpenCL kernel here run on the device;
+every other op runs on the CPU (storages copied in, the op run, written arguments copied back, views kept), warns
+once per op with its name and is counted (`fallback_counts`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import math
+import threading
+import warnings
+
+import numpy as np
+import torch
+
+from fade.hostwork.storages import (PythonDeviceModule, StorageTable, map_nested, register_python_backend,
+                                    set_geometry)
+from fade.ocl import runtime
+from fade.ocl.runtime import FP16, OclError
+
+NAME = "ocl"
+aten = torch.ops.aten
+MAX_DIMS = 8
+
+_table = StorageTable(NAME)
+_library = None
+_lock = threading.Lock()
+_fallbacks: collections.Counter = collections.Counter()
+_CL_TYPES = {torch.float32: "float", torch.float64: "double", torch.float16: "half", torch.int64: "long",
+             torch.int32: "int", torch.int16: "short", torch.int8: "char", torch.uint8: "uchar",
+             torch.bool: "uchar"}
+
+
+@dataclasses.dataclass
+class Block:
+    """The memory behind one device storage."""
+    device: int
+    buffer: object
+
+
+def is_registered() -> bool:
+    return _library is not None
+
+
+def register() -> None:
+    """Name PrivateUse1 "ocl" in this process and route its ops here (idempotent). OclError if there is no
+    OpenCL device or PrivateUse1 already has another name (it can be named once per process)."""
+    global _library
+    if _library is not None:
+        return
+    runtime.devices()  # fails with one line when there is no OpenCL
+    # native_layer_norm(_backward) are composite for backends without a kernel (layer norm would decompose
+    # into batch norm); registered per op they run this backend's own kernels.
+    libraries = register_python_backend(
+        NAME, BackendModule(), _dispatch, error=OclError,
+        extra_ops=("native_layer_norm.default", "native_layer_norm_backward.default"))
+    # torch.load restores a storage with torch.UntypedStorage(n, device="ocl"), which needs a C++ allocator
+    # (PrivateUse1 from Python has none: it crashes). Restore "ocl:N" storages through this allocator instead.
+    torch.serialization.register_package(1, lambda obj: None, _restore_storage)
+    _library = libraries
+
+
+def _restore_storage(storage, location: str):
+    if not location.startswith(NAME):
+        return None
+    index = int(location.split(":")[1]) if ":" in location else 0
+    restored = empty([storage.nbytes()], [1], torch.uint8, index)
+    upload(torch.empty(0, dtype=torch.uint8).set_(storage.cpu() if storage.device.type != "cpu" else storage),
+           restored)
+    return restored.untyped_storage()
+
+
+def fallback_counts() -> dict[str, int]:
+    """How many times each op ran on the CPU for lack of an OpenCL kernel, by op name."""
+    with _lock:
+        return dict(_fallbacks)
+
+
+def reset_fallback_counts() -> None:
+    with _lock:
+        _fallbacks.clear()
+
+
+# memory
+def _reclaim() -> None:
+    for block in _table.sweep():
+        runtime.device(block.device).release(block.buffer)
+
+
+def _check_dtype(dev: runtime.Device, dtype) -> None:
+    if dtype == torch.float16 and not dev.info.fp16:
+        raise OclError(f"ocl:{dev.index} ({dev.info.name}) lacks the OpenCL extension {FP16}: float16 tensors "
+                       "cannot live there (use float32)")
+
+
+def _extent(size, stride, offset: int) -> int:
+    if any(s == 0 for s in size):
+        return offset
+    return offset + 1 + sum((s - 1) * st for s, st in zip(size, stride))
+
+
+def empty(size, stride, dtype, index: int, offset: int = 0) -> torch.Tensor:
+    dev = runtime.device(index)
+    _check_dtype(dev, dtype)
+    nbytes = _extent(size, stride, offset) * torch.empty(0, dtype=dtype).element_size()
+    buffer = dev.allocate(nbytes, _reclaim)
+    return _table.new_tensor(Block(index, buffer), buffer.int_ptr, nbytes, torch.device(NAME, index), dtype,
+                             offset, size, stride)
+
+
+def _contiguous_strides(size) -> list[int]:
+    strides, running = [], 1
+    for s in reversed(list(size)):
+        strides.append(running)
+        running *= max(s, 1)
+    return strides[::-1]
+
+
+def empty_like_meta(meta: torch.Tensor, index: int) -> torch.Tensor:
+    return empty(meta.size(), meta.stride(), meta.dtype, index)
+
+
+def _block(tensor: torch.Tensor) -> Block:
+    return _table.backing(tensor)
+
+
+def _dev(tensor: torch.Tensor) -> runtime.Device:
+    return runtime.device(tensor.device.index or 0)
+
+
+def _is_dense(tensor: torch.Tensor) -> bool:
+    return tensor.is_contiguous()
+
+
+def _raw(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.reshape(-1).view(torch.uint8).numpy()
+
+
+def upload(host: torch.Tensor, target: torch.Tensor) -> None:
+    """Copy a host tensor into a device tensor (any strides, any dtypes)."""
+    host = host.detach().to(target.dtype).expand(target.shape)
+    if target.numel() == 0:
+        return
+    if not _is_dense(target):
+        staging = empty(target.size(), _contiguous_strides(target.size()), target.dtype, target.device.index)
+        upload(host, staging)
+        pointwise("a", target, [staging])
+        return
+    dev = _dev(target)
+    data = np.ascontiguousarray(_raw(host.contiguous()))
+    dev.cl.enqueue_copy(dev.queue, _block(target).buffer, data,
+                        dst_offset=target.storage_offset() * target.element_size())
+
+
+def download(source: torch.Tensor) -> torch.Tensor:
+    """A contiguous host copy of a device tensor."""
+    host = torch.empty(source.shape, dtype=source.dtype)
+    if source.numel() == 0:
+        return host
+    if not _is_dense(source):
+        staging = empty(source.size(), _contiguous_strides(source.size()), source.dtype, source.device.index)
+        pointwise("a", staging, [source])
+        source = staging
+    dev = _dev(source)
+    dev.cl.enqueue_copy(dev.queue, _raw(host), _block(source).buffer,
+                        src_offset=source.storage_offset() * source.element_size(), is_blocking=True)
+    return host
+
+
+def _storage_to_host(tensor: torch.Tensor) -> torch.UntypedStorage:
+    storage = tensor.untyped_storage()
+    host = torch.UntypedStorage(storage.nbytes())
+    if storage.nbytes():
+        dev = _dev(tensor)
+        dev.cl.enqueue_copy(dev.queue, torch.empty(0, dtype=torch.uint8).set_(host).numpy(), _block(tensor).buffer,
+                            is_blocking=True)
+    return host
+
+
+def _storage_from_host(host: torch.UntypedStorage, tensor: torch.Tensor) -> None:
+    if host.nbytes():
+        dev = _dev(tensor)
+        dev.cl.enqueue_copy(dev.queue, _block(tensor).buffer, torch.empty(0, dtype=torch.uint8).set_(host).numpy())
+
+
+# kernels
+def _cl_type(dtype) -> str:
+    cl_type = _CL_TYPES.get(dtype)
+    if cl_type is None:
+        raise _NoKernel(f"no OpenCL type for {dtype}")
+    return cl_type
+
+
+class _NoKernel(Exception):
+    """This call has no OpenCL kernel here; run it on the CPU."""
+
+
+def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalars: dict | None = None) -> None:
+    """out[i] = expr(a, b, c, ...) elementwise; operands are device tensors broadcast to out's shape or Python
+    numbers; named `scalars` are available to expr; compute is the dtype the expression is evaluated in."""
+    scalars = scalars or {}
+    if out.numel() == 0:
+        return
+    if out.dim() > MAX_DIMS:
+        raise _NoKernel(f"more than {MAX_DIMS} dims")
+    compute = compute or out.dtype
+    ct = "float" if compute == torch.float16 else _cl_type(compute)
+    ot = _cl_type(out.dtype)
+    shape = list(out.shape)
+    meta = [out.numel(), len(shape)] + shape + [0] * (MAX_DIMS - len(shape))
+    meta += [out.storage_offset()] + list(out.stride()) + [0] * (MAX_DIMS - len(shape))
+    params, loads, args, letters = [], [], [], "abcdefgh"
+    for position, operand in enumerate(operands):
+        letter = letters[position]
+        if isinstance(operand, torch.Tensor):
+            if operand.device.type != NAME:
+                raise _NoKernel("a host tensor operand")
+            view = operand.expand(shape) if operand.dim() <= len(shape) else operand
+            slot = len(meta)
+            meta += [view.storage_offset()] + list(view.stride()) + [0] * (MAX_DIMS - len(shape))
+            params.append(f"__global const {_cl_type(operand.dtype)}* in_{letter}")
+            loads.append(f"long p_{letter} = meta[{slot}]; for (int d = 0; d < nd; ++d) p_{letter} += "
+                         f"idx[d] * meta[{slot} + 1 + d]; {ct} {letter} = ({ct})in_{letter}[p_{letter}];")
+            args.append(_block(operand).buffer)
+        else:
+            params.append(f"{ct} {letter}")
+            args.append(operand)
+    for name, value in scalars.items():
+        params.append(f"{ct} {name}")
+        args.append(value)
+    store = f"({ot})(({ct})({expr}) != 0)" if out.dtype == torch.bool else f"({ot})({expr})"
+    source = f"""
+__kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(', ' + p for p in params)}) {{
+    long i = get_global_id(0);
+    if (i >= meta[0]) return;
+    int nd = (int)meta[1];
+    long idx[{MAX_DIMS}];
+    long rem = i;
+    for (int d = nd - 1; d >= 0; --d) {{ long s = meta[2 + d]; idx[d] = rem % s; rem /= s; }}
+    long o = meta[{2 + MAX_DIMS}];
+    for (int d = 0; d < nd; ++d) o += idx[d] * meta[{3 + MAX_DIMS} + d];
+    {' '.join(loads)}
+    out[o] = {store};
+}}"""
+    dev = _dev(out)
+    kernel = dev.kernel("pointwise", source)
+    cl = dev.cl
+    meta_buffer = cl.Buffer(dev.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
+                            hostbuf=np.asarray(meta, dtype=np.int64))
+    np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
+    values = [arg if not isinstance(arg, (int, float, bool)) else np_ct(arg) for arg in args]
+    kernel(dev.queue, (out.numel(),), None, _block(out).buffer, meta_buffer, *values)
+
+
+_ROWS = {
+    "sum": ("acc = 0", "acc += v", "acc"),
+    "mean": ("acc = 0", "acc += v", "acc / (ACC)n"),
+    "max": ("acc = -INFINITY; if (!FLOAT) acc = x[0]",
+            "if (v != v) { acc = v; break; } if (v > acc) acc = v", "acc"),
+    "min": ("acc = INFINITY; if (!FLOAT) acc = x[0]",
+            "if (v != v) { acc = v; break; } if (v < acc) acc = v", "acc"),
+    "argmax": ("acc = -INFINITY; long best = 0; if (!FLOAT) acc = x[0]",
+               "if (v != v) { best = j; break; } if (v > acc) { acc = v; best = j; }", "best"),
+    "argmin": ("acc = INFINITY; long best = 0; if (!FLOAT) acc = x[0]",
+               "if (v != v) { best = j; break; } if (v < acc) { acc = v; best = j; }", "best"),
+    "all": ("acc = 1", "if (v == 0) { acc = 0; break; }", "acc"),  # NaN is nonzero: true, as in torch
+    "any": ("acc = 0", "if (v != 0) { acc = 1; break; }", "acc"),
+}
+
+
+def reduce_rows(kind: str, x: torch.Tensor, out: torch.Tensor) -> None:
+    """out[r] = reduce(x[r, :]) for a contiguous (rows, n) device tensor x and a contiguous out of rows
+    elements. Each work item loops over its row: no atomics and no compare-and-swap, so NaN cannot hang it."""
+    rows, n = x.shape
+    if rows == 0:
+        return
+    dev = _dev(x)
+    floating = x.dtype.is_floating_point
+    acc_type = "float" if x.dtype == torch.float16 else ("double" if x.dtype == torch.float64 else
+                                                         ("float" if floating else "long"))
+    init, step, result = _ROWS[kind]
+    source = f"""
+#define ACC {acc_type}
+#define FLOAT {1 if floating else 0}
+__kernel void reduce_rows(__global const {_cl_type(x.dtype)}* xs, long x_off, __global {_cl_type(out.dtype)}* out,
+                          long out_off, long n, long rows) {{
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    __global const {_cl_type(x.dtype)}* x = xs + x_off + r * n;
+    ACC acc; {init.replace("acc = x[0]", "acc = (ACC)x[0]")};
+    for (long j = 0; j < n; ++j) {{ ACC v = (ACC)x[j]; {step}; }}
+    out[out_off + r] = ({_cl_type(out.dtype)})({result});
+}}"""
+    if not floating and kind not in ("all", "any"):
+        source = source.replace("if (v != v) { acc = v; break; } ", "").replace(
+            "if (v != v) { best = j; break; } ", "")
+    kernel = dev.kernel("reduce_rows", source)
+    kernel(dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+           np.int64(out.storage_offset()), np.int64(n), np.int64(rows))
+
+
+def softmax_rows(x: torch.Tensor, out: torch.Tensor, log: bool) -> None:
+    """Row softmax (or log-softmax) of a contiguous (rows, n) float tensor. NaN and inf flow through as on
+    the CPU: a row holding NaN (or +inf) yields NaN."""
+    rows, n = x.shape
+    if rows == 0 or n == 0:
+        return
+    dev = _dev(x)
+    t = _cl_type(x.dtype)
+    acc = "double" if x.dtype == torch.float64 else "float"
+    value = "(v - m) - log(s)" if log else "exp(v - m) / s"
+    source = f"""
+__kernel void softmax_rows(__global const {t}* xs, long x_off, __global {t}* out, long out_off, long n,
+                           long rows) {{
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    __global const {t}* x = xs + x_off + r * n;
+    {acc} m = -INFINITY;
+    for (long j = 0; j < n; ++j) {{ {acc} v = x[j]; if (v != v) {{ m = v; break; }} m = v > m ? v : m; }}
+    {acc} s = 0;
+    for (long j = 0; j < n; ++j) s += exp(({acc})x[j] - m);
+    for (long j = 0; j < n; ++j) {{ {acc} v = x[j]; out[out_off + r * n + j] = ({t})({value}); }}
+}}"""
+    kernel = dev.kernel("softmax_rows", source)
+    kernel(dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+           np.int64(out.storage_offset()), np.int64(n), np.int64(rows))
+
+
+# ops
+def _bind(op, args, kwargs) -> dict:
+    bound = {}
+    for position, argument in enumerate(op._schema.arguments):
+        if position < len(args) and not argument.kwarg_only:
+            bound[argument.name] = args[position]
+        elif argument.name in kwargs:
+            bound[argument.name] = kwargs[argument.name]
+        elif argument.has_default_value():
+            bound[argument.name] = argument.default_value
+        else:
+            bound[argument.name] = None
+    return bound
+
+
+def _to_meta(value):
+    if isinstance(value, torch.Tensor) and value.device.type == NAME:
+        numel = value.untyped_storage().nbytes() // value.element_size()
+        base = torch.empty(numel, dtype=value.dtype, device="meta")
+        return base.as_strided(value.size(), value.stride(), value.storage_offset())
+    if isinstance(value, torch.device) and value.type == NAME:
+        return torch.device("meta")
+    return value
+
+
+def _index_of(args, kwargs) -> int:
+    found = []
+    map_nested(lambda v: found.append(v.device.index or 0) if isinstance(v, torch.Tensor) and
+               v.device.type == NAME else None, (args, kwargs))
+    if found:
+        return found[0]
+    device = kwargs.get("device")
+    return (device.index or 0) if isinstance(device, torch.device) else 0
+
+
+def _written(op, bound):
+    return [bound[a.name] for a in op._schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write and isinstance(bound.get(a.name), torch.Tensor)]
+
+
+def _output_for(op, args, kwargs, bound) -> tuple:
+    """(the tensor the op writes, the meta result): its in-place/out= argument, or a fresh tensor shaped as
+    the op's meta result."""
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    written = _written(op, bound)
+    if written:
+        target = written[0]
+        if target.shape != meta_result.shape:
+            aten.resize_.default(target, meta_result.shape)
+        return target, meta_result
+    return empty_like_meta(meta_result, _index_of(args, kwargs)), meta_result
+
+
+_ERF_GRAD = "(0.5f * (1 + erf(b * 0.70710678118654752f)) + b * exp(-0.5f * b * b) * 0.3989422804014327f)"
+POINTWISE = {  # base name -> (operand argument names, expression, scalar argument names)
+    "add": (("self", "other"), "a + alpha * b", ("alpha",)),
+    "sub": (("self", "other"), "a - alpha * b", ("alpha",)),
+    "rsub": (("self", "other"), "b - alpha * a", ("alpha",)),
+    "mul": (("self", "other"), "a * b", ()),
+    "div": (("self", "other"), "a / b", ()),
+    "neg": (("self",), "-a", ()),
+    "exp": (("self",), "exp(a)", ()),
+    "log": (("self",), "log(a)", ()),
+    "sqrt": (("self",), "sqrt(a)", ()),
+    "rsqrt": (("self",), "rsqrt(a)", ()),
+    "abs": (("self",), "(a < 0 ? -a : a)", ()),
+    "sin": (("self",), "sin(a)", ()),
+    "cos": (("self",), "cos(a)", ()),
+    "tanh": (("self",), "tanh(a)", ()),
+    "sigmoid": (("self",), "1 / (1 + exp(-a))", ()),
+    "relu": (("self",), "((a != a || a > 0) ? a : 0)", ()),
+    "reciprocal": (("self",), "1 / a", ()),
+    "gelu": (("self",), "0.5f * a * (1 + erf(a * 0.70710678118654752f))", ()),
+    "pow": (("self", "exponent"), "pow(a, b)", ()),
+    "eq": (("self", "other"), "a == b", ()),
+    "ne": (("self", "other"), "a != b", ()),
+    "lt": (("self", "other"), "a < b", ()),
+    "le": (("self", "other"), "a <= b", ()),
+    "gt": (("self", "other"), "a > b", ()),
+    "ge": (("self", "other"), "a >= b", ()),
+    "maximum": (("self", "other"), "(a != a ? a : (b != b ? b : (a > b ? a : b)))", ()),
+    "minimum": (("self", "other"), "(a != a ? a : (b != b ? b : (a < b ? a : b)))", ()),
+    "where": (("condition", "self", "other"), "(a != 0 ? b : c)", ()),
+    "threshold_backward": (("grad_output", "self"), "(b <= threshold ? 0 : a)", ("threshold",)),
+    "sigmoid_backward": (("grad_output", "output"), "a * (1 - b) * b", ()),
+    "tanh_backward": (("grad_output", "output"), "a * (1 - b * b)", ()),
+    "gelu_backward": (("grad_output", "self"), "a * " + _ERF_GRAD, ()),
+    "fill": (("value",), "a", ()),
+    "zero": ((), "0", ()),
+    "clone": (("self",), "a", ()),
+    "ceil": (("self",), "ceil(a)", ()),
+    "floor": (("self",), "floor(a)", ()),
+    "bitwise_and": (("self", "other"), "a & b", ()),
+    "bitwise_or": (("self", "other"), "a | b", ()),
+    "bitwise_not": (("self",), "~a", ()),
+    "logical_not": (("self",), "a == 0", ()),
+    "logical_and": (("self", "other"), "a != 0 && b != 0", ()),
+    "logical_or": (("self", "other"), "a != 0 || b != 0", ()),
+    "isnan": (("self",), "a != a", ()),
+    "isinf": (("self",), "(a == INFINITY || a == -INFINITY)", ()),
+    "isposinf": (("self",), "a == INFINITY", ()),
+    "isneginf": (("self",), "a == -INFINITY", ()),
+    "isfinite": (("self",), "(a == a && a != INFINITY && a != -INFINITY)", ()),
+    "native_dropout_backward": (("grad_output", "mask"), "a * b * scale", ("scale",)),
+    "hardtanh": (("self",), "(a != a ? a : (a < min_val ? min_val : (a > max_val ? max_val : a)))",
+                 ("min_val", "max_val")),
+    "hardtanh_backward": (("grad_output", "self"), "((b <= min_val || b >= max_val) ? 0 : a)",
+                          ("min_val", "max_val")),
+    "sign": (("self",), "(a > 0) - (a < 0)", ()),
+    "masked_fill": (("self", "mask", "value"), "(b != 0 ? c : a)", ()),
+    "addcmul": (("self", "tensor1", "tensor2"), "a + value * b * c", ("value",)),
+    "addcdiv": (("self", "tensor1", "tensor2"), "a + value * b / c", ("value",)),
+    "lerp": (("self", "end", "weight"), "a + c * (b - a)", ()),
+}
+
+
+def _base(op) -> str:
+    """aten::add_ -> add, aten::_softmax -> _softmax."""
+    return op._schema.name.split("::")[1].rstrip("_")
+
+
+def _finish(op, bound, result):
+    """An out= overload: the functional result copied into the out tensors, which are returned."""
+    targets = _written(op, bound)
+    if not targets:
+        return result
+    results = result if isinstance(result, tuple) else (result,)
+    for target, value in zip(targets, results):
+        if target.shape != value.shape:
+            aten.resize_.default(target, value.shape)
+        pointwise("a", target, [value])
+    return targets[0] if len(targets) == 1 else tuple(targets)
+
+
+def _pointwise_op(op, args, kwargs, bound):
+    base = _base(op)
+    operand_names, expr, scalar_names = POINTWISE[base]
+    if bound.get("rounding_mode") is not None or bound.get("approximate") not in (None, "none"):
+        raise _NoKernel("a variant without a kernel")
+    out, _ = _output_for(op, args, kwargs, bound)
+    operands = [bound[name] for name in operand_names]
+    tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+    compute = out.dtype
+    if out.dtype == torch.bool and base != "where" and tensors:  # compare in the inputs' promoted type
+        compute = torch.result_type(*operands) if len(operands) == 2 else tensors[0].dtype
+    if compute == torch.bfloat16 or any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
+                                        for x in operands):
+        raise _NoKernel("bfloat16")
+    scalars = {name: (1 if bound[name] is None else bound[name]) for name in scalar_names}
+    operands = [float(x) if isinstance(x, bool) else x for x in operands]
+    pointwise(expr, out, operands, compute, scalars)
+    return out
+
+
+def _row_layout(x: torch.Tensor, dims) -> tuple:
+    """x with `dims` moved last, made contiguous as (rows, n) on the device, and the kept shape."""
+    dims = sorted({d % max(x.dim(), 1) for d in dims}) if x.dim() else []
+    kept = [d for d in range(x.dim()) if d not in dims]
+    permuted = x.permute(kept + dims) if x.dim() else x
+    staging = empty(permuted.shape, _contiguous_strides(permuted.shape), x.dtype, x.device.index)
+    pointwise("a", staging, [permuted])
+    n = math.prod(x.shape[d] for d in dims)
+    rows = math.prod(x.shape[d] for d in kept)
+    return staging.view(rows, n), [x.shape[d] for d in kept], dims
+
+
+def _reduction(op, args, kwargs, bound):
+    base = _base(op)
+    x = bound["self"]
+    logical = base in ("all", "any")
+    if x.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32) + (
+            (torch.bool, torch.uint8) if logical else ()):
+        raise _NoKernel(f"reduction over {x.dtype}")
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    dim = bound.get("dim")
+    dims = list(range(x.dim())) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
+    kind = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
+            "argmax": "argmax", "argmin": "argmin", "all": "all", "any": "any"}[base]
+    source = x if bound.get("dtype") is None else x.to(bound["dtype"])
+    rows, _, _ = _row_layout(source, dims)
+    if isinstance(meta_result, tuple):
+        values = empty_like_meta(meta_result[0], x.device.index)
+        indices = empty_like_meta(meta_result[1], x.device.index)
+        reduce_rows(kind, rows, values.view(-1) if values.numel() else values)
+        reduce_rows("arg" + kind, rows, indices.view(-1) if indices.numel() else indices)
+        return _finish(op, bound, (values, indices))
+    if rows.shape[1] == 0 and kind in ("max", "min", "argmax", "argmin"):
+        raise _NoKernel("empty max")
+    out = empty(meta_result.shape, _contiguous_strides(meta_result.shape), meta_result.dtype, x.device.index)
+    reduce_rows(kind, rows, out.view(-1))
+    return _finish(op, bound, out)
+
+
+def _softmax(op, args, kwargs, bound):
+    x, dim = bound["self"], bound["dim"]
+    if x.dtype not in (torch.float32, torch.float64) or bound.get("half_to_float"):
+        raise _NoKernel(f"softmax over {x.dtype}")
+    dim = dim % max(x.dim(), 1)
+    rows, _, _ = _row_layout(x, [dim]) if x.dim() else (x.reshape(1, 1), None, None)
+    result = empty(rows.shape, _contiguous_strides(rows.shape), x.dtype, x.device.index)
+    softmax_rows(rows, result, log=op._schema.name.endswith("_log_softmax"))
+    order = [d for d in range(x.dim()) if d != dim] + [dim]
+    inverse = [order.index(d) for d in range(x.dim())]
+    permuted = result.view([x.shape[d] for d in order]).permute(inverse)
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    pointwise("a", out, [permuted])
+    return _finish(op, bound, out)
+
+
+def _softmax_backward(op, args, kwargs, bound):
+    grad, output, dim = bound["grad_output"], bound["output"], bound["dim"]
+    if output.dtype not in (torch.float32, torch.float64) or grad.dtype != output.dtype:
+        raise _NoKernel("softmax backward dtype")
+    out = empty(output.shape, _contiguous_strides(output.shape), output.dtype, output.device.index)
+    if op._schema.name.endswith("_log_softmax_backward_data"):
+        total = aten.sum.dim_IntList(grad, [dim], True)
+        pointwise("a - exp(b) * c", out, [grad, output, total])
+    else:
+        product = empty(output.shape, _contiguous_strides(output.shape), output.dtype, output.device.index)
+        pointwise("a * b", product, [grad, output])
+        total = aten.sum.dim_IntList(product, [dim], True)
+        pointwise("b * (a - c)", out, [grad, output, total])
+    return _finish(op, bound, out)
+
+
+_NLL_SOURCE = """
+__kernel void nll_rows(__global const T* x, long x_off, __global const long* target, long t_off,
+                       __global T* loss, __global T* weight, long rows, long classes, long ignore) {
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    long t = target[t_off + r];
+    int skip = t == ignore || t < 0 || t >= classes;
+    loss[r] = skip ? (T)0 : -x[x_off + r * classes + t];
+    weight[r] = skip ? (T)0 : (T)1;
+}
+__kernel void nll_grad(__global T* grad, __global const long* target, long t_off, __global const T* scale,
+                       long s_off, long s_stride, T divisor, long rows, long classes, long ignore) {
+    long r = get_global_id(0);
+    if (r >= rows) return;
+    long t = target[t_off + r];
+    if (t == ignore || t < 0 || t >= classes) return;
+    grad[r * classes + t] = -scale[s_off + r * s_stride] / divisor;
+}
+"""
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+def _nll(op, args, kwargs, bound):
+    x, target = bound["self"], bound["target"]
+    if x.dim() != 2 or bound.get("weight") is not None or x.dtype not in (torch.float32, torch.float64) \
+            or target.dtype != torch.int64:
+        raise _NoKernel("nll_loss beyond 2-D unweighted")
+    dev = _dev(x)
+    index = x.device.index
+    rows, classes = x.shape
+    x = x if x.is_contiguous() else x.contiguous()
+    target = target if target.is_contiguous() else target.contiguous()
+    t = _cl_type(x.dtype)
+    reduction = _REDUCTIONS[bound["reduction"]]
+    program_source = f"#define T {t}\n" + _NLL_SOURCE
+    ignore = np.int64(bound["ignore_index"])
+    if op._schema.name.endswith("nll_loss_forward"):
+        loss = empty([rows], [1], x.dtype, index)
+        weight = empty([rows], [1], x.dtype, index)
+        if rows:
+            dev.kernel("nll_rows", program_source)(
+                dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(target).buffer,
+                np.int64(target.storage_offset()), _block(loss).buffer, _block(weight).buffer, np.int64(rows),
+                np.int64(classes), ignore)
+        total_weight = aten.sum.default(weight)
+        if reduction == "none":
+            return _finish(op, bound, (loss, total_weight))
+        total = aten.sum.default(loss)
+        if reduction == "mean":
+            total = aten.div.Tensor(total, total_weight)
+        return _finish(op, bound, (total, total_weight))
+    grad_output, total_weight = bound["grad_output"], bound["total_weight"]
+    grad = empty([rows, classes], [classes, 1], x.dtype, index)
+    pointwise("0", grad, [])
+    divisor = download(total_weight).item() if reduction == "mean" else 1.0
+    scale_stride = 0 if grad_output.dim() == 0 else grad_output.stride(0)
+    if rows:
+        dev.kernel("nll_grad", program_source)(
+            dev.queue, (rows,), None, _block(grad).buffer, _block(target).buffer, np.int64(target.storage_offset()),
+            _block(grad_output).buffer, np.int64(grad_output.storage_offset()), np.int64(scale_stride),
+            (np.float64 if x.dtype == torch.float64 else np.float32)(divisor), np.int64(rows), np.int64(classes),
+            ignore)
+    return _finish(op, bound, grad)
+
+
+def _gemm_operand(t: torch.Tensor) -> tuple:
+    """(tensor, transposed, leading dimension) of a 2-D device tensor, copying it if neither layout fits."""
+    rows, cols = t.shape
+    if t.stride(1) == 1 and t.stride(0) >= max(cols, 1):
+        return t, False, t.stride(0)
+    if t.stride(0) == 1 and t.stride(1) >= max(rows, 1):
+        return t, True, t.stride(1)
+    dense = empty(t.shape, _contiguous_strides(t.shape), t.dtype, t.device.index)
+    pointwise("a", dense, [t])
+    return dense, False, max(cols, 1)
+
+
+def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float) -> None:
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        pointwise("a * beta", out, [out], scalars={"beta": beta}) if beta else pointwise("0", out, [])
+        return
+    a, trans_a, lda = _gemm_operand(a)
+    b, trans_b, ldb = _gemm_operand(b)
+    runtime.gemm(_dev(out), out.dtype, trans_a, trans_b, m, n, k, alpha, _block(a).buffer, a.storage_offset(), lda,
+                 _block(b).buffer, b.storage_offset(), ldb, beta, _block(out).buffer, out.storage_offset(),
+                 out.stride(0))
+
+
+def _matmul(op, args, kwargs, bound):
+    base = _base(op)
+    if bound["self"].dtype not in (torch.float32, torch.float64):
+        raise _NoKernel("a GEMM variant without CLBlast")
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    index = bound["self"].device.index
+    written = _written(op, bound)
+    if written and written[0].dtype == meta_result.dtype:  # mm.out (torch.mm's path): GEMM straight into it
+        if written[0].shape != meta_result.shape:
+            aten.resize_.default(written[0], meta_result.shape)
+        inputs = {t.untyped_storage()._cdata for t in (bound.get("self"), bound.get("mat1"), bound.get("mat2"))
+                  if isinstance(t, torch.Tensor)}
+        if written[0].is_contiguous() and written[0].untyped_storage()._cdata not in inputs:
+            out = written[0]
+            bound = dict(bound, out=None)  # nothing left for _finish to copy
+    if not written or bound.get("out") is not None:
+        out = empty(meta_result.shape, _contiguous_strides(meta_result.shape), meta_result.dtype, index)
+    if base == "mm":
+        _mm_into(out, bound["self"], bound["mat2"], 1.0, 0.0)
+    elif base == "addmm":
+        beta, alpha = float(bound["beta"]), float(bound["alpha"])
+        if beta:
+            pointwise("a", out, [bound["self"]])
+        _mm_into(out, bound["mat1"], bound["mat2"], alpha, beta)
+    else:  # bmm
+        for batch in range(out.shape[0]):
+            _mm_into(out[batch], bound["self"][batch], bound["mat2"][batch], 1.0, 0.0)
+    return _finish(op, bound, out)
+
+
+_GEOMETRY_INPLACE = {"resize_", "as_strided_", "t_", "transpose_", "squeeze_", "unsqueeze_", "swapdims_",
+                     "swapaxes_", "set_"}
+
+
+def _geometry_inplace(op, args, kwargs, bound):
+    base = op._schema.name.split("::")[1]
+    target = bound["self"]
+    if base == "set_":  # point self at another ocl storage (torch.save's storage.cpu() comes this way)
+        overload, source = op._overloadname, bound.get("source")
+        if overload == "source_Storage":
+            return set_geometry(target, source, 0, [source.nbytes() // target.element_size()], [1])
+        if overload == "source_Storage_storage_offset":
+            return set_geometry(target, source, bound["storage_offset"], bound["size"],
+                                bound["stride"] or _contiguous_strides(bound["size"]))
+        if overload == "source_Tensor":
+            return set_geometry(target, source.untyped_storage(), source.storage_offset(), source.size(),
+                                source.stride())
+        fresh = empty([0], [1], target.dtype, target.device.index)
+        return set_geometry(target, fresh.untyped_storage(), 0, [0], [1])
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    needed = _extent(meta_result.size(), meta_result.stride(), meta_result.storage_offset()) * target.element_size()
+    if needed > target.untyped_storage().nbytes():  # resize_ grew it: new memory holding the old bytes
+        old = download(target.reshape(-1)) if target.numel() else None
+        fresh = empty(meta_result.size(), meta_result.stride(), target.dtype, target.device.index,
+                      meta_result.storage_offset())
+        set_geometry(target, fresh.untyped_storage(), meta_result.storage_offset(), meta_result.size(),
+                     meta_result.stride())
+        if old is not None and target.is_contiguous():
+            upload(old, target.reshape(-1)[:old.numel()])
+        return target
+    return set_geometry(target, target.untyped_storage(), meta_result.storage_offset(), meta_result.size(),
+                        meta_result.stride())
+
+
+def _view(op, args, kwargs):
+    """A view op: its geometry from meta tensors, its storage the input's."""
+    bases = {}
+
+    def to_meta(value):
+        meta = _to_meta(value)
+        if meta is not value and isinstance(value, torch.Tensor):
+            bases[meta.untyped_storage()._cdata] = value
+        return meta
+
+    result = op(*map_nested(to_meta, args), **map_nested(to_meta, kwargs))
+
+    def wrap(meta):
+        if not isinstance(meta, torch.Tensor):
+            return meta
+        base = bases[meta.untyped_storage()._cdata]
+        return _table.view_of(base, meta.dtype, meta.storage_offset(), meta.size(), meta.stride())
+
+    return map_nested(wrap, result)
+
+
+def _is_view_op(op) -> bool:
+    returns = op._schema.returns
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+
+
+def _copy_from(op, args, kwargs):
+    source, target = args[0], args[1]
+    if op is aten._copy_from_and_resize.default and target.shape != source.shape:
+        if target.device.type == NAME:
+            aten.resize_.default(target, source.shape)
+        else:
+            target.resize_(source.shape)
+    if target.device.type == NAME and source.device.type == NAME:
+        if target.dtype == torch.bfloat16 or source.dtype == torch.bfloat16:
+            if target.dtype != source.dtype:
+                raise _NoKernel("bfloat16 conversion")
+            upload(download(source), target)
+        else:
+            pointwise("a", target, [source])
+    elif target.device.type == NAME:
+        upload(source, target)
+    else:
+        target.copy_(download(source))
+    return target
+
+
+def _local_scalar_dense(op, args, kwargs):
+    return download(args[0]).item()
+
+
+def _empty(op, args, kwargs, bound):
+    dtype = bound.get("dtype") or torch.get_default_dtype()
+    size = list(bound["size"])
+    stride = list(bound["stride"]) if bound.get("stride") is not None else _contiguous_strides(size)
+    device = bound.get("device")
+    return empty(size, stride, dtype, device.index or 0 if device is not None else 0)
+
+
+def _layer_norm(op, args, kwargs, bound):
+    """native_layer_norm and its backward, composed of this backend's own kernels (rows = leading dims)."""
+    if _written(op, bound):
+        raise _NoKernel("layer norm out=")
+    x = bound["input"]
+    if x.dtype not in (torch.float32, torch.float64):
+        raise _NoKernel(f"layer norm over {x.dtype}")
+    normalized = list(bound["normalized_shape"])
+    axis = x.dim() - len(normalized)
+    dims = list(range(axis, x.dim()))
+    stat_shape = list(x.shape[:axis]) + [1] * len(normalized)
+    weight, bias = bound.get("weight"), bound.get("bias")
+    if _base(op) == "native_layer_norm":
+        mean = aten.mean.dim(x, dims, True)
+        centered = aten.sub.Tensor(x, mean)
+        variance = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, True)
+        rstd = aten.rsqrt.default(aten.add.Scalar(variance, bound["eps"]))
+        out = aten.mul.Tensor(centered, rstd)
+        if weight is not None:
+            out = aten.mul.Tensor(out, weight)
+        if bias is not None:
+            out = aten.add.Tensor(out, bias)
+        return out, mean.view(stat_shape), rstd.view(stat_shape)
+    grad, mean, rstd = bound["grad_out"], bound["mean"], bound["rstd"]
+    mask = bound["output_mask"]
+    xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd)
+    g = aten.mul.Tensor(grad, weight) if weight is not None else grad
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        mean_g = aten.mean.dim(g, dims, True)
+        mean_gx = aten.mean.dim(aten.mul.Tensor(g, xhat), dims, True)
+        inner = aten.sub.Tensor(aten.sub.Tensor(g, mean_g), aten.mul.Tensor(xhat, mean_gx))
+        grad_input = aten.mul.Tensor(inner, rstd)
+    batch_dims = list(range(axis))
+    if mask[1] and weight is not None:
+        product = aten.mul.Tensor(grad, xhat)
+        grad_weight = aten.sum.dim_IntList(product, batch_dims, False) if batch_dims else product
+    if mask[2] and bias is not None:
+        grad_bias = aten.sum.dim_IntList(grad, batch_dims, False) if batch_dims else aten.clone.default(grad)
+    return grad_input, grad_weight, grad_bias
+
+
+_EMBEDDING_SOURCE = """
+__kernel void gather_rows(__global const T* weight, long w_off, long w_row, __global const long* index,
+                          long i_off, __global T* out, long count, long width) {
+    long g = get_global_id(0);
+    if (g >= count * width) return;
+    long i = g / width, j = g % width;
+    out[g] = weight[w_off + index[i_off + i] * w_row + j];
+}
+__kernel void scatter_add_rows(__global const T* grad, __global const long* index, long i_off, __global T* out,
+                               long count, long width, long rows, long padding) {
+    long j = get_global_id(0);
+    if (j >= width) return;
+    for (long i = 0; i < count; ++i) {
+        long r = index[i_off + i];
+        if (r != padding && r >= 0 && r < rows) out[r * width + j] += grad[i * width + j];
+    }
+}
+"""
+
+
+def _embedding(op, args, kwargs, bound):
+    """embedding / index_select on dim 0 (a gather) and embedding_dense_backward (a per-column scatter-add,
+    no atomics, so the sum order is fixed)."""
+    base = _base(op)
+    if _written(op, bound):
+        raise _NoKernel("out=")
+    if base == "index_select":
+        weight, index = bound["self"], bound["index"]
+        if bound["dim"] != 0 or weight.dim() < 1:
+            raise _NoKernel("index_select beyond dim 0")
+    elif base == "embedding":
+        weight, index = bound["weight"], bound["indices"]
+    else:
+        weight, index = bound["grad_output"], bound["indices"]
+    if weight.dtype not in (torch.float32, torch.float64) or index.dtype != torch.int64:
+        raise _NoKernel("embedding dtypes")
+    dev = _dev(weight)
+    source = f"#define T {_cl_type(weight.dtype)}\n" + _EMBEDDING_SOURCE
+    index = index if index.is_contiguous() else aten.clone.default(index, memory_format=torch.contiguous_format)
+    count = index.numel()
+    if base == "embedding_dense_backward":
+        rows = bound["num_weights"]
+        width = weight.shape[-1]
+        grad = weight if weight.is_contiguous() else aten.clone.default(weight, memory_format=torch.contiguous_format)
+        out = empty([rows, width], [width, 1], weight.dtype, weight.device.index)
+        pointwise("0", out, [])
+        if bound["scale_grad_by_freq"]:
+            raise _NoKernel("scale_grad_by_freq")
+        if count and width:
+            dev.kernel("scatter_add_rows", source)(
+                dev.queue, (width,), None, _block(grad).buffer, _block(index).buffer, np.int64(index.storage_offset()),
+                _block(out).buffer, np.int64(count), np.int64(width), np.int64(rows), np.int64(bound["padding_idx"]))
+        return out
+    weight = weight if weight.is_contiguous() else aten.clone.default(weight, memory_format=torch.contiguous_format)
+    row_shape = list(weight.shape[1:])
+    width = math.prod(row_shape)
+    shape = (list(index.shape) if base == "embedding" else [count]) + row_shape
+    out = empty(shape, _contiguous_strides(shape), weight.dtype, weight.device.index)
+    if count and width:
+        dev.kernel("gather_rows", source)(
+            dev.queue, (count * width,), None, _block(weight).buffer, np.int64(weight.storage_offset()),
+            np.int64(width), _block(index).buffer, np.int64(index.storage_offset()), _block(out).buffer,
+            np.int64(count), np.int64(width))
+    return out
+
+
+_CONV_SOURCE = """
+__kernel void im2col(__global const T* x, long x_off, __global T* cols, long C, long H, long W, long KH, long KW,
+                     long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+    long g = get_global_id(0);
+    long L = OH * OW;
+    if (g >= C * KH * KW * L) return;
+    long row = g / L, l = g % L;
+    long c = row / (KH * KW), r = row % (KH * KW);
+    long iy = (l / OW) * SH - PH + (r / KW) * DH, ix = (l % OW) * SW - PW + (r % KW) * DW;
+    cols[g] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[x_off + (c * H + iy) * W + ix] : (T)0;
+}
+__kernel void col2im(__global const T* cols, __global T* x, long x_off, long C, long H, long W, long KH, long KW,
+                     long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+    long g = get_global_id(0);
+    if (g >= C * H * W) return;
+    long c = g / (H * W), iy = (g / W) % H, ix = g % W;
+    T acc = 0;
+    for (long ki = 0; ki < KH; ++ki) {
+        long ty = iy + PH - ki * DH;
+        if (ty < 0 || ty % SH) continue;
+        long oy = ty / SH;
+        if (oy >= OH) continue;
+        for (long kj = 0; kj < KW; ++kj) {
+            long tx = ix + PW - kj * DW;
+            if (tx < 0 || tx % SW) continue;
+            long ox = tx / SW;
+            if (ox >= OW) continue;
+            acc += cols[((c * KH + ki) * KW + kj) * OH * OW + oy * OW + ox];
+        }
+    }
+    x[x_off + g] = acc;
+}
+"""
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    if t.is_contiguous():
+        return t
+    dense = empty(t.shape, _contiguous_strides(t.shape), t.dtype, t.device.index)
+    pointwise("a", dense, [t])
+    return dense
+
+
+def _convolution(op, args, kwargs, bound):
+    """2-D convolution forward and backward as im2col + CLBlast GEMM (per image, per group); col2im gathers
+    (no atomics)."""
+    x, weight = bound["input"], bound["weight"]
+    if bound["transposed"] or x.dim() != 4 or x.dtype not in (torch.float32, torch.float64):
+        raise _NoKernel("convolution beyond 2-D, non-transposed float")
+    x, weight = _contiguous(x), _contiguous(weight)
+    n, c, h, w = x.shape
+    cout, cg, kh, kw = weight.shape
+    groups = bound["groups"]
+    (sh, sw), (ph, pw), (dh, dw) = bound["stride"], bound["padding"], bound["dilation"]
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    length, kk = oh * ow, cg * kh * kw
+    coutg = cout // groups
+    dev = _dev(x)
+    source = f"#define T {_cl_type(x.dtype)}\n" + _CONV_SOURCE
+    geometry = [np.int64(v) for v in (c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)]
+    cols = empty([c * kh * kw, length], [length, 1], x.dtype, x.device.index)
+    w2d = weight.view(cout, kk)
+
+    def im2col(image: int) -> None:
+        dev.kernel("im2col", source)(dev.queue, (cols.numel(),), None, _block(x).buffer,
+                                     np.int64(x.storage_offset() + image * c * h * w), _block(cols).buffer, *geometry)
+
+    if _base(op) == "convolution":
+        out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, x.device.index)
+        for image in range(n):
+            if cols.numel():
+                im2col(image)
+            out_image = out[image].view(cout, length)
+            for group in range(groups):
+                _mm_into(out_image[group * coutg:(group + 1) * coutg], w2d[group * coutg:(group + 1) * coutg],
+                         cols[group * kk:(group + 1) * kk], 1.0, 0.0)
+        if bound.get("bias") is not None:
+            out = aten.add.Tensor(out, bound["bias"].view(1, cout, 1, 1))
+        return out
+    grad = _contiguous(bound["grad_output"])
+    mask = bound["output_mask"]
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, x.device.index)
+        grad_cols = empty([c * kh * kw, length], [length, 1], x.dtype, x.device.index)
+    if mask[1]:
+        grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, x.device.index)
+        pointwise("0", grad_weight, [])
+    for image in range(n):
+        grad_image = grad[image].view(cout, length)
+        if mask[1] and cols.numel():
+            im2col(image)
+            gw = grad_weight.view(cout, kk)
+            for group in range(groups):
+                _mm_into(gw[group * coutg:(group + 1) * coutg], grad_image[group * coutg:(group + 1) * coutg],
+                         cols[group * kk:(group + 1) * kk].t(), 1.0, 1.0)
+        if mask[0] and grad_cols.numel():
+            for group in range(groups):
+                _mm_into(grad_cols[group * kk:(group + 1) * kk], w2d[group * coutg:(group + 1) * coutg].t(),
+                         grad_image[group * coutg:(group + 1) * coutg], 1.0, 0.0)
+            dev.kernel("col2im", source)(dev.queue, (c * h * w,), None, _block(grad_cols).buffer,
+                                         _block(grad_input).buffer, np.int64(image * c * h * w), *geometry)
+    if mask[2]:
+        grad_bias = aten.sum.dim_IntList(grad, [0, 2, 3], False)
+    return grad_input, grad_weight, grad_bias
+
+
+_POOL_SOURCE = """
+__kernel void max_pool2d(__global const T* x, long x_off, __global T* out, __global long* index, long planes,
+                         long H, long W, long OH, long OW, long KH, long KW, long SH, long SW, long PH, long PW,
+                         long DH, long DW) {
+    long g = get_global_id(0);
+    if (g >= planes * OH * OW) return;
+    long p = g / (OH * OW), oy = (g / OW) % OH, ox = g % OW;
+    __global const T* plane = x + x_off + p * H * W;
+    T best = -INFINITY;
+    long where = -1;
+    for (long ki = 0; ki < KH; ++ki) {
+        long iy = oy * SH - PH + ki * DH;
+        if (iy < 0 || iy >= H) continue;
+        for (long kj = 0; kj < KW; ++kj) {
+            long ix = ox * SW - PW + kj * DW;
+            if (ix < 0 || ix >= W) continue;
+            T v = plane[iy * W + ix];
+            if (where < 0 || v > best || v != v) { best = v; where = iy * W + ix; }
+        }
+    }
+    out[g] = best;
+    index[g] = where;
+}
+__kernel void max_pool2d_backward(__global const T* grad, __global const long* index, __global T* out,
+                                  long planes, long HW, long OHW) {
+    long p = get_global_id(0);
+    if (p >= planes) return;
+    for (long o = 0; o < OHW; ++o) {
+        long where = index[p * OHW + o];
+        if (where >= 0) out[p * HW + where] += grad[p * OHW + o];
+    }
+}
+"""
+
+
+def _pair(value, default=None) -> tuple:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        value = default
+    return (value[0], value[-1]) if isinstance(value, (list, tuple)) else (value, value)
+
+
+def _max_pool(op, args, kwargs, bound):
+    """max_pool2d with indices and its backward: one work item per output (a plain loop over the window, so NaN
+    ends nothing early and hangs nothing; as on the CPU the last NaN of a window wins); the backward loops per plane (no
+    atomics)."""
+    x = bound["self"]
+    if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64):
+        raise _NoKernel("max pool beyond 2-D float")
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    x = _contiguous(x)
+    h, w = x.shape[-2:]
+    planes = math.prod(x.shape[:-2])
+    kh, kw = _pair(bound["kernel_size"])
+    sh, sw = _pair(bound["stride"], (kh, kw))
+    ph, pw = _pair(bound["padding"])
+    dh, dw = _pair(bound["dilation"])
+    dev = _dev(x)
+    source = f"#define T {_cl_type(x.dtype)}\n" + _POOL_SOURCE
+    if _base(op) == "max_pool2d_with_indices":
+        out = empty_like_meta(meta_result[0], x.device.index)
+        index = empty_like_meta(meta_result[1], x.device.index)
+        oh, ow = out.shape[-2:]
+        if out.numel():
+            dev.kernel("max_pool2d", source)(
+                dev.queue, (out.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+                _block(index).buffer, *[np.int64(v) for v in (planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)])
+        return _finish(op, bound, (out, index))
+    grad, index = _contiguous(bound["grad_output"]), _contiguous(bound["indices"])
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    pointwise("0", out, [])
+    if planes and grad.numel():
+        dev.kernel("max_pool2d_backward", source)(
+            dev.queue, (planes,), None, _block(grad).buffer, _block(index).buffer, _block(out).buffer,
+            np.int64(planes), np.int64(h * w), np.int64(grad.shape[-1] * grad.shape[-2]))
+    return _finish(op, bound, out)
+
+
+def _adaptive_avg_pool(op, args, kwargs, bound):
+    """Global average pooling (output 1x1, as resnet/mobilenet use): a mean over H and W."""
+    if _base(op) == "_adaptive_avg_pool2d":
+        x = bound["self"]
+        if list(bound["output_size"]) != [1, 1] or x.dtype not in (torch.float32, torch.float64):
+            raise _NoKernel("adaptive pooling to other than 1x1")
+        return aten.mean.dim(x, [-2, -1], True)
+    grad, x = bound["grad_output"], bound["self"]
+    if list(grad.shape[-2:]) != [1, 1]:
+        raise _NoKernel("adaptive pooling backward to other than 1x1")
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    pointwise("a / b", out, [grad, float(x.shape[-1] * x.shape[-2])])
+    return out
+
+
+def _batch_norm(op, args, kwargs, bound):
+    """native_batch_norm and its backward over (N, C, ...), composed of this backend's kernels; running
+    statistics are updated in place as on the CPU (unbiased variance)."""
+    if _written(op, bound):
+        raise _NoKernel("out=")
+    x = bound["input"]
+    if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2:
+        raise _NoKernel("batch norm dtype")
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    weight = bound.get("weight")
+    count = x.numel() // max(x.shape[1], 1)
+    training = bound["training"] if "training" in bound else bound["train"]
+    if _base(op) == "native_batch_norm":
+        running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
+        if training:
+            mean = aten.mean.dim(x, dims, False)
+            centered = aten.sub.Tensor(x, mean.view(shape))
+            variance = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, False)
+            invstd = aten.rsqrt.default(aten.add.Scalar(variance, bound["eps"]))
+            momentum = bound["momentum"]
+            if running_mean is not None:
+                pointwise("a * (1 - m) + b * m", running_mean, [running_mean, mean], scalars={"m": momentum})
+            if running_var is not None:
+                unbiased = count / max(count - 1, 1)
+                pointwise("a * (1 - m) + b * m * u", running_var, [running_var, variance],
+                          scalars={"m": momentum, "u": unbiased})
+        else:
+            mean = running_mean
+            invstd = aten.rsqrt.default(aten.add.Scalar(running_var, bound["eps"]))
+            centered = aten.sub.Tensor(x, mean.view(shape))
+        out = aten.mul.Tensor(centered, invstd.view(shape))
+        if weight is not None:
+            out = aten.mul.Tensor(out, weight.view(shape))
+        if bound.get("bias") is not None:
+            out = aten.add.Tensor(out, bound["bias"].view(shape))
+        if not training:  # the CPU returns empty saved statistics in eval mode
+            return out, empty([0], [1], x.dtype, x.device.index), empty([0], [1], x.dtype, x.device.index)
+        return out, mean, invstd
+    grad = bound["grad_out"]
+    mask = bound["output_mask"]
+    if training:
+        mean, invstd = bound["save_mean"], bound["save_invstd"]
+    else:
+        mean = bound["running_mean"]
+        invstd = aten.rsqrt.default(aten.add.Scalar(bound["running_var"], bound["eps"]))
+    xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean.view(shape)), invstd.view(shape))
+    grad_input = grad_weight = grad_bias = None
+    sum_grad = aten.sum.dim_IntList(grad, dims, False)
+    sum_grad_xhat = aten.sum.dim_IntList(aten.mul.Tensor(grad, xhat), dims, False)
+    scale = invstd if weight is None else aten.mul.Tensor(invstd, weight)
+    if mask[0]:
+        if training:
+            inner = aten.sub.Tensor(aten.sub.Tensor(grad, aten.div.Scalar(sum_grad, count).view(shape)),
+                                    aten.mul.Tensor(xhat, aten.div.Scalar(sum_grad_xhat, count).view(shape)))
+            grad_input = aten.mul.Tensor(inner, scale.view(shape))
+        else:
+            grad_input = aten.mul.Tensor(grad, scale.view(shape))
+    if mask[1]:
+        grad_weight = sum_grad_xhat
+    if mask[2]:
+        grad_bias = sum_grad
+    return grad_input, grad_weight, grad_bias
+
+
+def _dropout(op, args, kwargs, bound):
+    """native_dropout: the mask comes from the CPU's own native_dropout on a same-shaped host tensor (the CPU
+    generator, consumed exactly as the CPU would, so seeded runs match the CPU), is uploaded, and the output is
+    computed on the device."""
+    x, p, train = bound["input"], bound["p"], bound["train"]
+    if x.dtype not in (torch.float32, torch.float64) or _written(op, bound):
+        raise _NoKernel("dropout dtype")
+    _, host_mask = aten.native_dropout.default(torch.zeros(x.shape, dtype=x.dtype), p, train)
+    mask = empty(host_mask.shape, _contiguous_strides(host_mask.shape), host_mask.dtype, x.device.index)
+    upload(host_mask, mask)
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    if train is None or train:
+        scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+        pointwise("a * b * scale", out, [x, mask], scalars={"scale": scale})
+    else:
+        pointwise("a", out, [x])
+    return out, mask
+
+
+def _foreach(op, args, kwargs):
+    """torch._foreach_X(lists, ...): X on each index in turn, each through its own ocl kernel. torch.optim
+    picks foreach for the ocl device by default (it counts PrivateUse1 among the foreach devices)."""
+    name = op._schema.name.split("::")[1][len("_foreach_"):]
+    per_item = getattr(aten, name, None)
+    lists = [a for a in args if isinstance(a, (list, tuple))]
+    if per_item is None or not lists or kwargs.get("out") is not None or _written_outs(op):
+        raise _NoKernel(f"_foreach_{name}")
+    length = len(lists[0])
+    results = []
+    for i in range(length):
+        item_args = [a[i] if isinstance(a, (list, tuple)) else a for a in args]
+        item_kwargs = {k: (v[i] if isinstance(v, (list, tuple)) else v) for k, v in kwargs.items()}
+        results.append(per_item(*item_args, **item_kwargs))
+    if name.endswith("_"):
+        return None
+    return results
+
+
+def _written_outs(op) -> bool:
+    return any(a.is_out for a in op._schema.arguments)
+
+
+_HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, kwargs, bound)
+    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "all", "any"), _reduction),
+    "native_dropout": _dropout,
+    **dict.fromkeys(("_softmax", "_log_softmax"), _softmax),
+    **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), _softmax_backward),
+    **dict.fromkeys(("nll_loss_forward", "nll_loss_backward"), _nll),
+    **dict.fromkeys(("native_layer_norm", "native_layer_norm_backward"), _layer_norm),
+    **dict.fromkeys(("embedding", "index_select", "embedding_dense_backward"), _embedding),
+    **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward"), _max_pool),
+    **dict.fromkeys(("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"), _adaptive_avg_pool),
+    **dict.fromkeys(("native_batch_norm", "native_batch_norm_backward"), _batch_norm),
+    **dict.fromkeys(("convolution", "convolution_backward"), _convolution),
+    **dict.fromkeys(("mm", "addmm", "bmm"), _matmul),
+}
+
+
+def _native(op, args, kwargs):
+    """The device kernel for op, or raise _NoKernel."""
+    if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
+        return _copy_from(op, args, kwargs)
+    if op is aten._local_scalar_dense.default:
+        return _local_scalar_dense(op, args, kwargs)
+    if op._schema.name.startswith("aten::_foreach_"):
+        return _foreach(op, args, kwargs)
+    bound = _bind(op, args, kwargs)
+    if op in (aten.empty.memory_format, aten.empty_strided.default):
+        return _empty(op, args, kwargs, bound)
+    if op._schema.name.split("::")[1] in _GEOMETRY_INPLACE:
+        return _geometry_inplace(op, args, kwargs, bound)
+    if _is_view_op(op):
+        return _view(op, args, kwargs)
+    base = _base(op)
+    if base in POINTWISE:
+        return _pointwise_op(op, args, kwargs, bound)
+    handler = _HANDLERS.get(base)
+    if handler is None or op._overloadname in ("unary_out", "other", "names_dim"):  # max.other is maximum
+        raise _NoKernel(op.name())
+    return handler(op, args, kwargs, bound)
+
+
+def _dispatch(op, *args, **kwargs):
+    """The kernel for every op on the ocl device."""
+    try:
+        return _native(op, args, kwargs)
+    except _NoKernel:
+        return _cpu_fallback(op, args, kwargs)
+
+
+def _cpu_fallback(op, args, kwargs):
+    name = op.name()
+    with _lock:
+        first = name not in _fallbacks
+        _fallbacks[name] += 1
+    if first:
+        warnings.warn(f"fade.ocl: the operator '{name}' has no OpenCL kernel and runs on the CPU (copy in, run, "
+                      "copy out); fade.ocl.fallback_counts() counts them", UserWarning, stacklevel=3)
+    bound = _bind(op, args, kwargs)
+    written = {id(t) for t in _written(op, bound)}
+    host_storages = {}  # device StorageImpl address -> (host storage, a device tensor on it)
+    host_to_device = {}  # id(host tensor) -> (host, device tensor)
+    device_by_host_storage = {}
+
+    def unwrap(value):
+        if isinstance(value, torch.Tensor) and value.device.type == NAME:
+            key = value.untyped_storage()._cdata
+            if key not in host_storages:
+                host_storages[key] = (_storage_to_host(value), value)
+            host_storage = host_storages[key][0]
+            host = set_geometry(torch.empty(0, dtype=value.dtype), host_storage, value.storage_offset(),
+                                value.size(), value.stride())
+            host_to_device[id(host)] = (host, value)
+            device_by_host_storage[host_storage._cdata] = value
+            return host
+        if isinstance(value, torch.device) and value.type == NAME:
+            return torch.device("cpu")
+        return value
+
+    host_args, host_kwargs = map_nested(unwrap, args), map_nested(unwrap, kwargs)
+    result = op(*host_args, **host_kwargs)
+    for host, device_tensor in list(host_to_device.values()):
+        if id(device_tensor) in written:
+            if host.untyped_storage().nbytes() > device_tensor.untyped_storage().nbytes() or \
+                    host.untyped_storage()._cdata not in device_by_host_storage:
+                fresh = empty(host.size(), host.stride(), host.dtype, device_tensor.device.index,
+                              host.storage_offset())
+                set_geometry(device_tensor, fresh.untyped_storage(), host.storage_offset(), host.size(),
+                             host.stride())
+                _storage_from_host(host.untyped_storage(), device_tensor)
+            else:
+                set_geometry(device_tensor, device_tensor.untyped_storage(), host.storage_offset(), host.size(),
+                             host.stride())
+                _storage_from_host(host.untyped_storage(), device_tensor)
+    index = _index_of(args, kwargs)
+
+    def wrap(value):
+        if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+            return value
+        known = host_to_device.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        base = device_by_host_storage.get(value.untyped_storage()._cdata)
+        if base is not None:
+            return _table.view_of(base, value.dtype, value.storage_offset(), value.size(), value.stride())
+        fresh = empty(value.size(), value.stride(), value.dtype, index, value.storage_offset())
+        _storage_from_host(value.untyped_storage(), fresh) if value.untyped_storage().nbytes() <= \
+            fresh.untyped_storage().nbytes() else upload(value, fresh)
+        return fresh
+
+    return map_nested(wrap, result)
+
+
+class BackendModule(PythonDeviceModule):
+    """`torch.ocl`: what torch asks of a device module. Random ops run on the CPU (through the fallback) with
+    the CPU generator, so seeding is torch.manual_seed's."""
+
+    def device_count(self) -> int:
+        return len(runtime.devices())
+
+    def device(self, device):
+        """A no-op context: ops run on their tensors' device, there is no current device to switch."""
+        return contextlib.nullcontext()
+
+    def get_amp_supported_dtype(self) -> list:
+        return [torch.float16] if any(d.fp16 for d in runtime.devices()) else []
+
+    def synchronize(self, device=None) -> None:
+        for dev in runtime.active_devices():
+            dev.queue.finish()
+
+    def empty_cache(self) -> None:
+        _reclaim()
+        for dev in runtime.active_devices():
+            dev.empty_cache()
+
+    def memory_allocated(self, device=None) -> int:
+        return sum(block.buffer.size for block in _table.live())

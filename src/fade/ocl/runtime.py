@@ -1,0 +1,234 @@
+"""The OpenCL side of fade.ocl: devices, a caching buffer allocator, kernel programs and CLBlast GEMM.
+
+Programs are built with pyopencl, whose binary cache (under the user's cache directory, keyed by the source,
+the build options and the device and driver) keeps each kernel compiled once per device and driver across
+processes. GEMM calls CLBlast through ctypes over libclblast.so.1's C API: `pyclblast` on PyPI is a source
+package that needs CLBlast's headers and a compiler, while the C API needs only the shared library that
+Debian's `libclblast1` installs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import dataclasses
+import functools
+import threading
+
+import torch
+
+FP16 = "cl_khr_fp16"
+FP64 = "cl_khr_fp64"
+
+
+class OclError(RuntimeError):
+    """fade.ocl cannot do what was asked (no OpenCL, a kernel that does not build, a missing extension)."""
+
+
+class OutOfMemoryError(torch.OutOfMemoryError):
+    """An OpenCL device ran out of memory (the analogue of torch.cuda.OutOfMemoryError)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    name: str
+    vendor: str
+    platform: str
+    kind: str  # "gpu", "cpu", "accelerator" or "other"
+    opencl_version: str
+    driver_version: str
+    compute_units: int
+    clock_mhz: int
+    global_memory_bytes: int
+    max_allocation_bytes: int
+    local_memory_bytes: int
+    fp16: bool
+    fp64: bool
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _cl():
+    try:
+        import pyopencl
+    except ImportError as error:
+        raise OclError(f"fade.ocl needs pyopencl: pip install 'fade[ocl]' ({error})") from None
+    return pyopencl
+
+
+def _kind(cl, device) -> str:
+    if device.type & cl.device_type.GPU:
+        return "gpu"
+    if device.type & cl.device_type.CPU:
+        return "cpu"
+    if device.type & cl.device_type.ACCELERATOR:
+        return "accelerator"
+    return "other"
+
+
+@functools.lru_cache(maxsize=1)
+def _cl_devices() -> tuple:
+    """Every OpenCL device, GPUs first, then the others, each in platform order."""
+    cl = _cl()
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as error:  # no ICD registered: clGetPlatformIDs fails with PLATFORM_NOT_FOUND_KHR
+        raise OclError(f"no OpenCL platform found (is an ICD installed under /etc/OpenCL/vendors?): {error}") \
+            from None
+    found = [device for platform in platforms for device in platform.get_devices()]
+    if not found:
+        raise OclError("OpenCL platforms exist but report no devices")
+    return tuple(sorted(found, key=lambda device: _kind(cl, device) != "gpu"))
+
+
+def devices() -> list[DeviceInfo]:
+    """The OpenCL devices as fade.ocl numbers them (ocl:0 is the first GPU). OclError if there is none."""
+    cl = _cl()
+    infos = []
+    for index, device in enumerate(_cl_devices()):
+        extensions = device.extensions.split()
+        infos.append(DeviceInfo(index, device.name.strip(), device.vendor.strip(), device.platform.name.strip(),
+                                _kind(cl, device), device.version.strip(), device.driver_version.strip(),
+                                device.max_compute_units, device.max_clock_frequency, device.global_mem_size,
+                                device.max_mem_alloc_size, device.local_mem_size, FP16 in extensions,
+                                FP64 in extensions))
+    return infos
+
+
+class Device:
+    """One OpenCL device in use: context, in-order queue, buffer pool, built programs."""
+
+    def __init__(self, index: int):
+        cl = _cl()
+        self.cl = cl
+        self.index = index
+        self.cl_device = _cl_devices()[index]
+        self.info = devices()[index]
+        self.context = cl.Context([self.cl_device])
+        self.queue = cl.CommandQueue(self.context)
+        self.lock = threading.RLock()
+        self.pool: dict[int, list] = {}  # rounded size -> free buffers
+        self.pooled_bytes = 0
+        self.programs: dict = {}
+
+    # memory
+    @staticmethod
+    def rounded(nbytes: int) -> int:
+        nbytes = max(nbytes, 64)
+        return 1 << (nbytes - 1).bit_length() if nbytes <= (1 << 20) else -(-nbytes // (1 << 20)) * (1 << 20)
+
+    def allocate(self, nbytes: int, reclaim):
+        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim()` pools dead tensors' buffers."""
+        size = self.rounded(nbytes)
+        if size > self.info.max_allocation_bytes or size > self.info.global_memory_bytes:
+            raise OutOfMemoryError(f"ocl:{self.index} ({self.info.name}): cannot allocate {nbytes} bytes; the "
+                                   f"device allows {self.info.max_allocation_bytes} bytes per buffer and has "
+                                   f"{self.info.global_memory_bytes} in all")
+        with self.lock:
+            free = self.pool.get(size)
+            if not free:
+                reclaim()
+                free = self.pool.get(size)
+            if free:
+                self.pooled_bytes -= size
+                return free.pop()
+            try:
+                buffer = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, size)
+            except self.cl.Error:
+                self.empty_cache()
+                try:
+                    buffer = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, size)
+                except self.cl.Error as error:
+                    raise OutOfMemoryError(f"ocl:{self.index} ({self.info.name}): out of memory allocating "
+                                           f"{nbytes} bytes ({error})") from None
+            return buffer
+
+    def release(self, buffer) -> None:
+        with self.lock:
+            self.pool.setdefault(buffer.size, []).append(buffer)
+            self.pooled_bytes += buffer.size
+
+    def empty_cache(self) -> None:
+        with self.lock:
+            self.queue.finish()
+            self.pool.clear()
+            self.pooled_bytes = 0
+
+    # programs
+    def kernel(self, name: str, source: str, options: tuple = ()):
+        """The kernel `name` of `source`, built at first use (disk-cached by pyopencl per device and driver)."""
+        key = (name, source, options)
+        kernel = self.programs.get(key)
+        if kernel is None:
+            header = ""
+            if FP16 in self.cl_device.extensions:
+                header += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+            if FP64 in self.cl_device.extensions:
+                header += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+            try:
+                program = self.cl.Program(self.context, header + source).build(options=list(options))
+            except self.cl.Error as error:
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+                log = [line for line in lines if not line.startswith(("clBuildProgram failed", "Build on",
+                                                                      "(options:"))]
+                status = lines[0].split(" - ")[0] if lines else type(error).__name__
+                raise OclError(f"OpenCL kernel {name!r} failed to build on ocl:{self.index} ({self.info.name}): "
+                               f"{status}: {' | '.join(log[:4])[:500]}") from None
+            kernel = getattr(program, name)
+            self.programs[key] = kernel
+        return kernel
+
+
+_devices: dict[int, Device] = {}
+_devices_lock = threading.Lock()
+
+
+def device(index: int) -> Device:
+    with _devices_lock:
+        if index not in _devices:
+            count = len(_cl_devices())
+            if not 0 <= index < count:
+                raise OclError(f"ocl:{index} does not exist; there are {count} OpenCL devices")
+            _devices[index] = Device(index)
+        return _devices[index]
+
+
+def active_devices() -> list[Device]:
+    return list(_devices.values())
+
+
+# CLBlast through its C API
+_CLBLAST_NAMES = ("libclblast.so.1", "libclblast.so")
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_GEMM = {torch.float32: ("CLBlastSgemm", ctypes.c_float), torch.float64: ("CLBlastDgemm", ctypes.c_double)}
+
+
+@functools.lru_cache(maxsize=1)
+def clblast():
+    """The loaded CLBlast library, or OclError naming what is missing."""
+    for name in _CLBLAST_NAMES + tuple(filter(None, [ctypes.util.find_library("clblast")])):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise OclError("CLBlast is not installed (Debian/Ubuntu: apt-get install libclblast1; conda: clblast)")
+
+
+def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: int, alpha: float, a, a_offset: int,
+         lda: int, b, b_offset: int, ldb: int, beta: float, c, c_offset: int, ldc: int) -> None:
+    """C = alpha * op(A) @ op(B) + beta * C, row-major, offsets and leading dimensions in elements."""
+    if dtype not in _GEMM:
+        raise OclError(f"CLBlast GEMM for {dtype} is not wired in fade.ocl")
+    name, scalar = _GEMM[dtype]
+    function = getattr(clblast(), name)
+    queue = ctypes.c_void_p(dev.queue.int_ptr)
+    status = function(ctypes.c_int(_ROW_MAJOR), ctypes.c_int(_TRANS if trans_a else _NO_TRANS),
+                      ctypes.c_int(_TRANS if trans_b else _NO_TRANS), ctypes.c_size_t(m), ctypes.c_size_t(n),
+                      ctypes.c_size_t(k), scalar(alpha), ctypes.c_void_p(a.int_ptr), ctypes.c_size_t(a_offset),
+                      ctypes.c_size_t(lda), ctypes.c_void_p(b.int_ptr), ctypes.c_size_t(b_offset),
+                      ctypes.c_size_t(ldb), scalar(beta), ctypes.c_void_p(c.int_ptr), ctypes.c_size_t(c_offset),
+                      ctypes.c_size_t(ldc), ctypes.byref(queue), None)
+    if status != 0:
+        raise OclError(f"CLBlast {name} failed with status {status} on ocl:{dev.index} ({dev.info.name})")

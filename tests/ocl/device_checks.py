@@ -1,0 +1,375 @@
+"""The ocl device against the CPU, on whatever OpenCL device is present (PoCL in CI); run by test_ocl_device.py
+in a child process, because PrivateUse1 can be named once per process and the guard's tests name it "standin"."""
+
+import io
+import warnings
+
+import pytest
+import torch
+
+import fade.ocl as ocl
+from fade.ocl import runtime
+
+ocl.register()
+DEV = "ocl:0"
+
+
+def close(actual, expected, **tolerance):
+    torch.testing.assert_close(actual.cpu(), expected, equal_nan=True, **tolerance)
+
+
+def test_devices_list_the_issue_fields():
+    info = ocl.devices()[0]
+    assert info.name and info.vendor and info.opencl_version.startswith("OpenCL")
+    assert info.compute_units > 0 and info.global_memory_bytes > 0 and isinstance(info.fp16, bool)
+    assert torch.device(DEV).type == "ocl" and ocl.device_count() == len(ocl.devices())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.uint8])
+def test_round_trip(dtype):
+    host = (torch.randn(5, 7) * 10).to(dtype)
+    device = host.to(DEV)
+    assert device.device == torch.device(DEV) and device.dtype == dtype
+    assert torch.equal(device.cpu(), host)
+    assert torch.equal(device.t().contiguous().cpu(), host.t())
+
+
+def test_views_and_inplace_ops_alias():
+    base = torch.zeros(4, 6).to(DEV)
+    base.view(6, 4).fill_(1.0)
+    base[1:3, 2:5].mul_(3.0)
+    base.t()[0].add_(10.0)
+    expected = torch.ones(4, 6)
+    expected[1:3, 2:5] *= 3
+    expected.t()[0] += 10
+    assert torch.equal(base.cpu(), expected)
+    detached = base.detach()
+    detached.zero_()
+    assert base.cpu().abs().sum().item() == 0
+
+
+def test_broadcasting_and_type_promotion():
+    a, b = torch.randn(3, 1, 4), torch.randn(5, 1)
+    i = torch.arange(4)
+    close(a.to(DEV) * b.to(DEV) - 2, a * b - 2)
+    result = i.to(DEV) + a.to(DEV)
+    assert result.dtype == torch.float32
+    close(result, i + a)
+    doubled = a.to(DEV) + a.double().to(DEV)
+    assert doubled.dtype == torch.float64
+    close(doubled, a + a.double())
+    close(a.to(DEV) > b.to(DEV), a > b)
+    close(torch.where(a.to(DEV) > 0, a.to(DEV), b.to(DEV)), torch.where(a > 0, a, b))
+    close(i.to(DEV) // 1 + i.to(DEV) * 3, i // 1 + i * 3)
+
+
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "tanh", "exp", "neg", "abs", "sqrt", "gelu"])
+def test_unary_ops_match_cpu(name):
+    x = torch.randn(64) * 3
+    x[0] = float("nan")
+    if name != "gelu":  # the CPU's gelu(+-inf) is NaN (its vectorised erf), mathematically +inf / 0: not copied
+        x[1], x[2] = float("inf"), float("-inf")
+    function = getattr(torch.nn.functional, name, None) or getattr(torch, name)
+    close(function(x.to(DEV)), function(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1, (0, 2)])
+def test_reductions_over_dims(dim):
+    x = torch.randn(3, 5, 4)
+    close(x.to(DEV).sum(dim), x.sum(dim), atol=1e-5, rtol=1e-5)
+    close(x.to(DEV).mean(dim, keepdim=True), x.mean(dim, keepdim=True), atol=1e-5, rtol=1e-5)
+    close(x.to(DEV).amax(dim), x.amax(dim))
+    if isinstance(dim, int):
+        values, indices = x.to(DEV).max(dim)
+        close(values, x.max(dim).values)
+        close(indices, x.max(dim).indices)
+        close(x.to(DEV).argmax(dim), x.argmax(dim))
+        close(torch.softmax(x.to(DEV), dim), torch.softmax(x, dim), atol=1e-6, rtol=1e-5)
+        close(torch.log_softmax(x.to(DEV), dim), torch.log_softmax(x, dim), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.timeout(60)
+def test_nan_and_inf_terminate_and_propagate_like_the_cpu():
+    """Seed 004: dlprimitives hung on NaN in a compare-and-swap loop. Here every row loops to its end."""
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[1.0, nan, 3.0, 2.0], [inf, 1.0, -inf, 0.0], [-inf, -inf, -inf, -inf], [nan, nan, 1.0, inf],
+                      [1.0, 2.0, inf, inf]])
+    d = x.to(DEV)
+    for function in (lambda t: t.sum(1), lambda t: t.mean(0), lambda t: t.amax(1), lambda t: t.max(1).values,
+                     lambda t: t.max(1).indices, lambda t: t.argmax(1), lambda t: t.argmax(),
+                     lambda t: torch.softmax(t, 1), lambda t: torch.log_softmax(t, 1), lambda t: t.max(),
+                     lambda t: torch.relu(t), lambda t: torch.maximum(t, t.flip(1))):
+        close(function(d), function(x))
+    image = x[:4].reshape(1, 1, 4, 4)
+    for kernel, stride in ((2, 2), (3, 1)):
+        values, indices = torch.nn.functional.max_pool2d(image.to(DEV), kernel, stride, return_indices=True)
+        expected_values, expected_indices = torch.nn.functional.max_pool2d(image, kernel, stride, return_indices=True)
+        close(values, expected_values)
+        close(indices, expected_indices)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_gemm_through_clblast(transpose):
+    a, b, c = torch.randn(17, 9), torch.randn(9, 13), torch.randn(13)
+    if transpose:
+        a, b = a.t().contiguous().t(), b.t().contiguous().t()
+    close(a.to(DEV) @ b.to(DEV), a @ b, atol=1e-5, rtol=1e-5)
+    close(torch.addmm(c.to(DEV), a.to(DEV), b.to(DEV), beta=0.5, alpha=2), torch.addmm(c, a, b, beta=0.5, alpha=2),
+          atol=1e-5, rtol=1e-5)
+    x, y = torch.randn(3, 4, 5), torch.randn(3, 5, 2)
+    close(torch.bmm(x.to(DEV), y.to(DEV)), torch.bmm(x, y), atol=1e-5, rtol=1e-5)
+    w = torch.randn(6, 9)
+    close(torch.nn.functional.linear(a.to(DEV), w.to(DEV), c[:6].to(DEV)), torch.nn.functional.linear(a, w, c[:6]),
+          atol=1e-5, rtol=1e-5)
+    assert not [name for name in ocl.fallback_counts() if "mm" in name]
+
+
+def _train(device, model, inputs, targets, steps=5):
+    """Losses of `steps` training steps, then the eval-mode loss (batch norm's running statistics), and the
+    final state (parameters and buffers)."""
+    torch.manual_seed(0)
+    model = model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=False)
+    inputs, targets = inputs.to(device), targets.to(device)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    losses.append(torch.nn.functional.cross_entropy(model(inputs), targets).item())
+    return losses, {name: p.detach().cpu() for name, p in model.state_dict().items()}
+
+
+def _mlp():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                               torch.nn.Linear(32, 5))
+
+
+def test_mlp_trains_like_the_cpu_with_zero_fallbacks():
+    inputs, targets = torch.randn(16, 12), torch.randint(0, 5, (16,))
+    cpu_losses, cpu_params = _train("cpu", _mlp(), inputs, targets)
+    ocl.reset_fallback_counts()
+    ocl_losses, ocl_params = _train(DEV, _mlp(), inputs, targets)
+    assert ocl.fallback_counts() == {}
+    torch.testing.assert_close(torch.tensor(ocl_losses), torch.tensor(cpu_losses), atol=1e-5, rtol=1e-5)
+    assert cpu_losses[-1] < cpu_losses[0]
+    for name in cpu_params:
+        torch.testing.assert_close(ocl_params[name], cpu_params[name], atol=1e-5, rtol=1e-4)
+
+
+def test_tiny_conv_net_trains_like_the_cpu_with_zero_fallbacks():
+    def net():
+        torch.manual_seed(2)
+        return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                   torch.nn.MaxPool2d(2), torch.nn.Conv2d(4, 4, 3, stride=1, groups=2),
+                                   torch.nn.Tanh(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                   torch.nn.Linear(4, 3))
+    inputs, targets = torch.randn(4, 1, 8, 8), torch.randint(0, 3, (4,))
+    cpu_losses, cpu_params = _train("cpu", net(), inputs, targets, steps=3)
+    ocl.reset_fallback_counts()
+    ocl_losses, ocl_params = _train(DEV, net(), inputs, targets, steps=3)
+    assert ocl.fallback_counts() == {}
+    torch.testing.assert_close(torch.tensor(ocl_losses), torch.tensor(cpu_losses), atol=1e-5, rtol=1e-5)
+    for name in cpu_params:
+        torch.testing.assert_close(ocl_params[name], cpu_params[name], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cin,cout,kernel,stride,padding,dilation,groups",
+                         [(3, 4, 3, 1, 1, 1, 1), (4, 6, 3, 2, 0, 1, 2), (2, 3, 5, 1, 2, 2, 1), (4, 4, 3, 1, 1, 1, 4)])
+def test_conv2d_forward_and_both_backwards(cin, cout, kernel, stride, padding, dilation, groups):
+    torch.manual_seed(0)
+    x = torch.randn(2, cin, 9, 8, requires_grad=True)
+    conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups)
+    y = conv(x)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    x_ocl = x.detach().to(DEV).requires_grad_()
+    conv_ocl = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups)
+    conv_ocl.load_state_dict(conv.state_dict())
+    conv_ocl = conv_ocl.to(DEV)
+    y_ocl = conv_ocl(x_ocl)
+    y_ocl.backward(grad.to(DEV))
+    for actual, expected in ((y_ocl, y), (x_ocl.grad, x.grad), (conv_ocl.weight.grad, conv.weight.grad),
+                             (conv_ocl.bias.grad, conv.bias.grad)):
+        close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_fallback_warns_once_per_op_counts_and_keeps_aliasing():
+    ocl.reset_fallback_counts()
+    base = torch.arange(10.0).to(DEV)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        base[2:6].cumsum_(0)
+        base[6:].cumsum_(0)
+    expected = torch.arange(10.0)
+    expected[2:6].cumsum_(0)
+    expected[6:].cumsum_(0)
+    assert torch.equal(base.cpu(), expected)
+    messages = [str(w.message) for w in caught if "fade.ocl" in str(w.message)]
+    assert len(messages) == 1 and "aten::cumsum" in messages[0]
+    assert sum(count for name, count in ocl.fallback_counts().items() if "cumsum" in name) == 2
+
+
+def test_state_dict_save_and_load():
+    model = torch.nn.Linear(4, 3).to(DEV)
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    buffer.seek(0)
+    restored = torch.load(buffer)
+    for name, value in model.state_dict().items():
+        assert restored[name].device == torch.device(DEV)
+        assert torch.equal(restored[name].cpu(), value.cpu())
+    buffer.seek(0)
+    assert all(v.device.type == "cpu" for v in torch.load(buffer, map_location="cpu").values())
+
+
+def test_manual_seed_synchronize_empty_cache():
+    torch.manual_seed(7)
+    first = torch.randn(8, device=DEV)
+    torch.manual_seed(7)
+    assert torch.equal(torch.randn(8, device=DEV).cpu(), first.cpu())
+    ocl.synchronize()
+    before = ocl.memory_allocated()
+    del first
+    big = torch.empty(1 << 20, device=DEV)
+    assert ocl.memory_allocated() >= before + big.numel() * 4 - 64
+    del big
+    ocl.empty_cache()
+    assert ocl.memory_allocated() < before + (1 << 20)
+
+
+def test_fp16_needs_cl_khr_fp16():
+    if ocl.devices()[0].fp16:
+        pytest.skip("this OpenCL device has cl_khr_fp16")
+    with pytest.raises(ocl.OclError, match="cl_khr_fp16"):
+        torch.ones(2, dtype=torch.float16).to(DEV)
+
+
+def test_kernel_build_failure_names_the_kernel_and_the_log():
+    with pytest.raises(ocl.OclError, match=r"kernel 'broken' failed to build on ocl:0 .*undefined_name"):
+        runtime.device(0).kernel("broken", "__kernel void broken(__global float* x) { x[0] = undefined_name; }")
+
+
+def test_out_of_memory_is_torch_out_of_memory():
+    with pytest.raises(torch.OutOfMemoryError, match="cannot allocate"):
+        torch.empty(1 << 42, device=DEV)
+
+
+class _TokenNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.embedding = torch.nn.Embedding(20, 16, padding_idx=0)
+        self.norm = torch.nn.LayerNorm(16)
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, tokens):
+        return self.head(torch.relu(self.norm(self.embedding(tokens))).mean(1))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_embedding_layer_norm_and_default_foreach_optimizers_with_zero_fallbacks(optimizer):
+    tokens, targets = torch.randint(0, 20, (8, 6)), torch.randint(0, 5, (8,))
+
+    def run(device):
+        model = _TokenNet().to(device)
+        make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+                "adamw": lambda p: torch.optim.AdamW(p, lr=0.01)}[optimizer]  # foreach: torch's default
+        opt = make(model.parameters())
+        x, y = tokens.to(device), targets.to(device)
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+    cpu_losses, cpu_state = run("cpu")
+    ocl.reset_fallback_counts()
+    ocl_losses, ocl_state = run(DEV)
+    assert ocl.fallback_counts() == {}
+    torch.testing.assert_close(torch.tensor(ocl_losses), torch.tensor(cpu_losses), atol=1e-5, rtol=1e-5)
+    for name, value in cpu_state.items():
+        torch.testing.assert_close(ocl_state[name], value, atol=1e-5, rtol=1e-4)
+
+
+def test_index_select_gathers_rows():
+    weight, index = torch.randn(5, 3, 2), torch.tensor([4, 0, 2, 4])
+    assert torch.equal(weight.to(DEV).index_select(0, index.to(DEV)).cpu(), weight.index_select(0, index))
+
+
+def test_dropout_uses_the_cpu_generator_and_matches_the_cpu():
+    x = torch.randn(1000)
+    torch.manual_seed(5)
+    expected = torch.nn.functional.dropout(x, 0.3)
+    torch.manual_seed(5)
+    close(torch.nn.functional.dropout(x.to(DEV), 0.3), expected)
+
+
+def test_logical_reductions_and_inf_tests():
+    flags = torch.tensor([[True, False], [True, True]])
+    close(flags.to(DEV).all(1), flags.all(1))
+    close(flags.to(DEV).any(), flags.any())
+    values = torch.tensor([float("nan"), 0.0, -float("inf"), float("inf")])
+    for function in (torch.all, torch.any, torch.isneginf, torch.isposinf, torch.isinf, torch.isfinite, torch.isnan):
+        close(function(values.to(DEV)), function(values))
+
+
+def test_transformer_encoder_layer_trains_like_the_cpu_with_zero_fallbacks():
+    """Attention's dropout draws its mask differently on the CPU (a fused attention kernel) and on ocl (the
+    math path), so the comparison runs without dropout; dropout itself is compared above."""
+    def run(device):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0,
+                                                 batch_first=True).to(device)
+        optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-2)
+        torch.manual_seed(1)
+        x, weights = torch.randn(2, 5, 16).to(device), torch.randn(16).to(device)
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = (layer(x) * weights).mean().pow(2)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    expected = run("cpu")
+    ocl.reset_fallback_counts()
+    actual = run(DEV)
+    assert ocl.fallback_counts() == {}
+    assert expected[-1] < expected[0]
+    torch.testing.assert_close(torch.tensor(actual), torch.tensor(expected), atol=1e-6, rtol=1e-4)
+
+
+def test_zoo_resnet18_trains_like_the_cpu_with_zero_fallbacks():
+    """FADE's zoo resnet18 (the seed network) at 64x64, batch 4, two SGD steps. Smaller inputs leave batch norm
+    statistics over 1x1 maps of 2-4 values, where the CPU's own gradients are rounding noise."""
+    from fade.measure.zoo import vision
+
+    def run(device):
+        torch.manual_seed(0)
+        model = vision.resnet18(num_classes=10).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        torch.manual_seed(1)
+        x, y = torch.randn(4, 3, 64, 64).to(device), torch.randint(0, 10, (4,)).to(device)
+        losses = []
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    expected = run("cpu")
+    ocl.reset_fallback_counts()
+    actual = run(DEV)
+    assert ocl.fallback_counts() == {}
+    torch.testing.assert_close(torch.tensor(actual), torch.tensor(expected), atol=1e-5, rtol=1e-5)

@@ -1,0 +1,131 @@
+"""run_tune end to end on a fake timer (issue 14): the host load decides, the profile is written before the
+journal is cleared, the batch is the workload's, temporary caches go, torn journal lines, fade.tune's loss."""
+
+import json
+import os
+
+import pytest
+
+from fade.act.tune.cache import open_cache
+from fade.act.tune.tuner import run_tune
+from tests.tune.fakes import REFERENCE, FakeTimer, FixedHost
+from tests.tune.test_profile import H100
+
+
+def tune_fake(tmp_path, timer, **kwargs):
+    options = {"fingerprint": dict(H100), "measure": timer, "reference": REFERENCE, "clock": getattr(timer, "clock", None),
+               "cache_base": tmp_path / "cache", "budget_min": 10.0, "host_probe": FixedHost()}  # fmt: skip
+    return run_tune("resnet50", **{**options, **kwargs})
+
+
+def test_a_quiet_host_keeps_the_proven_choice_and_records_the_load(tmp_path):
+    profile = tune_fake(tmp_path, FakeTimer({("precision", "amp-bf16"): 0.5}))
+    assert profile["verdict"] == "faster" and profile["recommends"]
+    assert profile["knobs"]["precision"] == "amp-bf16"
+    assert profile["host_load"]["other_cores"] == 0.0
+
+
+def test_a_busy_host_recommends_nothing(tmp_path):
+    """Other processes kept 15.5 of 16 cores busy: less than one left for the step's host thread."""
+    profile = tune_fake(tmp_path, FakeTimer({("precision", "amp-bf16"): 0.5}), host_probe=FixedHost(15.5))
+    assert profile["verdict"] == "noisy-host" and not profile["recommends"]
+    assert profile["changed"] == {} and profile["speedup"] is None
+    assert "15.50 of the 16 cores" in profile["verdict_reason"]
+    assert profile["final_check"]["candidate"]["precision"] == "amp-bf16"  # what was found stays on record
+
+
+def test_a_profile_that_cannot_be_written_keeps_the_journal_for_a_resume(tmp_path):
+    speedups = {("precision", "amp-bf16"): 0.5}
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    with pytest.raises(OSError):
+        tune_fake(tmp_path, FakeTimer(speedups), output=blocked)  # a directory: the atomic rename fails
+    journal = open_cache(H100, base=tmp_path / "cache").journal("resnet50-train-b64")
+    assert journal.path.exists() and len(journal.load()) >= 5
+    again = FakeTimer(speedups)
+    out = tmp_path / "profile.json"
+    profile = tune_fake(tmp_path, again, output=out)
+    assert profile["search"]["trials_resumed"] >= 5
+    assert json.loads(out.read_text())["knobs"]["precision"] == "amp-bf16"
+    assert not journal.path.exists()  # cleared once the profile was safely written
+
+
+def test_the_profile_records_the_batch_the_workload_has(tmp_path):
+    """A user workload built with batch 32 under the default --batch 64."""
+    timer = FakeTimer({})
+
+    def measure(config):
+        trial = timer(config)
+        return type(trial)(trial.config, trial.samples_s, "ok", None, trial.numerics, 32, trial.cost_s)
+
+    assert tune_fake(tmp_path, measure, clock=timer.clock)["batch"] == 32
+
+
+def test_a_fallback_temporary_cache_is_removed(tmp_path, monkeypatch):
+    import tempfile
+
+    made = []
+    real = tempfile.mkdtemp
+
+    def mkdtemp(**kwargs):
+        made.append(real(dir=tmp_path, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    profile = tune_fake(tmp_path, FakeTimer({}), cache_base=blocker)
+    assert made and profile["cache_dir"] == made[0]
+    assert not os.path.exists(made[0])
+
+
+def test_a_torn_journal_line_does_not_swallow_the_next_trial(tmp_path):
+    journal = open_cache(H100, base=tmp_path).journal("x")
+    timer = FakeTimer({})
+    journal.path.parent.mkdir(parents=True, exist_ok=True)
+    journal.path.write_text('{"config": {"precis')  # killed mid-write
+    journal.append(timer({"precision": "default"}).to_dict())
+    journal.append(timer({"precision": "tf32"}).to_dict())
+    assert len(journal.load()) == 2 and journal.torn_lines == 1
+
+
+def test_cli_exit_code_says_when_nothing_is_recommended(tmp_path, monkeypatch, capsys):
+    from fade.act import tune as tune_package
+    from fade.cli.tune import add_verbs
+    import argparse
+
+    real = tune_package.run_tune
+    timer = FakeTimer({})  # nothing is faster
+
+    def fake_run_tune(model, **kwargs):
+        kwargs.pop("device"), kwargs.pop("quick")
+        return real(model, **kwargs, fingerprint=dict(H100), measure=timer, reference=REFERENCE, clock=timer.clock,
+                    cache_base=tmp_path / "cache", host_probe=FixedHost())  # fmt: skip
+
+    monkeypatch.setattr(tune_package, "run_tune", fake_run_tune)
+    parser = argparse.ArgumentParser()
+    add_verbs(parser.add_subparsers())
+    out = tmp_path / "p.json"
+    args = parser.parse_args(["tune", "resnet50", "-o", str(out)])
+    assert args.func(args) == 1
+    assert json.loads(out.read_text())["verdict"] == "baseline-kept"
+    assert "nothing recommended" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("output", ["{tmp}/", "{tmp}", "{tmp}/a-file/p.json"])
+def test_an_unwritable_output_is_refused_before_the_search(tmp_path, output):
+    from fade.cli.tune import check_output
+    from fade.errors import FadeUsageError
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(FadeUsageError, match="-o"):
+        check_output(output.format(tmp=tmp_path))
+
+
+def test_tune_resnet19_names_the_model_argument():
+    from fade.act.tune.tuner import check_request
+    from fade.errors import FadeUsageError
+
+    with pytest.raises(FadeUsageError) as raised:
+        check_request("resnet19", mode="infer", batch=64, budget_min=1)
+    assert "--models" not in str(raised.value) and "fade tune MODEL 'resnet19'" in str(raised.value)
