@@ -350,6 +350,7 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
     from fade.analyze.trace import collect_events, flops_by_kind
     from fade.hostwork.lines import LineRecorder
     from fade.measure.step.config import pinned
+    from fade.measure.step.numerics import calibrate_batchnorm
     from fade.measure.step.runner import TIMED_LEARNING_RATE, WEIGHT_SEED, StepRunner, apply_config, checked_step_count
     from fade.measure.suites.models.case import device_facts, peak_for_flops, time_step
     from fade.measure.suites.models.suite import FULL_TIMING, QUICK_TIMING
@@ -371,6 +372,8 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
     progress(f"building {model} (batch {batch}) on {device}")
     torch.manual_seed(WEIGHT_SEED)
     workload = build_workload(model, batch, size, device)
+    if not training:  # as the bench: BatchNorm statistics of the example batch (step.numerics.calibrate_batchnorm)
+        calibrate_batchnorm(workload.model, workload.inputs)
     runnable = apply_config(workload, parsed)
     settings = QUICK_TIMING if quick else FULL_TIMING
 
