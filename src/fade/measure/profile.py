@@ -13,7 +13,8 @@ Activities
     activity torch.profiler.supported_activities() lacks (a build without Kineto's GPU backend) is one
     FadeUsageError line, as is a CUDA device on a machine without one.
 Unprofiled step time and overhead
-    After the window the same step is timed without the profiler. A zoo or module:function workload
+    Before the window (never after: the profiler's launch callbacks outlive its block, see below) the same
+    step is timed without the profiler. A zoo or module:function workload
     (profile_workload) is timed exactly as `fade bench models` times it, by the bench's own code path
     (models.case.time_step: conditions.gc_frozen, the flags pinned, after the bench's checked steps, learning
     rate 0, FULL_TIMING's budget in segments, more segments while they disagree), so a host-bound step whose
@@ -100,6 +101,16 @@ def profile_steps(
 
     progress = on_progress or (lambda message: None)
     activities, names = _activities(torch, ProfilerActivity, device)
+    if measure_overhead:
+        # Before the profiler, never after: on the H100 a launch-bound step timed right after a torch.profiler
+        # session ran 34.3 ms against 25.4 ms in a fresh bench process (resnet50 train amp-bf16+CL b64,
+        # results/profile-h100/), the profiler's launch callbacks outliving its `with` block.
+        progress("timing the step without the profiler (its step time and the profiler's overhead)")
+        if time_unprofiled is not None:
+            timing, facts = time_unprofiled()
+        else:
+            timing = measure(step, device=device, budget_s=overhead_budget_s, min_samples=3)
+            facts = {"method": f"fade.measure.timing.measure, budget {overhead_budget_s:g} s"}
     exported = {}
     with tempfile.TemporaryDirectory(prefix="fade-profile-") as scratch:
         raw_path = Path(scratch) / "trace.json"
@@ -121,12 +132,6 @@ def profile_steps(
     capture = capture_from_text(text, device=device, activities=names, wait=wait, warmup=warmup, active=active,
                                 trace_path=trace_path, progress=progress)
     if measure_overhead:
-        progress("timing the step without the profiler (its step time and the profiler's overhead)")
-        if time_unprofiled is not None:
-            timing, facts = time_unprofiled()
-        else:
-            timing = measure(step, device=device, budget_s=overhead_budget_s, min_samples=3)
-            facts = {"method": f"fade.measure.timing.measure, budget {overhead_budget_s:g} s"}
         capture.unprofiled_timing = {**timing.to_dict(), "stats": timing.stats(), **facts}
         if capture.profiled_step_s and timing.median_s > 0:
             capture.overhead_fraction = statistics.median(capture.profiled_step_s) / timing.median_s - 1.0
