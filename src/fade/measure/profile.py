@@ -13,7 +13,7 @@ Activities
     activity torch.profiler.supported_activities() lacks (a build without Kineto's GPU backend) is one
     FadeUsageError line, as is a CUDA device on a machine without one.
 Unprofiled step time and overhead
-    Before the window (never after: the profiler's launch callbacks outlive its block, see below) the same
+    Before the window (never after: a step timed after a profiler session ran slower, see profile_steps) the same
     step is timed without the profiler. A zoo or module:function workload
     (profile_workload) is timed exactly as `fade bench models` times it, by the bench's own code path
     (models.case.time_step: conditions.gc_frozen, the flags pinned, after the bench's checked steps, learning
@@ -104,7 +104,7 @@ def profile_steps(
     if measure_overhead:
         # Before the profiler, never after: on the H100 a launch-bound step timed right after a torch.profiler
         # session ran 34.3 ms against 25.4 ms in a fresh bench process (resnet50 train amp-bf16+CL b64,
-        # results/profile-h100/), the profiler's launch callbacks outliving its `with` block.
+        # results/profile-h100/). The cause is not isolated (state the profiler leaves behind is the suspect).
         progress("timing the step without the profiler (its step time and the profiler's overhead)")
         if time_unprofiled is not None:
             timing, facts = time_unprofiled()
