@@ -20,6 +20,7 @@ import fade
 from fade.errors import FadeUsageError
 
 SCHEMA_VERSION = 1
+GZIP_MAGIC = b"\x1f\x8b"  # a gzip member's first two bytes (RFC 1952)
 STATUSES = ("ok", "skipped", "error", "oom", "timeout", "crashed")
 FAILED_STATUSES = frozenset({"error", "oom", "timeout", "crashed"})
 # `resume` skips these: rerunning cannot change the outcome. Failures are retried, since a resumed run
@@ -143,7 +144,16 @@ def read_records(path, *, strict: bool = False) -> RecordFile:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        data = path.read_bytes()
+        if data[:2] == GZIP_MAGIC:  # results kept compressed (results/*/*.jsonl.gz) read as they are
+            import gzip
+            import zlib
+
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError, zlib.error) as error:
+                raise FadeUsageError(f"cannot read results file {path}: a damaged gzip file ({error})") from None
+        text = data.decode("utf-8", errors="replace")
     except OSError as error:
         raise FadeUsageError(f"cannot read results file {path}: {error.strerror or error}") from None
     found = RecordFile(path)

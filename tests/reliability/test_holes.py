@@ -434,3 +434,23 @@ def test_a_file_that_is_not_jsonl_gets_ten_lines_and_a_count_not_one_line_each(t
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == MAX_PROBLEM_LINES_PER_FILE + 1
     assert lines[-1].startswith("fade: error: notes.md: 90 more unreadable lines")
+
+
+def test_a_gzip_results_file_reads_like_the_plain_one_and_a_damaged_one_is_one_line(tmp_path):
+    import gzip
+
+    import pytest
+
+    from fade.errors import FadeUsageError
+    from fade.results import read_records
+
+    line = '{"schema_version": 1, "case_id": "launch/x", "status": "ok", "torch_device": "cpu", "value": 1.0}\n'
+    plain = tmp_path / "r.jsonl"
+    plain.write_text(line * 2)
+    packed = tmp_path / "r.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_records(packed).records == read_records(plain).records
+    damaged = tmp_path / "bad.jsonl.gz"
+    damaged.write_bytes(packed.read_bytes()[:20])
+    with pytest.raises(FadeUsageError, match="damaged gzip"):
+        read_records(damaged)
