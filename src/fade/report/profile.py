@@ -217,10 +217,10 @@ def split_plot_png(summary: dict) -> Optional[bytes]:
     axis.set_yticks([])
     axis.set_xlabel(f"{unit} per step (kernel classes scaled to busy time; idle by cause)", fontsize=8)
     axis.set_xlim(0, left * 1.001 if left else 1)
-    axis.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.45), frameon=False)
+    axis.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.55), frameon=False)  # below the x label
     axis.set_title("Where the step's device time went", fontsize=9)
     FigureCanvasAgg(figure)
-    figure.tight_layout()
+    figure.subplots_adjust(left=0.04, right=0.98, top=0.86, bottom=0.5)  # the lower half holds the label and legend
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()
