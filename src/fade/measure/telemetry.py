@@ -295,6 +295,7 @@ class HostReading:
     cpus: int
     procs_running: Optional[int] = None
     load_1min: Optional[float] = None
+    runnable: Optional[int] = None  # /proc/loadavg's fourth field, before the slash: runnable tasks now
 
 
 class ProcReader:
@@ -308,12 +309,12 @@ class ProcReader:
         self.cpus = cpus or os.cpu_count() or 1
 
     def read(self) -> HostReading:
-        busy = procs_running = load = None
+        busy = procs_running = None
         try:
             stat = (self.root / "stat").read_text(encoding="ascii", errors="replace").splitlines()
         except OSError:
             stat = []
-        tick_s = 1.0 / _clock_ticks()
+        tick_s = 1.0 / clock_ticks()
         for line in stat:
             parts = line.split()
             if parts[:1] == ["cpu"]:
@@ -322,14 +323,23 @@ class ProcReader:
             elif parts[:1] == ["procs_running"] and len(parts) > 1 and parts[1].isdigit():
                 procs_running = int(parts[1])
         try:
-            load = float((self.root / "loadavg").read_text(encoding="ascii").split()[0])
-        except (OSError, ValueError, IndexError):
-            load = None
+            loadavg = (self.root / "loadavg").read_text(encoding="ascii").split()
+        except OSError:
+            loadavg = []
+        load, runnable = _parsed(loadavg, 0, float), _parsed(loadavg[3].split("/") if len(loadavg) > 3 else [], 0, int)
         return HostReading(t_s=self.clock(), busy_cpu_s=busy, own_cpu_s=self.own_cpu_s(), cpus=self.cpus,
-                           procs_running=procs_running, load_1min=load)
+                           procs_running=procs_running, load_1min=load, runnable=runnable)
 
 
-def _clock_ticks() -> int:
+def _parsed(fields: list, index: int, kind):
+    try:
+        return kind(fields[index])
+    except (IndexError, ValueError):
+        return None
+
+
+def clock_ticks() -> int:
+    """SC_CLK_TCK: the jiffies per second /proc's CPU times count in (100 where it cannot be read)."""
     try:
         return int(os.sysconf("SC_CLK_TCK")) or 100
     except (ValueError, OSError, AttributeError):

@@ -1,4 +1,5 @@
-"""How busy the host was during a tuning run, measured from Linux's /proc: the CPU time other processes used
+"""How busy the host was during a tuning run, measured from Linux's /proc (through the bench's reader,
+fade.measure.telemetry.ProcReader): the CPU time other processes used
 (all cores' busy time from /proc/stat minus this process tree's from /proc/<pid>/stat) and the run queue
 (/proc/loadavg's runnable count), so a result measured while something else held the cores says so.
 
@@ -22,30 +23,11 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from fade.measure.telemetry import HostReading, ProcReader, clock_ticks
+
 MIN_JUDGED_WALL_S = 5.0  # shorter runs: a few 10 ms jiffies decide the ratio, so nothing is judged
 BUSY_SHARE_CPU = 0.25  # of the cores: another process this busy moves a CPU step's time by far more than the noise bar
 PROC = Path("/proc")
-
-
-def _ticks_per_s() -> float:
-    try:
-        return float(os.sysconf("SC_CLK_TCK"))
-    except (ValueError, OSError, AttributeError):
-        return 100.0
-
-
-def read_busy_s(proc: Path = PROC) -> Optional[float]:
-    """All cores' busy CPU seconds since boot (/proc/stat), or None."""
-    try:
-        first = (proc / "stat").read_text().splitlines()[0].split()
-    except (OSError, IndexError):
-        return None
-    if first[0] != "cpu":
-        return None
-    values = [int(value) for value in first[1:]]
-    # user nice system idle iowait irq softirq steal guest guest_nice: guest time is already in user
-    busy = sum(values[index] for index in (0, 1, 2, 5, 6, 7) if index < len(values))
-    return busy / _ticks_per_s()
 
 
 def _stat_fields(proc: Path, pid: str) -> Optional[list]:
@@ -82,15 +64,7 @@ def read_tree_cpu_s(root_pid: int, proc: Path = PROC) -> Optional[float]:
                 tree.add(pid)
                 changed = True
     ticks = sum(sum(cpu[pid]) for pid in tree)  # a reaped child's time is in its parent's cutime, never twice
-    return ticks / _ticks_per_s()
-
-
-def read_run_queue(proc: Path = PROC) -> Optional[int]:
-    """Runnable tasks now (/proc/loadavg's fourth field, before the slash), or None."""
-    try:
-        return int((proc / "loadavg").read_text().split()[3].split("/")[0])
-    except (OSError, IndexError, ValueError):
-        return None
+    return ticks / clock_ticks()
 
 
 class HostLoadProbe:
@@ -98,31 +72,30 @@ class HostLoadProbe:
     "run_queue", "source"} or None where /proc is not there."""
 
     def __init__(self, *, proc: Path = PROC, clock: Callable[[], float] = time.monotonic, pid: Optional[int] = None):
-        self.proc, self.clock, self.pid = proc, clock, pid or os.getpid()
-        self._start: Optional[tuple] = None
-
-    def _read(self) -> tuple:
-        return self.clock(), read_busy_s(self.proc), read_tree_cpu_s(self.pid, self.proc)
+        pid = pid or os.getpid()
+        # The bench's /proc reader, with this process tree's CPU time as "own": the tuner's trials run in workers.
+        self.reader = ProcReader(proc, own_cpu_s=lambda: read_tree_cpu_s(pid, Path(proc)), clock=clock)
+        self._start: Optional[HostReading] = None
 
     def start(self) -> None:
-        self._start = self._read()
+        self._start = self.reader.read()
 
     def stop(self) -> Optional[dict]:
         if self._start is None:
             return None
-        (began, busy0, own0), (ended, busy1, own1) = self._start, self._read()
-        if None in (busy0, busy1, own0, own1) or ended <= began:
+        start, end = self._start, self.reader.read()
+        if None in (start.busy_cpu_s, end.busy_cpu_s, start.own_cpu_s, end.own_cpu_s) or end.t_s <= start.t_s:
             return None
-        own_s = max(own1 - own0, 0.0)
-        other_s = max((busy1 - busy0) - own_s, 0.0)
-        wall_s = ended - began
+        own_s = max(end.own_cpu_s - start.own_cpu_s, 0.0)
+        other_s = max((end.busy_cpu_s - start.busy_cpu_s) - own_s, 0.0)
+        wall_s = end.t_s - start.t_s
         return {
             "other_cores": round(other_s / wall_s, 3),
             "other_cpu_s": round(other_s, 2),
             "own_cpu_s": round(own_s, 2),
             "wall_s": round(wall_s, 2),
-            "cores": os.cpu_count() or 1,
-            "run_queue": read_run_queue(self.proc),
+            "cores": end.cpus,
+            "run_queue": end.runnable,
             "source": "/proc/stat busy time minus this process tree's /proc/<pid>/stat CPU time, over the run",
         }
 
