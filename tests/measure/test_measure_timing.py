@@ -10,19 +10,7 @@ from hypothesis import strategies as st
 
 from fade.measure import timing
 from fade.measure.timing import NOISY_COV, Timing, measure, quantile, rotation_count
-
-
-class FakeClock:
-    """A clock that moves only when the timed function says so."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.clock import FakeClock
 
 
 def costing(clock: FakeClock, durations):

@@ -12,6 +12,7 @@ from fade.measure.step.finite import FiniteTracker, InvalidRun
 from fade.measure.suites.models import case as models_case
 from fade.measure.suites.models.suite import run_models
 from fade.results import read_records
+from tests.clock import FakeClock
 
 WORKLOADS = textwrap.dedent(
     """
@@ -271,19 +272,6 @@ def test_the_plain_segment_times_every_block_and_syncs_as_often_as_the_engine(mo
     per_step_s = models_case._plain_segment(step, "cuda:0", calls=3, blocks=5, per_sync=2, warmup_steps=1)
     assert per_step_s == pytest.approx([0.010] * 5)
     assert steps_at_sync == [1, 7, 13, 16]  # after the warm-up step, then after every 2 blocks of 3 steps
-
-
-class FakeClock:
-    """Seconds that pass only when a fake step says so: segment counts cannot depend on the machine's load."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def _fake_runner(step, module):
