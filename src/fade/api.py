@@ -209,7 +209,9 @@ def bench(
         from fade.results import summarize
 
         if plot:
-            _check_matplotlib()
+            from fade.report.plots import require_matplotlib
+
+            require_matplotlib("--plot")
         run = run_micro(device, quick=quick, only=only, out=out, resume=resume, timeout_s=timeout_s,
                         isolate=isolate, dtypes=dtypes, progress=watcher)
         result = BenchResult("micro", run, summary=summarize(run.records))
@@ -232,15 +234,6 @@ def _progress(progress):
 
         return ProgressBar()
     return progress or None
-
-
-def _check_matplotlib() -> None:
-    from fade.errors import FadeUsageError
-
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise FadeUsageError("--plot needs matplotlib: pip install 'torch-fade[plot]'") from None
 
 
 def _plot_micro(run) -> list:

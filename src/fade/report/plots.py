@@ -19,15 +19,21 @@ FIGURE_DPI = 110
 SUBPLOT_INCHES = (5.2, 3.8)  # width, height of one panel
 
 
+def require_matplotlib(what: str = "plotting") -> None:
+    """FadeUsageError naming the extra to install when matplotlib is missing: called before a run that will
+    plot (so nothing is measured in vain) and again where the plots are drawn."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+    except ImportError:
+        raise FadeUsageError(f"{what} needs matplotlib: pip install 'torch-fade[plot]'") from None
+
+
 def plot_micro(records: Iterable[dict], out_dir) -> list:
     """Write one PNG per family that has "ok" records into `out_dir`; returns the paths written.
 
     The newest record per (case, device) is plotted. Several devices in `records` become several series.
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-    except ImportError:
-        raise FadeUsageError("plots need matplotlib: pip install 'torch-fade[plot]'") from None
+    require_matplotlib()
     latest: dict = {}
     for record in records:
         latest[(record.get("case_id"), record.get("torch_device"))] = record
