@@ -178,11 +178,20 @@ def test_tiny_conv_net_trains_like_the_cpu_with_zero_fallbacks():
         torch.testing.assert_close(ocl_params[name], cpu_params[name], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("cin,cout,kernel,stride,padding,dilation,groups",
-                         [(3, 4, 3, 1, 1, 1, 1), (4, 6, 3, 2, 0, 1, 2), (2, 3, 5, 1, 2, 2, 1), (4, 4, 3, 1, 1, 1, 4)])
-def test_conv2d_forward_and_both_backwards(cin, cout, kernel, stride, padding, dilation, groups):
+@pytest.mark.parametrize("cin,cout,kernel,stride,padding,dilation,groups,workspace", [
+    (3, 4, 3, 1, 1, 1, 1, None), (4, 6, 3, 2, 0, 1, 2, None), (2, 3, 5, 1, 2, 2, 1, None),
+    (4, 4, 3, 1, 1, 1, 4, None),  # depthwise: the direct kernels
+    (4, 8, 3, 2, 1, 1, 4, None), (3, 3, 3, 1, 2, 2, 3, None),  # depthwise, 2 outputs per channel; dilated
+    (3, 4, 3, 1, 1, 1, 1, 1), (4, 6, 3, 2, 0, 1, 2, 8000),  # im2col over 1 image, and 2 then 1, at a time
+])
+def test_conv2d_forward_and_both_backwards(cin, cout, kernel, stride, padding, dilation, groups, workspace,
+                                           monkeypatch):
+    from fade.ocl import backend
+
+    if workspace is not None:
+        monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", workspace)
     torch.manual_seed(0)
-    x = torch.randn(2, cin, 9, 8, requires_grad=True)
+    x = torch.randn(3, cin, 9, 8, requires_grad=True)
     conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups)
     y = conv(x)
     grad = torch.randn_like(y)
@@ -373,3 +382,58 @@ def test_zoo_resnet18_trains_like_the_cpu_with_zero_fallbacks():
     actual = run(DEV)
     assert ocl.fallback_counts() == {}
     torch.testing.assert_close(torch.tensor(actual), torch.tensor(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_ops_the_zoo_transformers_and_classifiers_need_run_natively():
+    """arange, tril/triu, cat, tanh-approximated GELU and adaptive average pooling to 6x6/7x7 (alexnet, vgg16)
+    ran on the CPU before; now each matches the CPU with no fallback."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 13, 11)
+    m = torch.randn(3, 5, 6)
+    ocl.reset_fallback_counts()
+    close(torch.arange(3, 40, 3, device=DEV), torch.arange(3, 40, 3))
+    close(torch.arange(7, device=DEV, dtype=torch.float32), torch.arange(7, dtype=torch.float32))
+    close(torch.arange(0.5, 2.0, 0.25, device=DEV), torch.arange(0.5, 2.0, 0.25))
+    for diagonal in (-1, 0, 2):
+        close(torch.tril(m.to(DEV), diagonal), torch.tril(m, diagonal))
+        close(torch.triu(m.to(DEV), diagonal), torch.triu(m, diagonal))
+    inplace = m.to(DEV)
+    inplace.tril_()
+    close(inplace, m.tril())
+    close(torch.cat([m.to(DEV), m[:, :2].to(DEV), torch.empty(0).to(DEV)], 1), torch.cat([m, m[:, :2]], 1))
+    close(torch.cat([m.to(DEV), m.int().to(DEV)], 0), torch.cat([m, m.int()], 0))
+    g = torch.randn(50, requires_grad=True)
+    g_ocl = g.detach().to(DEV).requires_grad_()
+    y, y_ocl = torch.nn.functional.gelu(g, approximate="tanh"), torch.nn.functional.gelu(g_ocl, approximate="tanh")
+    y.sum().backward()
+    y_ocl.sum().backward()
+    close(y_ocl, y, atol=1e-6, rtol=1e-5)
+    close(g_ocl.grad, g.grad, atol=1e-6, rtol=1e-5)
+    for size in ((6, 6), (7, 7), (4, 5), (1, 1), (13, 11)):
+        xr = x.clone().requires_grad_()
+        x_ocl = x.to(DEV).requires_grad_()
+        pooled, pooled_ocl = torch.nn.functional.adaptive_avg_pool2d(xr, size), torch.nn.functional.adaptive_avg_pool2d(x_ocl, size)
+        grad = torch.randn_like(pooled)
+        pooled.backward(grad)
+        pooled_ocl.backward(grad.to(DEV))
+        close(pooled_ocl, pooled, atol=1e-6, rtol=1e-5)
+        close(x_ocl.grad, xr.grad, atol=1e-6, rtol=1e-5)
+    assert ocl.fallback_counts() == {}
+
+
+def test_long_reductions_keep_the_cpus_accuracy():
+    """A long, cancelling sum (batch norm's gradient sums look like this) summed in float one element after
+    another loses ~1e-3 of its value; in parts and in double (where the device has fp64) it keeps the CPU's."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 200_000) + 1000.0
+    x = x - x.double().mean(1, keepdim=True).float()
+    expected = x.double().sum(1)
+    got = x.to(DEV).sum(1).cpu().double()
+    cpu_error = (x.sum(1).double() - expected).abs().max().item()
+    assert (got - expected).abs().max().item() <= max(4 * cpu_error, 1e-3)
+    close(x.to(DEV).mean(1), x.mean(1), atol=1e-6, rtol=1e-4)
+    close(x.to(DEV).amax(1), x.amax(1))
+    with_nan = x.clone()
+    with_nan[1, 150_000] = float("nan")
+    close(with_nan.to(DEV).amax(1), with_nan.amax(1))
+    close(with_nan.to(DEV).sum(1), with_nan.sum(1), atol=1e-2, rtol=1e-4)

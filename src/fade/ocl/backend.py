@@ -12,6 +12,7 @@ import collections
 import contextlib
 import dataclasses
 import math
+import re
 import threading
 import warnings
 
@@ -26,6 +27,7 @@ from fade.ocl.runtime import FP16, OclError
 NAME = "ocl"
 aten = torch.ops.aten
 MAX_DIMS = 8
+_FLOAT_LITERAL = re.compile(r"(\d\.\d*(?:e-?\d+)?)f\b")
 
 _table = StorageTable(NAME)
 _library = None
@@ -212,6 +214,10 @@ def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalar
     ct = "float" if compute == torch.float16 else _cl_type(compute)
     ot = _cl_type(out.dtype)
     shape = list(out.shape)
+    if out.is_contiguous() and all(not isinstance(x, torch.Tensor) or x.device.type == NAME and
+                                   (x.numel() == 1 or (list(x.shape) == shape and x.is_contiguous()))
+                                   for x in operands):
+        return _pointwise_flat(expr, out, operands, compute, ct, ot, scalars)
     meta = [out.numel(), len(shape)] + shape + [0] * (MAX_DIMS - len(shape))
     meta += [out.storage_offset()] + list(out.stride()) + [0] * (MAX_DIMS - len(shape))
     params, loads, args, letters = [], [], [], "abcdefgh"
@@ -233,6 +239,8 @@ def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalar
     for name, value in scalars.items():
         params.append(f"{ct} {name}")
         args.append(value)
+    if ct == "double":  # the expressions' float literals (0.5f) would round double math to float precision
+        expr = _FLOAT_LITERAL.sub(r"\1", expr)
     store = f"({ot})(({ct})({expr}) != 0)" if out.dtype == torch.bool else f"({ot})({expr})"
     source = f"""
 __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(', ' + p for p in params)}) {{
@@ -257,9 +265,43 @@ __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(',
     kernel(dev.queue, (out.numel(),), None, _block(out).buffer, meta_buffer, *values)
 
 
+def _pointwise_flat(expr, out, operands, compute, ct, ot, scalars) -> None:
+    """pointwise() where out and every tensor operand are contiguous and alike (or single elements): a linear
+    index, no per-dimension decoding and no metadata buffer."""
+    params, loads, args, letters = [], [], [], "abcdefgh"
+    for position, operand in enumerate(operands):
+        letter = letters[position]
+        if isinstance(operand, torch.Tensor):
+            params.append(f"__global const {_cl_type(operand.dtype)}* in_{letter}, long off_{letter}")
+            index = "" if operand.numel() == 1 and out.numel() != 1 else " + i"
+            loads.append(f"{ct} {letter} = ({ct})in_{letter}[off_{letter}{index}];")
+            args += [_block(operand).buffer, np.int64(operand.storage_offset())]
+        else:
+            params.append(f"{ct} {letter}")
+            args.append(operand)
+    for name, value in scalars.items():
+        params.append(f"{ct} {name}")
+        args.append(value)
+    if ct == "double":
+        expr = _FLOAT_LITERAL.sub(r"\1", expr)
+    store = f"({ot})(({ct})({expr}) != 0)" if out.dtype == torch.bool else f"({ot})({expr})"
+    source = f"""
+__kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' + p for p in params)}) {{
+    long i = get_global_id(0);
+    if (i >= n) return;
+    {' '.join(loads)}
+    out[off + i] = {store};
+}}"""
+    dev = _dev(out)
+    np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
+    values = [arg if not isinstance(arg, (int, float, bool)) else np_ct(arg) for arg in args]
+    dev.kernel("pointwise_flat", source)(dev.queue, (out.numel(),), None, _block(out).buffer,
+                                         np.int64(out.storage_offset()), np.int64(out.numel()), *values)
+
+
 _ROWS = {
     "sum": ("acc = 0", "acc += v", "acc"),
-    "mean": ("acc = 0", "acc += v", "acc / (ACC)n"),
+    "mean": ("acc = 0", "acc += v", "acc / (ACC)divisor"),
     "max": ("acc = -INFINITY; if (!FLOAT) acc = x[0]",
             "if (v != v) { acc = v; break; } if (v > acc) acc = v", "acc"),
     "min": ("acc = INFINITY; if (!FLOAT) acc = x[0]",
@@ -273,35 +315,60 @@ _ROWS = {
 }
 
 
-def reduce_rows(kind: str, x: torch.Tensor, out: torch.Tensor) -> None:
+REDUCE_PART = 2048  # a long row is reduced in parts of this many elements by separate work items, then the parts
+REDUCE_WIDTH = 16384  # ... when fewer than this many work items would otherwise run
+
+
+def reduce_rows(kind: str, x: torch.Tensor, out: torch.Tensor, divisor: int | None = None) -> None:
     """out[r] = reduce(x[r, :]) for a contiguous (rows, n) device tensor x and a contiguous out of rows
-    elements. Each work item loops over its row: no atomics and no compare-and-swap, so NaN cannot hang it."""
+    elements. Each work item loops over its row (or a part of a long row, the parts reduced in a second pass):
+    no atomics and no compare-and-swap, so NaN cannot hang it, and the order is fixed, so results repeat.
+    float32 accumulates in double where the device has fp64 (as torch's CPU kernels do), else in float."""
     rows, n = x.shape
     if rows == 0:
         return
     dev = _dev(x)
     floating = x.dtype.is_floating_point
-    acc_type = "float" if x.dtype == torch.float16 else ("double" if x.dtype == torch.float64 else
-                                                         ("float" if floating else "long"))
+    wide = torch.float64 if floating and (x.dtype == torch.float64 or dev.info.fp64) else torch.float32
+    parts = 1
+    if floating and kind in ("sum", "mean", "max", "min") and n >= 2 * REDUCE_PART and rows < REDUCE_WIDTH:
+        parts = min(-(-n // REDUCE_PART), max(1, REDUCE_WIDTH // rows))
+    if parts > 1:
+        part_len = -(-n // parts)
+        partial = empty([rows, parts], [parts, 1], wide, x.device.index)
+        _reduce_kernel("sum" if kind == "mean" else kind, x, partial, n, parts, part_len, 1, wide)
+        _reduce_kernel(kind, partial, out, parts, 1, parts, divisor or n, wide)
+        return
+    _reduce_kernel(kind, x, out, n, 1, n, divisor or n, wide)
+
+
+def _reduce_kernel(kind: str, x: torch.Tensor, out: torch.Tensor, n: int, parts: int, part_len: int, divisor: int,
+                   wide) -> None:
+    rows = x.shape[0]
+    dev = _dev(x)
+    floating = x.dtype.is_floating_point
+    acc_type = _cl_type(wide) if floating else "long"
     init, step, result = _ROWS[kind]
     source = f"""
 #define ACC {acc_type}
 #define FLOAT {1 if floating else 0}
 __kernel void reduce_rows(__global const {_cl_type(x.dtype)}* xs, long x_off, __global {_cl_type(out.dtype)}* out,
-                          long out_off, long n, long rows) {{
-    long r = get_global_id(0);
-    if (r >= rows) return;
+                          long out_off, long n, long rows, long parts, long part_len, long divisor) {{
+    long g = get_global_id(0);
+    if (g >= rows * parts) return;
+    long r = g / parts, begin = (g % parts) * part_len, end = min(n, begin + part_len);
     __global const {_cl_type(x.dtype)}* x = xs + x_off + r * n;
-    ACC acc; {init.replace("acc = x[0]", "acc = (ACC)x[0]")};
-    for (long j = 0; j < n; ++j) {{ ACC v = (ACC)x[j]; {step}; }}
-    out[out_off + r] = ({_cl_type(out.dtype)})({result});
+    ACC acc; {init.replace("acc = x[0]", "acc = (ACC)x[begin]")};
+    for (long j = begin; j < end; ++j) {{ ACC v = (ACC)x[j]; {step}; }}
+    out[out_off + g] = ({_cl_type(out.dtype)})({result});
 }}"""
     if not floating and kind not in ("all", "any"):
         source = source.replace("if (v != v) { acc = v; break; } ", "").replace(
             "if (v != v) { best = j; break; } ", "")
     kernel = dev.kernel("reduce_rows", source)
-    kernel(dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
-           np.int64(out.storage_offset()), np.int64(n), np.int64(rows))
+    kernel(dev.queue, (rows * parts,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+           np.int64(out.storage_offset()), np.int64(n), np.int64(rows), np.int64(parts), np.int64(part_len),
+           np.int64(divisor))
 
 
 def softmax_rows(x: torch.Tensor, out: torch.Tensor, log: bool) -> None:
@@ -465,10 +532,21 @@ def _finish(op, bound, result):
     return targets[0] if len(targets) == 1 else tuple(targets)
 
 
+_GELU_TANH = {  # gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its derivative
+    "gelu": "0.5f * a * (1 + tanh(0.7978845608028654f * (a + 0.044715f * a * a * a)))",
+    "gelu_backward": "a * (0.5f * (1 + tanh(0.7978845608028654f * (b + 0.044715f * b * b * b))) + 0.5f * b * "
+                     "(1 - tanh(0.7978845608028654f * (b + 0.044715f * b * b * b)) * "
+                     "tanh(0.7978845608028654f * (b + 0.044715f * b * b * b))) * "
+                     "0.7978845608028654f * (1 + 0.134145f * b * b))",
+}
+
+
 def _pointwise_op(op, args, kwargs, bound):
     base = _base(op)
     operand_names, expr, scalar_names = POINTWISE[base]
-    if bound.get("rounding_mode") is not None or bound.get("approximate") not in (None, "none"):
+    if bound.get("approximate") == "tanh" and base in _GELU_TANH:
+        expr = _GELU_TANH[base]
+    elif bound.get("rounding_mode") is not None or bound.get("approximate") not in (None, "none"):
         raise _NoKernel("a variant without a kernel")
     out, _ = _output_for(op, args, kwargs, bound)
     operands = [bound[name] for name in operand_names]
@@ -621,31 +699,45 @@ def _nll(op, args, kwargs, bound):
     return _finish(op, bound, grad)
 
 
-def _gemm_operand(t: torch.Tensor) -> tuple:
-    """(tensor, transposed, leading dimension) of a 2-D device tensor, copying it if neither layout fits."""
+def _gemm_layout(t: torch.Tensor):
+    """(transposed, leading dimension) of a 2-D device tensor CLBlast can read in place, or None."""
     rows, cols = t.shape
     if t.stride(1) == 1 and t.stride(0) >= max(cols, 1):
-        return t, False, t.stride(0)
+        return False, t.stride(0)
     if t.stride(0) == 1 and t.stride(1) >= max(rows, 1):
-        return t, True, t.stride(1)
+        return True, t.stride(1)
+    return None
+
+
+def _gemm_operand(t: torch.Tensor) -> tuple:
+    """(tensor, transposed, leading dimension) of a 2-D device tensor, copying it if neither layout fits."""
+    layout = _gemm_layout(t)
+    if layout is not None:
+        return (t,) + layout
+    rows, cols = t.shape
     dense = empty(t.shape, _contiguous_strides(t.shape), t.dtype, t.device.index)
     pointwise("a", dense, [t])
     return dense, False, max(cols, 1)
 
 
-def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float) -> None:
+def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float, batch: int = 1,
+             strides: tuple = (0, 0, 0)) -> None:
+    """out = alpha * a @ b + beta * out for 2-D device tensors; with `batch` > 1, that many products whose a, b
+    and out start `strides` elements after the previous ones (the 2-D tensors given are the first)."""
     m, k = a.shape
     n = b.shape[1]
-    if m == 0 or n == 0:
+    if m == 0 or n == 0 or batch == 0:
         return
-    if k == 0:
+    if k == 0 and batch == 1:
         pointwise("a * beta", out, [out], scalars={"beta": beta}) if beta else pointwise("0", out, [])
         return
+    if batch > 1 and (_gemm_layout(a) is None or _gemm_layout(b) is None):
+        raise ValueError("a batched GEMM operand must be readable in place")  # callers pass strided views
     a, trans_a, lda = _gemm_operand(a)
     b, trans_b, ldb = _gemm_operand(b)
     runtime.gemm(_dev(out), out.dtype, trans_a, trans_b, m, n, k, alpha, _block(a).buffer, a.storage_offset(), lda,
                  _block(b).buffer, b.storage_offset(), ldb, beta, _block(out).buffer, out.storage_offset(),
-                 out.stride(0))
+                 out.stride(0), batch=batch, strides=strides)
 
 
 def _matmul(op, args, kwargs, bound):
@@ -672,9 +764,19 @@ def _matmul(op, args, kwargs, bound):
         if beta:
             pointwise("a", out, [bound["self"]])
         _mm_into(out, bound["mat1"], bound["mat2"], alpha, beta)
-    else:  # bmm
-        for batch in range(out.shape[0]):
-            _mm_into(out[batch], bound["self"][batch], bound["mat2"][batch], 1.0, 0.0)
+    else:  # bmm: one strided-batched GEMM
+        a, b = bound["self"], bound["mat2"]
+        if out.shape[0] == 1 or out.numel() == 0:
+            for batch in range(out.shape[0]):
+                _mm_into(out[batch], a[batch], b[batch], 1.0, 0.0)
+        else:
+            a = a if _gemm_layout(a[0]) is not None else _contiguous(a)
+            b = b if _gemm_layout(b[0]) is not None else _contiguous(b)
+            if a.shape[2] == 0:
+                pointwise("0", out, [])
+            else:
+                _mm_into(out[0], a[0], b[0], 1.0, 0.0, batch=out.shape[0],
+                         strides=(a.stride(0), b.stride(0), out.stride(0)))
     return _finish(op, bound, out)
 
 
@@ -880,21 +982,25 @@ def _embedding(op, args, kwargs, bound):
 
 
 _CONV_SOURCE = """
-__kernel void im2col(__global const T* x, long x_off, __global T* cols, long C, long H, long W, long KH, long KW,
-                     long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+__kernel void im2col(__global const T* x, long x_off, __global T* cols, long CS, long NB, long C, long H, long W, long KH,
+                     long KW, long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+    /* cols is (C*KH*KW, CS >= NB*OH*OW): the columns of NB images side by side, image-major in a row */
     long g = get_global_id(0);
     long L = OH * OW;
-    if (g >= C * KH * KW * L) return;
-    long row = g / L, l = g % L;
+    if (g >= C * KH * KW * NB * L) return;
+    long row = g / (NB * L), rest = g % (NB * L), image = rest / L, l = rest % L;
     long c = row / (KH * KW), r = row % (KH * KW);
     long iy = (l / OW) * SH - PH + (r / KW) * DH, ix = (l % OW) * SW - PW + (r % KW) * DW;
-    cols[g] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[x_off + (c * H + iy) * W + ix] : (T)0;
+    cols[row * CS + rest] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[x_off + ((image * C + c) * H + iy) * W + ix]
+                                                                    : (T)0;
 }
-__kernel void col2im(__global const T* cols, __global T* x, long x_off, long C, long H, long W, long KH, long KW,
-                     long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+__kernel void col2im(__global const T* cols, __global T* x, long x_off, long CS, long NB, long C, long H, long W, long KH,
+                     long KW, long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+    /* the gather form of col2im: each input element sums the columns that read it, in a fixed order */
     long g = get_global_id(0);
-    if (g >= C * H * W) return;
-    long c = g / (H * W), iy = (g / W) % H, ix = g % W;
+    if (g >= NB * C * H * W) return;
+    long image = g / (C * H * W), c = (g / (H * W)) % C, iy = (g / W) % H, ix = g % W;
+    long L = OH * OW;
     T acc = 0;
     for (long ki = 0; ki < KH; ++ki) {
         long ty = iy + PH - ki * DH;
@@ -906,12 +1012,81 @@ __kernel void col2im(__global const T* cols, __global T* x, long x_off, long C, 
             if (tx < 0 || tx % SW) continue;
             long ox = tx / SW;
             if (ox >= OW) continue;
-            acc += cols[((c * KH + ki) * KW + kj) * OH * OW + oy * OW + ox];
+            acc += cols[((c * KH + ki) * KW + kj) * CS + image * L + oy * OW + ox];
         }
     }
     x[x_off + g] = acc;
 }
+__kernel void depthwise(__global const T* x, __global const T* w, __global T* out, long N, long C, long H, long W,
+                        long KH, long KW, long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW,
+                        long M) {
+    /* groups == C: output channel o reads input channel o / M (M outputs per input channel) */
+    long g = get_global_id(0);
+    if (g >= N * C * M * OH * OW) return;
+    long ox = g % OW, oy = (g / OW) % OH, o = (g / (OH * OW)) % (C * M), n = g / (C * M * OH * OW);
+    __global const T* plane = x + (n * C + o / M) * H * W;
+    T acc = 0;
+    for (long ki = 0; ki < KH; ++ki) {
+        long iy = oy * SH - PH + ki * DH;
+        if (iy < 0 || iy >= H) continue;
+        for (long kj = 0; kj < KW; ++kj) {
+            long ix = ox * SW - PW + kj * DW;
+            if (ix < 0 || ix >= W) continue;
+            acc += plane[iy * W + ix] * w[(o * KH + ki) * KW + kj];
+        }
+    }
+    out[g] = acc;
+}
+__kernel void depthwise_grad_input(__global const T* grad, __global const T* w, __global T* gx, long N, long C,
+                                   long H, long W, long KH, long KW, long OH, long OW, long SH, long SW, long PH,
+                                   long PW, long DH, long DW, long M) {
+    long g = get_global_id(0);
+    if (g >= N * C * H * W) return;
+    long ix = g % W, iy = (g / W) % H, c = (g / (H * W)) % C, n = g / (C * H * W);
+    T acc = 0;
+    for (long m = 0; m < M; ++m) {
+        long o = c * M + m;
+        __global const T* plane = grad + (n * C * M + o) * OH * OW;
+        for (long ki = 0; ki < KH; ++ki) {
+            long ty = iy + PH - ki * DH;
+            if (ty < 0 || ty % SH) continue;
+            long oy = ty / SH;
+            if (oy >= OH) continue;
+            for (long kj = 0; kj < KW; ++kj) {
+                long tx = ix + PW - kj * DW;
+                if (tx < 0 || tx % SW) continue;
+                long ox = tx / SW;
+                if (ox >= OW) continue;
+                acc += plane[oy * OW + ox] * w[(o * KH + ki) * KW + kj];
+            }
+        }
+    }
+    gx[g] = acc;
+}
+__kernel void depthwise_grad_weight(__global const T* grad, __global const T* x, __global T* partial, long N,
+                                    long C, long H, long W, long KH, long KW, long OH, long OW, long SH, long SW,
+                                    long PH, long PW, long DH, long DW, long M) {
+    /* partial[(o * KH * KW + r) * N + n]: one image's share of one weight's gradient; summed over n after */
+    long g = get_global_id(0);
+    if (g >= C * M * KH * KW * N) return;
+    long n = g % N, r = (g / N) % (KH * KW), o = g / (N * KH * KW);
+    long ki = r / KW, kj = r % KW;
+    __global const T* gplane = grad + (n * C * M + o) * OH * OW;
+    __global const T* xplane = x + (n * C + o / M) * H * W;
+    ACC acc = 0;
+    for (long oy = 0; oy < OH; ++oy) {
+        long iy = oy * SH - PH + ki * DH;
+        if (iy < 0 || iy >= H) continue;
+        for (long ox = 0; ox < OW; ++ox) {
+            long ix = ox * SW - PW + kj * DW;
+            if (ix < 0 || ix >= W) continue;
+            acc += gplane[oy * OW + ox] * xplane[iy * W + ix];
+        }
+    }
+    partial[g] = acc;
+}
 """
+CONV_WORKSPACE_BYTES = 256 << 20  # the im2col columns of as many images as fit are built at once
 
 
 def _contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -923,8 +1098,9 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
 
 
 def _convolution(op, args, kwargs, bound):
-    """2-D convolution forward and backward as im2col + CLBlast GEMM (per image, per group); col2im gathers
-    (no atomics)."""
+    """2-D convolution forward and backward. Depthwise (one input channel per group): direct kernels. Otherwise
+    im2col over a chunk of images at once + CLBlast GEMM: forward and backward-data as one strided-batched GEMM
+    per group and chunk, backward-weight as one GEMM over the chunk's columns; col2im gathers (no atomics)."""
     x, weight = bound["input"], bound["weight"]
     if bound["transposed"] or x.dim() != 4 or x.dtype not in (torch.float32, torch.float64):
         raise _NoKernel("convolution beyond 2-D, non-transposed float")
@@ -938,53 +1114,102 @@ def _convolution(op, args, kwargs, bound):
     length, kk = oh * ow, cg * kh * kw
     coutg = cout // groups
     dev = _dev(x)
-    source = f"#define T {_cl_type(x.dtype)}\n" + _CONV_SOURCE
+    wide = "double" if x.dtype == torch.float64 or dev.info.fp64 else "float"
+    source = f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n" + _CONV_SOURCE
     geometry = [np.int64(v) for v in (c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)]
-    cols = empty([c * kh * kw, length], [length, 1], x.dtype, x.device.index)
+    index = x.device.index
+    forward = _base(op) == "convolution"
+    if not forward:
+        grad = _contiguous(bound["grad_output"])
+        mask = bound["output_mask"]
+    if cg == 1 and groups == c and groups > 1:
+        depthwise = [np.int64(n)] + geometry + [np.int64(coutg)]
+        if forward:
+            out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
+            if out.numel():
+                dev.kernel("depthwise", source)(dev.queue, (out.numel(),), None, _block(x).buffer,
+                                                 _block(weight).buffer, _block(out).buffer, *depthwise)
+            return _conv_bias(out, bound, cout)
+        grad_input = grad_weight = None
+        if mask[0]:
+            grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, index)
+            if grad_input.numel():
+                dev.kernel("depthwise_grad_input", source)(dev.queue, (grad_input.numel(),), None, _block(grad).buffer,
+                                                            _block(weight).buffer, _block(grad_input).buffer, *depthwise)
+        if mask[1]:
+            partial = empty([cout * kh * kw, n], [n, 1], x.dtype, index)
+            if partial.numel():
+                dev.kernel("depthwise_grad_weight", source)(dev.queue, (partial.numel(),), None, _block(grad).buffer,
+                                                             _block(x).buffer, _block(partial).buffer, *depthwise)
+            grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
+            reduce_rows("sum", partial, grad_weight.view(-1))
+        return grad_input, grad_weight, _conv_grad_bias(grad, mask)
+    per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
+    budget = min(CONV_WORKSPACE_BYTES, dev.info.max_allocation_bytes // 2)
+    chunk = max(1, min(n, budget // max(per_image, 1)))
     w2d = weight.view(cout, kk)
+    cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
 
-    def im2col(image: int) -> None:
-        dev.kernel("im2col", source)(dev.queue, (cols.numel(),), None, _block(x).buffer,
-                                     np.int64(x.storage_offset() + image * c * h * w), _block(cols).buffer, *geometry)
+    def im2col(first: int, count: int) -> None:
+        dev.kernel("im2col", source)(dev.queue, (c * kh * kw * count * length,), None, _block(x).buffer,
+                                     np.int64(x.storage_offset() + first * c * h * w), _block(cols).buffer,
+                                     np.int64(chunk * length), np.int64(count), *geometry)
 
-    if _base(op) == "convolution":
-        out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, x.device.index)
-        for image in range(n):
-            if cols.numel():
-                im2col(image)
-            out_image = out[image].view(cout, length)
-            for group in range(groups):
-                _mm_into(out_image[group * coutg:(group + 1) * coutg], w2d[group * coutg:(group + 1) * coutg],
-                         cols[group * kk:(group + 1) * kk], 1.0, 0.0)
-        if bound.get("bias") is not None:
-            out = aten.add.Tensor(out, bound["bias"].view(1, cout, 1, 1))
-        return out
-    grad = _contiguous(bound["grad_output"])
-    mask = bound["output_mask"]
-    grad_input = grad_weight = grad_bias = None
+    if forward:
+        out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
+        for first in range(0, n, chunk):
+            count = min(chunk, n - first)
+            if not cols.numel() or not out.numel():
+                break
+            im2col(first, count)
+            plane = out[first].view(cout, length)
+            for group in range(groups):  # out[i] (coutg x L) = W_g (coutg x kk) @ cols_g[:, image i]
+                _mm_into(plane[group * coutg:(group + 1) * coutg], w2d[group * coutg:(group + 1) * coutg],
+                         cols[group * kk:(group + 1) * kk, :length], 1.0, 0.0, batch=count,
+                         strides=(0, length, cout * length))
+        return _conv_bias(out, bound, cout)
+    grad_input = grad_weight = None
     if mask[0]:
-        grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, x.device.index)
-        grad_cols = empty([c * kh * kw, length], [length, 1], x.dtype, x.device.index)
+        grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, index)
+        grad_cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
     if mask[1]:
-        grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, x.device.index)
+        grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
         pointwise("0", grad_weight, [])
-    for image in range(n):
-        grad_image = grad[image].view(cout, length)
-        if mask[1] and cols.numel():
-            im2col(image)
-            gw = grad_weight.view(cout, kk)
+        gw = grad_weight.view(cout, kk)
+        grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
+    for first in range(0, n, chunk):
+        count = min(chunk, n - first)
+        if not cols.numel() or not length:
+            break
+        plane = grad[first].view(cout, length)
+        if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
+            im2col(first, count)
+            pointwise("a", grad_t[:, :count * length].view(cout, count, length),
+                      [grad[first:first + count].view(count, cout, length).permute(1, 0, 2)])
             for group in range(groups):
-                _mm_into(gw[group * coutg:(group + 1) * coutg], grad_image[group * coutg:(group + 1) * coutg],
-                         cols[group * kk:(group + 1) * kk].t(), 1.0, 1.0)
-        if mask[0] and grad_cols.numel():
+                _mm_into(gw[group * coutg:(group + 1) * coutg], grad_t[group * coutg:(group + 1) * coutg, :count * length],
+                         cols[group * kk:(group + 1) * kk, :count * length].t(), 1.0, 1.0)
+        if mask[0]:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
             for group in range(groups):
-                _mm_into(grad_cols[group * kk:(group + 1) * kk], w2d[group * coutg:(group + 1) * coutg].t(),
-                         grad_image[group * coutg:(group + 1) * coutg], 1.0, 0.0)
-            dev.kernel("col2im", source)(dev.queue, (c * h * w,), None, _block(grad_cols).buffer,
-                                         _block(grad_input).buffer, np.int64(image * c * h * w), *geometry)
-    if mask[2]:
-        grad_bias = aten.sum.dim_IntList(grad, [0, 2, 3], False)
-    return grad_input, grad_weight, grad_bias
+                _mm_into(grad_cols[group * kk:(group + 1) * kk, :length], w2d[group * coutg:(group + 1) * coutg].t(),
+                         plane[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=count,
+                         strides=(0, cout * length, length))
+            dev.kernel("col2im", source)(dev.queue, (count * c * h * w,), None, _block(grad_cols).buffer,
+                                         _block(grad_input).buffer, np.int64(first * c * h * w),
+                                         np.int64(chunk * length), np.int64(count), *geometry)
+    if mask[0] and not (cols.numel() and length):
+        pointwise("0", grad_input, [])
+    return grad_input, grad_weight, _conv_grad_bias(grad, mask)
+
+
+def _conv_bias(out: torch.Tensor, bound: dict, cout: int) -> torch.Tensor:
+    if bound.get("bias") is not None:
+        out = aten.add.Tensor(out, bound["bias"].view(1, cout, 1, 1))
+    return out
+
+
+def _conv_grad_bias(grad: torch.Tensor, mask):
+    return aten.sum.dim_IntList(grad, [0, 2, 3], False) if mask[2] else None
 
 
 _POOL_SOURCE = """
@@ -1064,19 +1289,140 @@ def _max_pool(op, args, kwargs, bound):
     return _finish(op, bound, out)
 
 
+_ADAPTIVE_SOURCE = """
+/* torch's bins: output o of O over an input of I covers [floor(o I / O), ceil((o + 1) I / O)) */
+__kernel void adaptive_avg_pool2d(__global const T* x, long x_off, __global T* out, long planes, long H, long W,
+                                  long OH, long OW) {
+    long g = get_global_id(0);
+    if (g >= planes * OH * OW) return;
+    long p = g / (OH * OW), oy = (g / OW) % OH, ox = g % OW;
+    long y0 = (oy * H) / OH, y1 = ((oy + 1) * H + OH - 1) / OH, x0 = (ox * W) / OW, x1 = ((ox + 1) * W + OW - 1) / OW;
+    __global const T* plane = x + x_off + p * H * W;
+    ACC acc = 0;
+    for (long iy = y0; iy < y1; ++iy)
+        for (long ix = x0; ix < x1; ++ix) acc += plane[iy * W + ix];
+    out[g] = (T)(acc / (ACC)((y1 - y0) * (x1 - x0)));
+}
+__kernel void adaptive_avg_pool2d_backward(__global const T* grad, __global T* gx, long planes, long H, long W,
+                                           long OH, long OW) {
+    /* gather: each input element sums grad / bin size over the bins that hold it */
+    long g = get_global_id(0);
+    if (g >= planes * H * W) return;
+    long p = g / (H * W), iy = (g / W) % H, ix = g % W;
+    ACC acc = 0;
+    for (long oy = (iy * OH) / H; oy < OH; ++oy) {
+        long y0 = (oy * H) / OH, y1 = ((oy + 1) * H + OH - 1) / OH;
+        if (y0 > iy) break;
+        if (iy >= y1) continue;
+        for (long ox = (ix * OW) / W; ox < OW; ++ox) {
+            long x0 = (ox * W) / OW, x1 = ((ox + 1) * W + OW - 1) / OW;
+            if (x0 > ix) break;
+            if (ix >= x1) continue;
+            acc += grad[(p * OH + oy) * OW + ox] / (ACC)((y1 - y0) * (x1 - x0));
+        }
+    }
+    gx[g] = (T)acc;
+}
+"""
+
+
 def _adaptive_avg_pool(op, args, kwargs, bound):
-    """Global average pooling (output 1x1, as resnet/mobilenet use): a mean over H and W."""
-    if _base(op) == "_adaptive_avg_pool2d":
-        x = bound["self"]
-        if list(bound["output_size"]) != [1, 1] or x.dtype not in (torch.float32, torch.float64):
-            raise _NoKernel("adaptive pooling to other than 1x1")
-        return aten.mean.dim(x, [-2, -1], True)
-    grad, x = bound["grad_output"], bound["self"]
-    if list(grad.shape[-2:]) != [1, 1]:
-        raise _NoKernel("adaptive pooling backward to other than 1x1")
+    """Adaptive average pooling over 2-D maps (global to 1x1 as a mean; other sizes with torch's bins) and its
+    backward (a gather, no atomics)."""
+    forward = _base(op) == "_adaptive_avg_pool2d"
+    x = bound["self"]
+    if x.dtype not in (torch.float32, torch.float64) or x.dim() not in (3, 4):
+        raise _NoKernel("adaptive pooling dtype")
+    h, w = x.shape[-2:]
+    planes = math.prod(x.shape[:-2])
+    dev = _dev(x)
+    wide = "double" if x.dtype == torch.float64 or dev.info.fp64 else "float"
+    source = f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n" + _ADAPTIVE_SOURCE
+    if forward:
+        oh, ow = _pair(bound["output_size"])
+        if (oh, ow) == (1, 1):
+            return aten.mean.dim(x, [-2, -1], True)
+        x = _contiguous(x)
+        out = empty(list(x.shape[:-2]) + [oh, ow], _contiguous_strides(list(x.shape[:-2]) + [oh, ow]), x.dtype,
+                    x.device.index)
+        if out.numel():
+            dev.kernel("adaptive_avg_pool2d", source)(dev.queue, (out.numel(),), None, _block(x).buffer,
+                                                      np.int64(x.storage_offset()), _block(out).buffer,
+                                                      *[np.int64(v) for v in (planes, h, w, oh, ow)])
+        return out
+    grad = _contiguous(bound["grad_output"])
+    oh, ow = grad.shape[-2:]
     out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
-    pointwise("a / b", out, [grad, float(x.shape[-1] * x.shape[-2])])
+    if (oh, ow) == (1, 1):
+        pointwise("a / b", out, [grad, float(h * w)])
+    elif out.numel():
+        dev.kernel("adaptive_avg_pool2d_backward", source)(dev.queue, (out.numel(),), None, _block(grad).buffer,
+                                                           _block(out).buffer,
+                                                           *[np.int64(v) for v in (planes, h, w, oh, ow)])
     return out
+
+
+def _arange(op, args, kwargs, bound):
+    """arange(start, end, step, out=): out[i] = start + i * step, computed in double (long for integer
+    outputs) as torch's CPU kernel does."""
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    out = empty_like_meta(meta_result, _index_of(args, kwargs))
+    if out.numel():
+        dev = _dev(out)
+        integral = not out.dtype.is_floating_point
+        if not integral and not dev.info.fp64:
+            raise _NoKernel("arange without fp64")
+        wide, scalar = ("long", np.int64) if integral else ("double", np.float64)
+        source = f"""
+__kernel void arange(__global {_cl_type(out.dtype)}* out, {wide} start, {wide} step, long n) {{
+    long i = get_global_id(0);
+    if (i < n) out[i] = ({_cl_type(out.dtype)})(start + ({wide})i * step);
+}}"""
+        dev.kernel("arange", source)(dev.queue, (out.numel(),), None, _block(out).buffer,
+                                     scalar(bound.get("start") or 0), scalar(bound.get("step", 1)), np.int64(out.numel()))
+    return _finish(op, bound, out)
+
+
+def _triangle(op, args, kwargs, bound):
+    """tril / triu over the last two dims (and their in-place and out= forms)."""
+    x = _contiguous(bound["self"])
+    if x.dim() < 2:
+        raise _NoKernel("tril of fewer than 2 dims")
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    if out.numel():
+        rows, cols = x.shape[-2:]
+        keep = "col - row <= diagonal" if _base(op) == "tril" else "col - row >= diagonal"
+        t = _cl_type(x.dtype)
+        source = f"""
+__kernel void triangle(__global const {t}* x, long x_off, __global {t}* out, long rows, long cols, long diagonal,
+                       long n) {{
+    long g = get_global_id(0);
+    if (g >= n) return;
+    long row = (g / cols) % rows, col = g % cols;
+    out[g] = ({keep}) ? x[x_off + g] : ({t})0;
+}}"""
+        dev = _dev(x)
+        dev.kernel("triangle", source)(dev.queue, (out.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()),
+                                       _block(out).buffer, np.int64(rows), np.int64(cols),
+                                       np.int64(bound["diagonal"]), np.int64(out.numel()))
+    return _finish(op, bound, out)
+
+
+def _cat(op, args, kwargs, bound):
+    """cat: each input copied into its slice of the result (torch's type promotion; 1-D empty inputs skipped,
+    as torch does)."""
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    out = empty_like_meta(meta_result, _index_of(args, kwargs))
+    dim = bound["dim"] % max(out.dim(), 1)
+    offset = 0
+    for tensor in bound["tensors"]:
+        if tensor.dim() == 1 and tensor.numel() == 0 and out.dim() != 1:
+            continue
+        size = tensor.shape[dim]
+        if size and out.numel():
+            pointwise("a", out.narrow(dim, offset, size), [tensor])
+        offset += size
+    return _finish(op, bound, out)
 
 
 def _batch_norm(op, args, kwargs, bound):
@@ -1199,6 +1545,9 @@ _HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, 
     **dict.fromkeys(("native_batch_norm", "native_batch_norm_backward"), _batch_norm),
     **dict.fromkeys(("convolution", "convolution_backward"), _convolution),
     **dict.fromkeys(("mm", "addmm", "bmm"), _matmul),
+    "arange": _arange,
+    **dict.fromkeys(("tril", "triu"), _triangle),
+    "cat": _cat,
 }
 
 

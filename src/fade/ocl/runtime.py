@@ -97,6 +97,9 @@ def devices() -> list[DeviceInfo]:
     return infos
 
 
+MEMORY_HEADROOM = 0.92  # of the device's global memory, for buffers; the rest for the driver, CLBlast, kernels
+
+
 class Device:
     """One OpenCL device in use: context, in-order queue, buffer pool, built programs."""
 
@@ -111,6 +114,7 @@ class Device:
         self.lock = threading.RLock()
         self.pool: dict[int, list] = {}  # rounded size -> free buffers
         self.pooled_bytes = 0
+        self.held_bytes = 0  # every buffer this device's allocator created and still holds (live or pooled)
         self.programs: dict = {}
 
     # memory
@@ -134,6 +138,14 @@ class Device:
             if free:
                 self.pooled_bytes -= size
                 return free.pop()
+            # Drivers that allocate lazily (NVIDIA's) accept any clCreateBuffer and fail the first kernel that
+            # touches memory they cannot back, so the pool is emptied before the total would pass the device.
+            if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
+                self.empty_cache()
+                if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
+                    raise OutOfMemoryError(
+                        f"ocl:{self.index} ({self.info.name}): out of memory allocating {nbytes} bytes: live tensors "
+                        f"hold {self.held_bytes} of the device's {self.info.global_memory_bytes} bytes")
             try:
                 buffer = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, size)
             except self.cl.Error:
@@ -143,6 +155,7 @@ class Device:
                 except self.cl.Error as error:
                     raise OutOfMemoryError(f"ocl:{self.index} ({self.info.name}): out of memory allocating "
                                            f"{nbytes} bytes ({error})") from None
+            self.held_bytes += size
             return buffer
 
     def release(self, buffer) -> None:
@@ -153,7 +166,8 @@ class Device:
     def empty_cache(self) -> None:
         with self.lock:
             self.queue.finish()
-            self.pool.clear()
+            self.pool.clear()  # buffers leave the allocator only here: live ones come back through the pool
+            self.held_bytes -= self.pooled_bytes
             self.pooled_bytes = 0
 
     # programs
@@ -217,18 +231,27 @@ def clblast():
 
 
 def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: int, alpha: float, a, a_offset: int,
-         lda: int, b, b_offset: int, ldb: int, beta: float, c, c_offset: int, ldc: int) -> None:
-    """C = alpha * op(A) @ op(B) + beta * C, row-major, offsets and leading dimensions in elements."""
+         lda: int, b, b_offset: int, ldb: int, beta: float, c, c_offset: int, ldc: int, batch: int = 1,
+         strides: tuple = (0, 0, 0)) -> None:
+    """C = alpha * op(A) @ op(B) + beta * C, row-major, offsets and leading dimensions in elements. With
+    `batch` > 1, `batch` such products whose A, B and C start `strides` elements apart (CLBlast's
+    strided-batched GEMM: one call, one launch)."""
     if dtype not in _GEMM:
         raise OclError(f"CLBlast GEMM for {dtype} is not wired in fade.ocl")
     name, scalar = _GEMM[dtype]
-    function = getattr(clblast(), name)
+    size = ctypes.c_size_t
     queue = ctypes.c_void_p(dev.queue.int_ptr)
-    status = function(ctypes.c_int(_ROW_MAJOR), ctypes.c_int(_TRANS if trans_a else _NO_TRANS),
-                      ctypes.c_int(_TRANS if trans_b else _NO_TRANS), ctypes.c_size_t(m), ctypes.c_size_t(n),
-                      ctypes.c_size_t(k), scalar(alpha), ctypes.c_void_p(a.int_ptr), ctypes.c_size_t(a_offset),
-                      ctypes.c_size_t(lda), ctypes.c_void_p(b.int_ptr), ctypes.c_size_t(b_offset),
-                      ctypes.c_size_t(ldb), scalar(beta), ctypes.c_void_p(c.int_ptr), ctypes.c_size_t(c_offset),
-                      ctypes.c_size_t(ldc), ctypes.byref(queue), None)
+    head = [ctypes.c_int(_ROW_MAJOR), ctypes.c_int(_TRANS if trans_a else _NO_TRANS),
+            ctypes.c_int(_TRANS if trans_b else _NO_TRANS), size(m), size(n), size(k), scalar(alpha)]
+    operands = [(a, a_offset, lda), (b, b_offset, ldb), (c, c_offset, ldc)]
+    if batch > 1:
+        name += "StridedBatched"
+        a_, b_, c_ = [[ctypes.c_void_p(buf.int_ptr), size(off), size(ld), size(stride)]
+                      for (buf, off, ld), stride in zip(operands, strides)]
+        arguments = head + a_ + b_ + [scalar(beta)] + c_ + [size(batch)]
+    else:
+        a_, b_, c_ = [[ctypes.c_void_p(buf.int_ptr), size(off), size(ld)] for buf, off, ld in operands]
+        arguments = head + a_ + b_ + [scalar(beta)] + c_
+    status = getattr(clblast(), name)(*arguments, ctypes.byref(queue), None)
     if status != 0:
         raise OclError(f"CLBlast {name} failed with status {status} on ocl:{dev.index} ({dev.info.name})")

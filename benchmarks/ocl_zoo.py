@@ -1,0 +1,233 @@
+"""Issue 17's GPU must-show: the seven zoo networks at full size on `ocl` (NVIDIA's OpenCL on the device machine)
+against CUDA fp32 with TF32 off, in one process, with the CPU fallback count and the wall time of every case.
+
+    python benchmarks/ocl_zoo.py OUT                                  # GPU machine, NVIDIA ICD registered
+    python benchmarks/ocl_zoo.py OUT --models resnet18 --batch 2 --image-size 64 --seq-len 16   # CPU smoke (PoCL)
+
+Method, per network (the zoo's builders, default sizes: 224 px images, 512-token sequences; batch 64):
+- weights from seed 0 and one synthetic batch from seed 1, built on the CPU, copied to each device. Dropout
+  is set to 0 on both sides, because CUDA and ocl draw their masks from different generators.
+- the reference in a child process (torch has one accelerator per process; docs/ocl.md): CUDA fp32
+  (`allow_tf32 = False` for matmul and cuDNN, float32_matmul_precision "highest", cudnn.benchmark on), then
+  CUDA fp64 as the exact reference (the CPU where there is no CUDA); then ocl fp32 in this process.
+- infer: eval mode, no_grad, logits of the batch; one call to warm up, then INFER_REPEATS timed calls.
+- train: train mode, TRAIN_STEPS steps of the zoo's optimizer (SGD lr 0.01 momentum 0.9 for the CNNs, AdamW
+  lr 1e-4 weight decay 0.01 for the transformers) and loss; every step's loss.
+- Compared: relative RMS of ocl's and CUDA fp32's logits against CUDA fp64, and each step's loss. Passing
+  needs zero fallbacks, ocl's logits within 10x CUDA fp32's error against fp64 (or 1e-4), and each loss within
+  1e-3 relative of CUDA fp32's.
+- Times: wall time of each case (build excluded), the first call (kernel builds on ocl), and the median of
+  the later calls, each ended by a device sync (torch.cuda.synchronize / fade.ocl.synchronize). This is a
+  correctness run with wall times, not the speed comparison (issue 19).
+
+Writes OUT/cases.jsonl, one line per case and side as it finishes (so a crash keeps what ran), and
+OUT/summary.json. Exit 0 when every case passed, 1 otherwise, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from fade.files import atomic_write_text
+from fade.measure.zoo import ZOO
+from fade.measure.zoo.workload import ADAMW_LR, ADAMW_WEIGHT_DECAY, SGD_LR, SGD_MOMENTUM, import_function
+
+INFER_REPEATS = 3
+TRAIN_STEPS = 3
+LOGIT_FLOOR = 1e-4
+LOSS_REL_TOL = 1e-3
+
+
+def build(name: str, batch: int, image_size: int, seq_len: int):
+    entry = ZOO[name]
+    torch.manual_seed(0)
+    model = import_function(entry.builder)()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "dropout", None), float):  # the zoo attention's SDPA dropout_p
+            module.dropout = 0.0
+    generator = torch.Generator().manual_seed(1)
+    if entry.kind == "image":
+        x = torch.randn(batch, 3, image_size, image_size, generator=generator)
+        target = torch.randint(0, entry.classes, (batch,), generator=generator)
+    else:
+        x = torch.randint(0, model.config.vocab_size, (batch, seq_len), generator=generator)
+        target = torch.roll(x, -1, 1) if name.startswith("gpt2") else \
+            torch.randint(0, entry.classes, (batch,), generator=generator)
+    return entry, {k: v.clone() for k, v in model.state_dict().items()}, model, x, target
+
+
+def loss_of(name, out, target):
+    if name.startswith("gpt2"):
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+    return F.cross_entropy(out, target)
+
+
+def run_side(name, device, dtype, sync, parts):
+    entry, state, model, x, target = parts
+    model.load_state_dict(state)
+    model = model.to(device, dtype)
+    x = x.to(device)
+    x = x.to(dtype) if x.is_floating_point() else x
+    target = target.to(device)
+    result = {"model": name, "device": device, "dtype": str(dtype).replace("torch.", "")}
+    start = time.perf_counter()
+    model.eval()
+    times = []
+    with torch.no_grad():
+        for _ in range(1 + INFER_REPEATS):
+            t0 = time.perf_counter()
+            logits = model(x)
+            sync()
+            times.append(time.perf_counter() - t0)
+    result["infer"] = {"first_s": times[0], "median_s": statistics.median(times[1:]), "wall_s": time.perf_counter() - start}
+    result["logits"] = logits.float().cpu() if name != "gpt2-small" else logits[:, -8:].float().cpu()
+    model.train()
+    optimizer = (torch.optim.AdamW(model.parameters(), lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
+                 if entry.optimizer == "adamw" else torch.optim.SGD(model.parameters(), lr=SGD_LR, momentum=SGD_MOMENTUM))
+    losses, times, start = [], [], time.perf_counter()
+    for _ in range(TRAIN_STEPS):
+        t0 = time.perf_counter()
+        optimizer.zero_grad()
+        loss = loss_of(name, model(x), target)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        sync()
+        times.append(time.perf_counter() - t0)
+    result["train"] = {"first_s": times[0], "median_s": statistics.median(times[1:]) if len(times) > 1 else times[0],
+                       "wall_s": time.perf_counter() - start, "losses": losses}
+    del model, optimizer
+    return result
+
+
+def reference_side(args, names, record) -> int:
+    """The reference in its own process: CUDA fp32 (TF32 off) and fp64 there, else the CPU. torch has one
+    accelerator per process: once ocl is registered, at::getAccelerator() is PrivateUse1 and a CUDA backward
+    trips the autograd engine's stream assert (docs/ocl.md)."""
+    reference = {}
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+        torch.set_float32_matmul_precision("highest")
+    for name in names:
+        parts = build(name, args.batch, args.image_size, args.seq_len)
+        for dtype in (torch.float32, torch.float64):
+            try:
+                side = run_side(name, "cuda" if cuda else "cpu", dtype,
+                                torch.cuda.synchronize if cuda else (lambda: None), parts)
+            except Exception as error:  # noqa: BLE001 - e.g. fp64 out of memory: the case goes on without it
+                side = {"model": name, "dtype": str(dtype).replace("torch.", ""),
+                        "error": f"{type(error).__name__}: {error}"[:300]}
+            record(side)
+            if "error" not in side:
+                reference[(name, side["dtype"])] = side
+            if cuda:
+                torch.cuda.empty_cache()
+    torch.save(reference, args.out / "reference.pt")
+    return 0
+
+
+def rel_rms(a, b) -> float:
+    return float((a.double() - b.double()).norm() / (b.double().norm() or 1.0))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--models", default=",".join(ZOO))
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--reference-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    names = [n for n in args.models.split(",") if n]
+    unknown = [n for n in names if n not in ZOO]
+    if unknown:
+        print(f"ocl_zoo: unknown model(s) {unknown}; the zoo has {list(ZOO)}", file=sys.stderr)
+        return 2
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        if not args.reference_only:
+            (args.out / "cases.jsonl").write_text("")
+    except OSError as error:
+        print(f"ocl_zoo: cannot write to {args.out}: {error}", file=sys.stderr)
+        return 2
+    log = (args.out / "cases.jsonl").open("a")
+
+    def record(side: dict) -> None:
+        log.write(json.dumps({k: v for k, v in side.items() if k != "logits"}) + "\n")
+        log.flush()
+
+    if args.reference_only:
+        return reference_side(args, names, record)
+    import fade.ocl as ocl
+
+    ocl.register()  # before any backward in this process: the autograd engine sizes its queues once
+    command = [sys.executable, __file__, str(args.out), "--reference-only", "--models", ",".join(names),
+               "--batch", str(args.batch), "--image-size", str(args.image_size), "--seq-len", str(args.seq_len)]
+    if subprocess.run(command).returncode != 0:
+        print("ocl_zoo: the reference process failed", file=sys.stderr)
+        return 1
+    reference = torch.load(args.out / "reference.pt")
+    parts = {n: build(n, args.batch, args.image_size, args.seq_len) for n in names}
+    cases, all_passed = [], True
+    for name in names:
+        ocl.reset_fallback_counts()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                side = run_side(name, "ocl:0", torch.float32, ocl.synchronize, parts[name])
+            except Exception as error:  # noqa: BLE001 - one case failing must not lose the others
+                side = {"model": name, "device": "ocl:0", "error": f"{type(error).__name__}: {error}"[:500]}
+        side["fallbacks"] = dict(ocl.fallback_counts())
+        ocl.empty_cache()
+        record(side)
+        fp32 = reference.get((name, "float32"))
+        fp64 = reference.get((name, "float64"), fp32)  # no fp64 reference (out of memory): fp32's own is 0
+        if fp32 is None:
+            side.setdefault("error", "no reference run")
+        case = {"model": name, "batch": args.batch, "fallbacks": side["fallbacks"], "error": side.get("error")}
+        if "error" not in side:
+            ocl_err, ref_err = rel_rms(side["logits"], fp64["logits"]), rel_rms(fp32["logits"], fp64["logits"])
+            loss_diffs = [abs(a - b) / abs(b) for a, b in zip(side["train"]["losses"], fp32["train"]["losses"])]
+            case.update(logits_vs_fp64={"ocl": ocl_err, "reference_fp32": ref_err},
+                        fp64_reference=fp64 is not fp32,
+                        losses={"ocl": side["train"]["losses"], "reference_fp32": fp32["train"]["losses"],
+                                "reference_fp64": fp64["train"]["losses"], "max_rel_diff": max(loss_diffs)},
+                        wall_s={"ocl_infer": side["infer"]["wall_s"], "ocl_train": side["train"]["wall_s"],
+                                "ref_infer": fp32["infer"]["wall_s"], "ref_train": fp32["train"]["wall_s"]},
+                        step_s={"ocl_infer": side["infer"]["median_s"], "ocl_train": side["train"]["median_s"],
+                                "ref_infer": fp32["infer"]["median_s"], "ref_train": fp32["train"]["median_s"]},
+                        passed=not side["fallbacks"] and ocl_err <= max(10 * ref_err, LOGIT_FLOOR)
+                        and max(loss_diffs) <= LOSS_REL_TOL)
+        else:
+            case["passed"] = False
+        all_passed &= case["passed"]
+        cases.append(case)
+        print(json.dumps(case), flush=True)
+    summary = {"reference": "cuda" if torch.cuda.is_available() else "cpu",
+               "reference_device": "cuda" if torch.cuda.is_available() else "cpu",
+               "ocl_device": ocl.devices()[0].as_dict(), "torch": torch.__version__,
+               "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+               "batch": args.batch, "image_size": args.image_size, "seq_len": args.seq_len, "cases": cases,
+               "passed": all_passed}
+    atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1, default=str))
+    return 0 if all_passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
