@@ -250,10 +250,11 @@ class Guard(contextlib.ContextDecorator):
         _active_guards.add(self)
         hooks.thread_state().entered.append(self)
         hooks.install_warning_capture()
+        hooks.install_fallback_listener(self.device_type)
         hooks.patch_explicit_syncs(self.device_type)
         hooks.install_step_hook()
         entry.hooked = [hooks.remove_step_hook, lambda: hooks.unpatch_explicit_syncs(self.device_type),
-                        hooks.remove_warning_capture]
+                        lambda: hooks.remove_fallback_listener(self.device_type), hooks.remove_warning_capture]
         if first and self._accelerator_in_use:
             # A GPU region from the start (memory held, or an earlier entry used the device): arm the sync debug
             # mode now, after the warning capture is in place, since no op will be the "first use".

@@ -105,6 +105,7 @@ from fade.measure.step.runner import (
     apply_config,
     checked_step_count,
     fp32_reference,
+    inference_context,
 )
 from fade.measure.suites.models.variants import parse_variant, skip_reason
 from fade.measure.timing import Timing, measure
@@ -503,7 +504,7 @@ def _plain_step(runner: StepRunner):
             optimizer.step()
 
     def infer_step():
-        with torch.inference_mode(), runner.autocast():
+        with inference_context(runner.device), runner.autocast():
             module(*workload.inputs)
 
     step = train_step if runner.training else infer_step
