@@ -4,7 +4,8 @@ Each hook is installed when the first guard becomes active and removed when the 
 event is routed only to the guards of the thread it happened on (see `guards_here`). Warnings are the
 channel for two things a dispatch mode cannot see: an out-of-tree backend running an op on the CPU (MPS,
 DirectML and similar say "... will fall back to run on the CPU") and syncs inside C++ kernels reported by
-`torch.cuda.set_sync_debug_mode("warn")`.
+`torch.cuda.set_sync_debug_mode("warn")`. A backend that counts every fallback itself (fade.ocl, which warns
+only at an op's first) reports them through a listener instead (install_fallback_listener).
 """
 
 from __future__ import annotations

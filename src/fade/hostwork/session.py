@@ -118,7 +118,9 @@ def _device_type(device) -> str | None:
     try:
         device_type = torch.device(device).type
     except (RuntimeError, TypeError) as exc:
-        raise FadeUsageError(f"fade.guard: device {device!r} is not a torch device ({exc})") from None
+        hint = "; call fade.ocl.register() first" if str(device).split(":", 1)[0] == "ocl" else ""
+        raise FadeUsageError(f"fade.guard: device {device!r} is not a torch device ({str(exc).splitlines()[0]})"
+                             f"{hint}") from None
     if device_type == "cpu":
         raise FadeUsageError("fade.guard: device='cpu' is the host; give the accelerator's device type "
                              "(cuda, xpu, mps, ...) or leave device=None")

@@ -61,18 +61,15 @@ def ocl_truth_and_peaks(index: int) -> tuple:
 
 def peaks_for_ocl(name: str) -> tuple:
     """(peaks dict or None, a note saying where they come from or why there are none)."""
-    from fade.analyze.specs import find_gpu
+    from fade.analyze.specs import peaks_for
 
-    gpu = find_gpu(name)
-    if gpu is None:
+    found = peaks_for(name)  # by name only: a table row, or None (no arch given, so nothing is computed)
+    if found is None:
         return None, f"no spec-table row matches the OpenCL device name {name!r}: no peaks"
-    tflops = {dtype: float(value) for dtype, value in gpu.peak_tflops.items() if dtype in OCL_PEAK_DTYPES and value}
-    source = gpu.sources["peak_tflops"]
-    if gpu.memory_bandwidth_gbs is not None:
-        source += f" | bandwidth: {gpu.sources['memory_bandwidth_gbs']}"
-    peaks = {"tflops": tflops, "bandwidth_gbs": gpu.memory_bandwidth_gbs, "basis": "table", "source": source}
-    return peaks, (f"table row {gpu.name!r} matched by name; fp32 and bandwidth only (OpenCL C has no "
-                   "tensor-core path, and the table's fp64/fp16 figures are tensor rates)")
+    tflops = {dtype: float(value) for dtype, value in found.tflops.items() if dtype in OCL_PEAK_DTYPES and value}
+    peaks = {"tflops": tflops, "bandwidth_gbs": found.bandwidth_gbs, "basis": found.basis, "source": found.source}
+    return peaks, (f"{found.explanation} matched by name; fp32 and bandwidth only (OpenCL C has no tensor-core "
+                   "path, and the table's fp64/fp16 figures are tensor rates)")
 
 
 def ocl_dtypes(index: int) -> dict:
