@@ -1,10 +1,13 @@
 """fade.ocl as a FADE measuring device on a GPU machine: the verbs of issue 17's "It plugs into FADE", each run
 through the CLI as a user runs it, beside the vendor path (CUDA/ROCm) where torch has one.
 
-    python benchmarks/ocl_plug.py OUT                                  # GPU machine, every part (about 25 min)
-    python benchmarks/ocl_plug.py OUT --parts micro,watch              # some parts (each part < 10 min)
-    python benchmarks/ocl_plug.py OUT --parts models --models resnet18,resnet50
+    python benchmarks/ocl_plug.py OUT                                  # GPU machine, every part
+    python benchmarks/ocl_plug.py OUT --parts doctor,micro,watch       # some parts; OUT accumulates
+    python benchmarks/ocl_plug.py OUT --parts models --models alexnet,resnet18,mobilenet_v2
     python benchmarks/ocl_plug.py /tmp/plug --quick                     # CPU path on PoCL: small sizes
+
+Where one command may run 10 minutes, give each call a few parts (ops and ops_vendor apart, the models part a
+few networks at a time): parts write their own files, and summary.json merges what OUT holds.
 
 Parts (each a `python -m fade ...` child process; its console output goes to OUT/<part>.txt):
 - doctor: `fade doctor --json` (the OpenCL platforms and devices, what is missing).
@@ -14,7 +17,8 @@ Parts (each a `python -m fade ...` child process; its console output goes to OUT
           default) into a separate file. Each record carries extra.ocl_fallbacks.
 - models: `fade bench models --device ocl --variants fp32` for the zoo at batch 64 (train and infer), then the
           vendor device with the same flags. % of vendor = ocl samples/s / vendor samples/s.
-- ops:    `fade ops --device ocl`, `fade ops --device <vendor>`, and `fade ops compare` (the gap table).
+- ops:    `fade ops --device ocl`; ops_vendor: `fade ops --device <vendor>` (the CPU without one); each runs
+          `fade ops compare` (the gap table) once both files exist.
 - watch:  `fade watch --device ocl` on a tiny script that falls back once per call (cumsum) and syncs.
 
 Writes into OUT: <part>.jsonl / .json result files of the verbs, <part>.txt console logs, and summary.json:
@@ -37,10 +41,11 @@ from pathlib import Path
 from fade import __version__
 from fade.files import atomic_write_text
 
-PARTS = ("doctor", "micro", "models", "ops", "watch")
+PARTS = ("doctor", "micro", "models", "ops", "ops_vendor", "watch")
 MICRO_ONLY = "gemm/fp32,memory/copy,launch,conv/fp32/nchw/fwd,transfer"
 QUICK_MICRO_ONLY = "gemm/fp32/1024x1024x1024,memory/copy,launch,conv/fp32/nchw/fwd/layer4.1.conv2,transfer"
 QUICK_MODELS = "resnet18"
+QUICK_OPS = ["--only", "add,cumsum,sum,matmul,nn.functional.conv2d", "--no-curated"]
 OPS_TIMEOUT_S = 60  # per op x dtype, fade ops' own default
 WATCH_SCRIPT = """import torch
 x = torch.randn(256, 256).to("ocl")
@@ -60,7 +65,7 @@ def vendor_device() -> str | None:
 
 def run_fade(out: Path, name: str, args: list, commands: list) -> int:
     started = time.monotonic()
-    with open(out / f"{name}.txt", "w", encoding="utf-8") as log:
+    with open(out / f"{name}.txt", "a", encoding="utf-8") as log:  # a later call's run of a part adds to it
         done = subprocess.run([sys.executable, "-m", "fade", *args], stdout=log, stderr=subprocess.STDOUT,
                               env=dict(os.environ, COLUMNS="160"))
     commands.append({"name": name, "command": ["fade", *args], "exit_code": done.returncode,
@@ -130,19 +135,17 @@ def models_part(out: Path, vendor: str | None, quick: bool, models: str | None, 
     return {"cases": rows}
 
 
-def ops_part(out: Path, vendor: str | None, commands: list) -> dict:
-    timeout = ["--timeout", str(OPS_TIMEOUT_S)]
-    run_fade(out, "ops_ocl", ["ops", "--device", "ocl", *timeout, "--quiet", "-o", str(out / "ops_ocl.jsonl"),
-                              "--json", str(out / "ops_ocl.json")], commands)
-    reference = vendor or "cpu"
-    run_fade(out, "ops_reference", ["ops", "--device", reference, *timeout, "--quiet", "-o",
-                                    str(out / "ops_reference.jsonl"), "--json", str(out / "ops_reference.json")],
-             commands)
-    run_fade(out, "ops_gap", ["ops", "compare", str(out / "ops_ocl.jsonl"), str(out / "ops_reference.jsonl"),
-                              "--json", str(out / "ops_gap.json")], commands)
-    summary = json.loads((out / "ops_ocl.json").read_text()) if (out / "ops_ocl.json").is_file() else {}
-    return {"reference_device": reference, "wall_s": summary.get("wall_s"),
-            "classes": (summary.get("summary") or {}).get("classes"),
+def ops_part(out: Path, vendor: str | None, side: str, quick: bool, commands: list) -> dict:
+    """side "ocl" or "vendor": one sweep, then the gap table once both sweeps are in OUT."""
+    device, name = ("ocl", "ops_ocl") if side == "ocl" else (vendor or "cpu", "ops_reference")
+    run_fade(out, name, ["ops", "--device", device, *(QUICK_OPS if quick else []), "--timeout", str(OPS_TIMEOUT_S),
+                         "--quiet", "-o",
+                         str(out / f"{name}.jsonl"), "--json", str(out / f"{name}.json")], commands)
+    if (out / "ops_ocl.jsonl").is_file() and (out / "ops_reference.jsonl").is_file():
+        run_fade(out, "ops_gap", ["ops", "compare", str(out / "ops_ocl.jsonl"), str(out / "ops_reference.jsonl"),
+                                  "--json", str(out / "ops_gap.json")], commands)
+    summary = json.loads((out / f"{name}.json").read_text()) if (out / f"{name}.json").is_file() else {}
+    return {"device": device, "wall_s": summary.get("wall_s"), "classes": (summary.get("summary") or {}).get("classes"),
             "coverage": (summary.get("summary") or {}).get("coverage")}
 
 
@@ -172,14 +175,19 @@ def main(argv=None) -> int:
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "summary.json", "{}\n")  # writable before minutes of work, not after
-    except OSError as error:
-        print(f"ocl_plug: cannot write {out}: {error.strerror or error}", file=sys.stderr)
+        earlier = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+        atomic_write_text(out / "summary.json", json.dumps(earlier) + "\n")  # writable before minutes of work
+    except (OSError, json.JSONDecodeError) as error:
+        print(f"ocl_plug: cannot write {out}/summary.json: {getattr(error, 'strerror', None) or error}", file=sys.stderr)
         return 2
     vendor = vendor_device()
     commands: list = []
     summary = {"fade_version": __version__, "vendor_device": vendor, "quick": args.quick, "parts": {},
                "commands": commands}
+    if earlier:  # an earlier call's parts stay; this call's parts replace theirs
+        summary["parts"] = {**earlier.get("parts", {})}
+        commands[:0] = earlier.get("commands", [])
+    first_new = len(commands)
     for part in parts:
         if part == "doctor":
             run_fade(out, "doctor", ["doctor", "--json", str(out / "doctor.json")], commands)
@@ -189,13 +197,14 @@ def main(argv=None) -> int:
             summary["parts"]["micro"] = micro_part(out, vendor, args.quick, commands)
         elif part == "models":
             summary["parts"]["models"] = models_part(out, vendor, args.quick, args.models, args.batch, commands)
-        elif part == "ops":
-            summary["parts"]["ops"] = ops_part(out, vendor, commands)
+        elif part in ("ops", "ops_vendor"):
+            summary["parts"][part] = ops_part(out, vendor, "ocl" if part == "ops" else "vendor", args.quick, commands)
         elif part == "watch":
             summary["parts"]["watch"] = watch_part(out, commands)
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")  # after each part
-    failed = [command for command in commands if command["exit_code"] != 0]
-    for command in commands:
+    this_call = commands[first_new:]
+    failed = [command for command in this_call if command["exit_code"] != 0]
+    for command in this_call:
         print(f"{command['exit_code']:>3}  {command['wall_s']:>7.1f} s  {' '.join(command['command'])}")
     return 1 if failed else 0
 
