@@ -178,7 +178,8 @@ def main(argv=None) -> int:
         earlier = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
         atomic_write_text(out / "summary.json", json.dumps(earlier) + "\n")  # writable before minutes of work
     except (OSError, json.JSONDecodeError) as error:
-        print(f"ocl_plug: cannot write {out}/summary.json: {getattr(error, 'strerror', None) or error}", file=sys.stderr)
+        reason = getattr(error, "strerror", None) or error
+        print(f"ocl_plug: cannot write {out}/summary.json: {reason}", file=sys.stderr)
         return 2
     vendor = vendor_device()
     commands: list = []

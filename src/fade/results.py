@@ -370,7 +370,8 @@ def fallback_note(extra: dict) -> Optional[str]:
     if not isinstance(fallbacks, dict):
         return None
     ops = list((fallbacks.get("ops") or {}).items())
-    named = ", ".join(f"{op} {count}" for op, count in ops[:FALLBACK_OPS_SHOWN]) + (", ..." if len(ops) > FALLBACK_OPS_SHOWN else "")
+    named = ", ".join(f"{op} {count}" for op, count in ops[:FALLBACK_OPS_SHOWN])
+    named += ", ..." if len(ops) > FALLBACK_OPS_SHOWN else ""
     return f"ocl fallbacks: {fallbacks.get('total', 0)}" + (f" ({named})" if named else "")
 
 

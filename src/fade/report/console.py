@@ -85,7 +85,8 @@ def render_opencl(section: dict, console: Console) -> None:
     for platform in section.get("platforms") or []:
         for device in platform.get("devices") or []:
             clock = f"{device['clock_mhz']} MHz" if device.get("clock_mhz") else "?"
-            flags = ["yes" if device.get(key) else "no" if device.get(key) is False else "?" for key in ("fp16", "fp64")]
+            flags = ["yes" if device.get(key) else "no" if device.get(key) is False else "?"
+                     for key in ("fp16", "fp64")]
             table.add_row(escape(platform.get("name") or "?"),
                           escape(device.get("name") or "?") + (f"\n[fade.dim]{escape(device['vendor'])}[/]"
                                                                if device.get("vendor") else ""),

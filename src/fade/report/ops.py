@@ -201,7 +201,8 @@ def render_gap(gap: dict, console) -> None:
                           _us(pair["a_median_s"]), _us(pair["b_median_s"]))
         console.print(table)
     console.print(Text(
-        "classes: ok | slow (ran, far slower than it should) | fallback (ran right, through the backend's CPU fallback) | mismatch (differs from the CPU beyond the OpInfo tolerance) | "
+        "classes: ok | slow (ran, far slower than it should) | fallback (ran right, through the backend's CPU "
+        "fallback) | mismatch (differs from the CPU beyond the OpInfo tolerance) | "
         "unsupported (not implemented here) | error | crash | hang. Times: median host time of one call plus a device "
         "synchronize, on the largest sample that matched.",
         style="fade.dim",

@@ -79,7 +79,8 @@ def coverage_summary(rows: list) -> dict:
         for aten_op, count in (row.get("fallback_ops") or {}).items():
             op_dtypes[aten_op] += 1
             calls[aten_op] += count
-    top = [[aten_op, n, calls[aten_op]] for aten_op, n in sorted(op_dtypes.items(), key=lambda item: (-item[1], item[0]))]
+    ranked = sorted(op_dtypes.items(), key=lambda item: (-item[1], item[0]))
+    top = [[aten_op, n, calls[aten_op]] for aten_op, n in ranked]
     return {"per_dtype": dict(sorted(per_dtype.items())), "fallback_aten_ops": len(op_dtypes),
             "top_fallback_ops": top[:TOP_FALLBACK_OPS]}
 

@@ -4,9 +4,10 @@ dtype-claim findings. torch-free, so the worker that measures and the parent tha
 Classes, most severe first (CLASSES): a worker that died is `crash`, one that stopped answering is `hang`
 (both decided by the parent from the runner's "crashed"/"timeout" status); otherwise the worst sample
 decides: `error` > `mismatch` > `unsupported` > `fallback` > `ok`, and an `ok` that is far slower than it
-should be is `slow`. `fallback` (fade.ocl) means it ran and matched, but through the backend's CPU fallback, not
-a device kernel (the record's extra.fallback_ops names the ATen ops that fell back). `untested` means the OpInfo made no sample input for this dtype, or only samples that are not
-really in it (empty tensors, or inputs of another dtype), so the dtype was not tested.
+should be is `slow`. `fallback` (fade.ocl) means it ran and matched, but through the backend's CPU fallback,
+not a device kernel (the record's extra.fallback_ops names the ATen ops that fell back). `untested` means the
+OpInfo made no sample input for this dtype, or only samples that are not really in it (empty tensors, or
+inputs of another dtype), so the dtype was not tested.
 """
 
 from __future__ import annotations

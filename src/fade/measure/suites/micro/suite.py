@@ -164,7 +164,7 @@ PLANS = {
         gemm_squares=(1024, 2048, 4096, 8192), gemm_shapes=TRANSFORMER_SHAPES, gemm_dtypes=GEMM_DTYPES,
         stream_array_bytes=(1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB),
         transfer_bytes=(1 * MiB, 16 * MiB, 256 * MiB),
-        conv_layers=tuple(RESNET50_LAYERS), conv_dtypes=("fp32",), conv_batch=64,
+        conv_layers=tuple(RESNET50_LAYERS), conv_dtypes=("fp32",), conv_batch=128,  # the GPU plan's: same case ids
         sdpa_shape=OCL_SDPA_SHAPE, sdpa_backends=("default", "math"), sdpa_dtypes=("fp32",), sdpa_causal=(False, True),
         norm_shapes=((4096, 4096), (16384, 8192)), norm_dtypes=("fp32",),
         cpu_vs_gpu_sizes=(256, 1024, 2048),

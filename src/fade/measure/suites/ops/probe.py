@@ -148,7 +148,8 @@ def run_op(
             if state.get("broken"):
                 extra["device_broken"] = True  # a sticky device error: the rest cannot run in this process
                 break
-            if outcome["class"] in ("ok", "fallback") and (timed is None or _timing_rank(outcome) > _timing_rank(timed[0])):
+            ran_right = outcome["class"] in ("ok", "fallback")
+            if ran_right and (timed is None or _timing_rank(outcome) > _timing_rank(timed[0])):
                 timed = (outcome, state)
             counted += outcome["class"] != "ok" or bool(outcome.get("exercised"))
             if counted >= samples:
