@@ -372,7 +372,9 @@ def fallback_note(extra: dict) -> Optional[str]:
     ops = list((fallbacks.get("ops") or {}).items())
     named = ", ".join(f"{op} {count}" for op, count in ops[:FALLBACK_OPS_SHOWN])
     named += ", ..." if len(ops) > FALLBACK_OPS_SHOWN else ""
-    return f"ocl fallbacks: {fallbacks.get('total', 0)}" + (f" ({named})" if named else "")
+    note = f"ocl fallbacks: {fallbacks.get('total', 0)}" + (f" ({named})" if named else "")
+    timed = extra.get("ocl_fallbacks_timed")  # the model bench's timed steps alone
+    return note + (f", {timed.get('total', 0)} in the timed steps" if isinstance(timed, dict) else "")
 
 
 class OutputFull(OSError):

@@ -122,6 +122,8 @@ def test_bench_models_on_ocl_counts_fallbacks_and_skips_variants(tmp_path):
     records = {record["case_id"]: record for record in map(json.loads, out.read_text().splitlines())}
     cumsum = records["models/plug_workloads:cumsum_net/train/fp32/b2"]
     assert cumsum["status"] == "ok" and cumsum["extra"]["ocl_fallbacks"]["ops"]["aten::cumsum.out"] > 0
+    timed = cumsum["extra"]["ocl_fallbacks_timed"]  # every timed step falls back once: at least one per sample
+    assert 0 < timed["ops"]["aten::cumsum.out"] <= cumsum["extra"]["ocl_fallbacks"]["ops"]["aten::cumsum.out"]
     assert records["models/plug_workloads:mlp/train/fp32/b2"]["status"] == "ok"
     assert "tf32" in records["models/plug_workloads:mlp/train/tf32/b2"]["error"]
     assert "torch.compile has no backend for fade.ocl" in records["models/plug_workloads:mlp/train/compile/b2"]["error"]

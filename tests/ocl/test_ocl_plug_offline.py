@@ -90,6 +90,8 @@ def test_summary_note_names_the_ops_that_fell_back():
     assert fallback_note(extra) == "ocl fallbacks: 9 (aten::a 5, aten::b 2, aten::c 1, ...)"
     assert fallback_note({"ocl_fallbacks": {"total": 0, "ops": {}}}) == "ocl fallbacks: 0"
     assert fallback_note({}) is None  # other devices: no note
+    timed = {"ocl_fallbacks": {"total": 2, "ops": {"aten::cat.out": 2}}, "ocl_fallbacks_timed": {"total": 0, "ops": {}}}
+    assert fallback_note(timed) == "ocl fallbacks: 2 (aten::cat.out 2), 0 in the timed steps"
 
 
 def test_fallback_class_works_but_loses_to_a_mismatch_and_is_not_a_finding():

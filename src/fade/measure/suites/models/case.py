@@ -94,6 +94,7 @@ from typing import Callable, Optional
 
 from fade.measure.case import CaseResult, CaseSkipped
 from fade.measure import timing as engine
+from fade.measure import ocldevice
 from fade.measure.step.conditions import flags_in_effect, gc_frozen
 from fade.measure.step.config import StepConfig, pinned, reference_config
 from fade.measure.step.finite import InvalidRun
@@ -190,8 +191,11 @@ def model_case(
         runner.tracker.reset()
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
+        on_ocl = ocldevice.is_ocl(device)
+        fallbacks_before = ocldevice.fallback_counts() if on_ocl else None
         timing, segments, plain, gc_facts = time_step(runner, workload.samples, device, ctx.timing,
                                                       validate=validate, quick=ctx.quick)
+        timed_fallbacks = ocldevice.fallback_delta(fallbacks_before, ocldevice.fallback_counts()) if on_ocl else None
         loss_check_facts["finite_checked_steps"] = runner.tracker.check()
         memory = _memory(device)
         # inference outputs the finiteness check held at once (their concatenation briefly doubles it)
@@ -222,6 +226,8 @@ def model_case(
         "timing_segments": segments,
         "gc": gc_facts,
     }
+    if timed_fallbacks is not None:  # the timed steps alone (the record's ocl_fallbacks is the whole case)
+        extra["ocl_fallbacks_timed"] = timed_fallbacks
     if plain is not None:
         plain["fade_vs_plain_pct"] = 100.0 * (samples_per_s - plain["samples_per_s"]) / plain["samples_per_s"]
         extra["plain_loop"] = plain
