@@ -15,8 +15,9 @@ Parts (each a `python -m fade ...` child process; its console output goes to OUT
           launch cases: launch/eager is the dispatch cost per small op, back to back; launch/sync adds a
           clFinish per op), then the same cases on the vendor device (CUDA fp32 GEMM with TF32 off: torch's
           default) into a separate file. Each record carries extra.ocl_fallbacks.
-- models: `fade bench models --device ocl --variants fp32` for the zoo at batch 64 (train and infer), then the
-          vendor device with the same flags. % of vendor = ocl samples/s / vendor samples/s.
+- models: `fade bench models --device ocl --variants fp32 --resume` for the zoo at batch 64 (train and infer),
+          then the vendor device with the same flags. % of vendor = ocl samples/s / vendor samples/s. With
+          --resume, the same call again after a cut-off run measures only the cases still missing.
 - ops:    `fade ops --device ocl`; ops_vendor: `fade ops --device <vendor>` (the CPU without one); each runs
           `fade ops compare` (the gap table) once both files exist.
 - watch:  `fade watch --device ocl` on a tiny script that falls back once per call (cumsum) and syncs.
@@ -107,7 +108,7 @@ def micro_part(out: Path, vendor: str | None, quick: bool, commands: list) -> di
 
 def models_part(out: Path, vendor: str | None, quick: bool, models: str | None, batch: int | None,
                 commands: list) -> dict:
-    flags = ["--variants", "fp32"]
+    flags = ["--variants", "fp32", "--resume"]  # a call cut short (a 10-minute limit) continues where it stopped
     if quick:
         flags += ["--quick", "--models", models or QUICK_MODELS]
     elif models:
