@@ -43,6 +43,7 @@ class DoctorResult:
     elapsed_s: float
     exit_status: int
     live: bool = True  # False when a saved snapshot was diagnosed
+    opencl: Optional[dict] = None  # the snapshot's OpenCL section (platforms, devices, ICDs, CLBlast) or None
 
     def to_dict(self) -> dict:
         """The JSON of `fade doctor --json`: `schema_version` and `fade_version` first."""
@@ -57,6 +58,7 @@ class DoctorResult:
             "probe": self.probe,
             "collection_errors": self.collection_errors,
             "elapsed_s": self.elapsed_s,
+            "opencl": self.opencl,
         }
 
 
@@ -111,6 +113,7 @@ def doctor(
         elapsed_s=round(time.perf_counter() - started, 3),
         exit_status=exit_code(report),
         live=snapshot is None,
+        opencl=report.get("opencl"),
     )
 
 

@@ -330,6 +330,9 @@ def summarize(records: Iterable[dict]) -> list:
         note = record.get("error")
         if note is None and extra.get("backend_ran"):
             note = f"ran {extra['backend_ran']}"
+        fallbacks = fallback_note(extra)
+        if fallbacks:
+            note = fallbacks if note is None else f"{note}; {fallbacks}"
         if note is None and telemetry.get("throttled"):
             note = "throttled: " + ", ".join(map(str, telemetry.get("throttle_reasons") or []))
         if telemetry.get("contended"):
@@ -355,6 +358,23 @@ def summarize(records: Iterable[dict]) -> list:
             }
         )
     return rows
+
+
+FALLBACK_OPS_SHOWN = 3  # ops named in a row's fallback note; the record's extra.ocl_fallbacks has them all
+
+
+def fallback_note(extra: dict) -> Optional[str]:
+    """"ocl fallbacks: 23 (aten::cat.out 3, ...)" for a case on fade.ocl (extra.ocl_fallbacks: ops that ran on
+    the CPU for lack of an OpenCL kernel), "ocl fallbacks: 0" when none did; None for other devices."""
+    fallbacks = extra.get("ocl_fallbacks")
+    if not isinstance(fallbacks, dict):
+        return None
+    ops = list((fallbacks.get("ops") or {}).items())
+    named = ", ".join(f"{op} {count}" for op, count in ops[:FALLBACK_OPS_SHOWN])
+    named += ", ..." if len(ops) > FALLBACK_OPS_SHOWN else ""
+    note = f"ocl fallbacks: {fallbacks.get('total', 0)}" + (f" ({named})" if named else "")
+    timed = extra.get("ocl_fallbacks_timed")  # the model bench's timed steps alone
+    return note + (f", {timed.get('total', 0)} in the timed steps" if isinstance(timed, dict) else "")
 
 
 class OutputFull(OSError):

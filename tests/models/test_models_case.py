@@ -280,7 +280,8 @@ def _fake_runner(step, module):
 
     workload = types.SimpleNamespace(inputs=())
     return types.SimpleNamespace(step=step, module=module, workload=workload, optimizer=None, scaler=None,
-                                 training=False, autocast=contextlib.nullcontext, sdpa_backend=None)  # fmt: skip
+                                 training=False, autocast=contextlib.nullcontext, sdpa_backend=None,
+                                 device="cpu")  # fmt: skip
 
 
 SHORT_TIMING = {"budget_s": 0.3, "min_run_s": 0.06, "warmup_s": 0.01, "min_block_s": 0.004, "max_settle_s": 0.0}

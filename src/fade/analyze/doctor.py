@@ -61,7 +61,8 @@ def with_percent_of_peak(measurements: dict | None, truths) -> dict | None:
 
 
 def diagnose(snapshot: dict, measurements: dict | None = None, rules_path=RULES_FILE) -> dict:
-    """The doctor's report: {devices, findings, measurements, snapshot_source, stack}."""
+    """The doctor's report: {devices, findings, measurements, snapshot_source, stack, ..., opencl (the snapshot's
+    optional OpenCL section with `missing`, what keeps fade.ocl from a full set-up; None when not collected)}."""
     truths = device_truths(snapshot)
     measurements = with_percent_of_peak(measurements, truths)
     truths, findings = evaluate(snapshot, measurements, rules_path, truths)
@@ -76,6 +77,8 @@ def diagnose(snapshot: dict, measurements: dict | None = None, rules_path=RULES_
         "snapshot_source": snapshot.get("source"),
         "probe": snapshot.get("probe") or {"torch": "live"},
         "collection_errors": snapshot.get("errors") or {},
+        "opencl": None if snapshot.get("opencl") is None else {**snapshot["opencl"],
+                                                               "missing": facts_mod.opencl_missing(snapshot["opencl"])},
     }
 
 

@@ -151,6 +151,26 @@ def opencl_facts(opencl: dict | None) -> dict:
     }
 
 
+def opencl_missing(section: dict) -> list[str]:
+    """What keeps fade.ocl from a full OpenCL set-up here, one short phrase each (rules OCL001-004 explain them)."""
+    missing = []
+    if not section.get("icd_files"):
+        missing.append("no ICD registered in /etc/OpenCL/vendors")
+    if section.get("loader") is False:
+        missing.append("no OpenCL loader (libOpenCL.so: ocl-icd-libopencl1)")
+    if section.get("pyopencl") is False:
+        missing.append("pyopencl not installed (pip install 'fade[ocl]')")
+    if section.get("clblast") is False:
+        missing.append("CLBlast not installed (libclblast1): no GEMM on ocl")
+    devices = [device for platform in section.get("platforms") or [] for device in platform.get("devices") or []]
+    if not devices:
+        missing.append("no OpenCL platform or device" + (f" ({section['error']})" if section.get("error") else ""))
+    without_fp16 = [device.get("name") or "?" for device in devices if device.get("fp16") is False]
+    if without_fp16:
+        missing.append(f"no cl_khr_fp16 on {', '.join(without_fp16)}: float32 only there")
+    return missing
+
+
 def _miopen_db_fs(env: dict, mounts: dict) -> dict:
     if not mounts:
         return {"miopen_db_fstype": None, "miopen_db_network_fs": None, "miopen_db_path": None}

@@ -46,7 +46,8 @@ def split_list(text: str | None) -> list:
     return [part.strip() for part in (text or "").split(",") if part.strip()]
 
 
-def add_device_flag(parser, help: str = "torch device (default: cuda:0 if available, else cpu)", metavar=None) -> None:
+def add_device_flag(parser, help: str = "torch device: cuda:N, xpu, mps, cpu, ocl:N (fade.ocl) (default: cuda:0 if "
+                                        "available, else cpu)", metavar=None) -> None:
     parser.add_argument("--device", help=help, metavar=metavar)
 
 

@@ -27,7 +27,7 @@ def add_verbs(verbs) -> None:
         description="Run every OpInfo op × dtype on DEVICE and on the CPU and classify each: ok, mismatch, "
         "unsupported, error, crash, hang or slow. `fade ops compare A.jsonl B.jsonl` prints the gap table.",
     )
-    add_device_flag(ops, help="torch device: cuda, cuda:1, cpu (default: the first GPU, else cpu)", metavar="D")
+    add_device_flag(ops, help="torch device: cuda, cuda:1, cpu, ocl:N (default: the first GPU, else cpu)", metavar="D")
     ops.add_argument(
         "--dtypes",
         nargs="+",

@@ -29,7 +29,8 @@ def add_verbs(verbs) -> None:
                       help="inspect one training step in N (steps end at optimizer.step()); low overhead")
     watch.add_argument("--device", metavar="TYPE",
                        help="the accelerator's device type: cuda (NVIDIA and ROCm), xpu, mps, ...; default: "
-                            "torch's current accelerator. 'standin' is FADE's host-backed test device")
+                            "torch's current accelerator. 'ocl' is fade.ocl's OpenCL device (registered before the "
+                            "script runs); 'standin' is FADE's host-backed test device")
     watch.add_argument("--json", metavar="FILE", help="also write the report as JSON")  # a file only: stdout is the script's
     watch.add_argument("--quiet", action="store_true", help="no warning per new offence, only the summary")
     watch.add_argument("command", nargs=argparse.REMAINDER, help=f"-- python SCRIPT ARGS (e.g. {WATCH_EXAMPLE})")
@@ -52,6 +53,10 @@ def cmd_watch(args) -> int:
         from fade.hostwork import standin
 
         standin.register()
+    if args.device is not None and args.device.split(":", 1)[0] == "ocl":
+        from fade.measure.ocldevice import resolve_ocl
+
+        resolve_ocl(args.device)  # names PrivateUse1 "ocl" (fade.ocl.register) before the script runs
     mode = "strict" if args.strict else "sampled" if args.sampled else "warn"
     options = {"sample_every": args.sampled} if args.sampled else {}
     if args.quiet:

@@ -4,7 +4,8 @@ Each hook is installed when the first guard becomes active and removed when the 
 event is routed only to the guards of the thread it happened on (see `guards_here`). Warnings are the
 channel for two things a dispatch mode cannot see: an out-of-tree backend running an op on the CPU (MPS,
 DirectML and similar say "... will fall back to run on the CPU") and syncs inside C++ kernels reported by
-`torch.cuda.set_sync_debug_mode("warn")`.
+`torch.cuda.set_sync_debug_mode("warn")`. A backend that counts every fallback itself (fade.ocl, which warns
+only at an op's first) reports them through a listener instead (install_fallback_listener).
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ _sync_debug_before = None
 
 
 def _classify_warning(text: str) -> str | None:
+    if text.startswith(LISTENED_WARNING_PREFIXES):
+        return None  # that backend tells guards of every fallback through its listener (install_fallback_listener)
     if FALLBACK_WARNING.search(text):
         return "backend_fallback"
     if SYNC_DEBUG_WARNING.search(text):
@@ -85,20 +88,64 @@ def _showwarning(message, category, filename, lineno, file=None, line=None):
     if kind == "sync_debug" and thread_state().in_explicit_sync:
         return
     if kind in ("backend_fallback", "sync_debug"):
-        state = thread_state()
-        if state.handling:
-            for entry in state.handling:
-                entry[1].append((kind, text))
-            return
-        guards = guards_here()
-        if guards:
-            for guard in guards:
-                guard._on_warning(kind, text)
+        if _route(kind, text):
             return
         if kind == "sync_debug" and _sync_debug_armed:
             return  # a sync on a thread no guard watches, reported only because we armed the debug mode
     original = _original_showwarning or warnings._showwarning_orig
     original(message, category, filename, lineno, file, line)
+
+
+def _route(kind: str, text: str) -> bool:
+    """Hand an event to the guards of this thread: to the op being dispatched, else to the guards themselves.
+    False when no guard is listening here."""
+    state = thread_state()
+    if state.handling:
+        for entry in state.handling:
+            entry[1].append((kind, text))
+        return True
+    guards = guards_here()
+    for guard in guards:
+        guard._on_warning(kind, text)
+    return bool(guards)
+
+
+# ---- backends that report their CPU fallbacks through a listener --------------------------------------------
+
+# device type -> the module whose add_fallback_listener/remove_fallback_listener report every CPU fallback by
+# op name. fade.ocl warns only at an op's first fallback, so guards count its fallbacks through the listener.
+FALLBACK_LISTENER_MODULES = {"ocl": "fade.ocl.backend"}
+LISTENED_WARNING_PREFIXES = ("fade.ocl:",)  # those backends' own warnings, which the listener already covers
+_listener_users: dict = {}
+
+
+def _on_listened_fallback(op_name: str) -> None:
+    _route("backend_fallback", f"'{op_name}' ran on the CPU: the backend has no kernel for it")
+
+
+def install_fallback_listener(device_type: str | None) -> None:
+    """Subscribe guards to `device_type`'s fallback listener (FALLBACK_LISTENER_MODULES), once per process."""
+    module_name = FALLBACK_LISTENER_MODULES.get(device_type or "")
+    if module_name is None:
+        return
+    import importlib
+
+    with _lock:
+        _listener_users[module_name] = _listener_users.get(module_name, 0) + 1
+        if _listener_users[module_name] == 1:
+            importlib.import_module(module_name).add_fallback_listener(_on_listened_fallback)
+
+
+def remove_fallback_listener(device_type: str | None) -> None:
+    module_name = FALLBACK_LISTENER_MODULES.get(device_type or "")
+    if module_name is None or not _listener_users.get(module_name):
+        return
+    import importlib
+
+    with _lock:
+        _listener_users[module_name] -= 1
+        if _listener_users[module_name] == 0:
+            importlib.import_module(module_name).remove_fallback_listener(_on_listened_fallback)
 
 
 def install_warning_capture() -> None:

@@ -19,7 +19,8 @@ KINDS = {
     "sync": "the host waited for the accelerator: .item(), a data-dependent shape, an explicit synchronize, "
             "or a wait CUDA's sync debug mode reported inside a kernel",
     "device_mix": "an op mixed accelerator tensors with non-scalar CPU tensors",
-    "backend_fallback": "the backend ran an op on the CPU because it has no kernel for it (it said so in a warning)",
+    "backend_fallback": "the backend ran an op on the CPU because it has no kernel for it (it said so in a warning, or "
+                        "through its fallback listener: fade.ocl)",
 }
 COPY_DIRECTIONS = ("h2d", "d2h", "d2d")
 

@@ -118,7 +118,9 @@ def _device_type(device) -> str | None:
     try:
         device_type = torch.device(device).type
     except (RuntimeError, TypeError) as exc:
-        raise FadeUsageError(f"fade.guard: device {device!r} is not a torch device ({exc})") from None
+        hint = "; call fade.ocl.register() first" if str(device).split(":", 1)[0] == "ocl" else ""
+        raise FadeUsageError(f"fade.guard: device {device!r} is not a torch device ({str(exc).splitlines()[0]})"
+                             f"{hint}") from None
     if device_type == "cpu":
         raise FadeUsageError("fade.guard: device='cpu' is the host; give the accelerator's device type "
                              "(cuda, xpu, mps, ...) or leave device=None")
@@ -250,10 +252,11 @@ class Guard(contextlib.ContextDecorator):
         _active_guards.add(self)
         hooks.thread_state().entered.append(self)
         hooks.install_warning_capture()
+        hooks.install_fallback_listener(self.device_type)
         hooks.patch_explicit_syncs(self.device_type)
         hooks.install_step_hook()
         entry.hooked = [hooks.remove_step_hook, lambda: hooks.unpatch_explicit_syncs(self.device_type),
-                        hooks.remove_warning_capture]
+                        lambda: hooks.remove_fallback_listener(self.device_type), hooks.remove_warning_capture]
         if first and self._accelerator_in_use:
             # A GPU region from the start (memory held, or an earlier entry used the device): arm the sync debug
             # mode now, after the warning capture is in place, since no op will be the "first use".

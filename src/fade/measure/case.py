@@ -21,6 +21,9 @@ TORCH_DTYPE_NAMES = {
 }
 GEMM_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 RANDOM_SEED = 0  # fixed so two runs time the same data
+# Devices without a generator of their own (fade.ocl's random ops run on the CPU generator): random data is
+# drawn on the CPU and copied there, so it equals the CPU's for the same seed.
+HOST_GENERATOR_DEVICES = ("ocl",)
 
 
 @dataclass(frozen=True)
@@ -81,14 +84,23 @@ def torch_dtype(name: str):
     return getattr(torch, TORCH_DTYPE_NAMES[name])
 
 
+def uses_host_generator(device: str) -> bool:
+    """Whether `device` draws random numbers with the CPU generator (HOST_GENERATOR_DEVICES)."""
+    return device.split(":", 1)[0] in HOST_GENERATOR_DEVICES
+
+
 def random_tensor(shape, dtype_name: str, device: str, *, seed: int = RANDOM_SEED):
     """Normal random data made on the device itself, never zeros: some kernels and the power draw depend
     on the values. fp8 is drawn in fp32 and cast."""
     import torch
 
-    generator = torch.Generator(device=device).manual_seed(seed)
     storage = "float32" if dtype_name in ("fp8", "tf32") else TORCH_DTYPE_NAMES[dtype_name]
-    values = torch.randn(tuple(shape), generator=generator, dtype=getattr(torch, storage), device=device)
+    if uses_host_generator(device):  # drawn on the CPU, then copied (not timed)
+        generator = torch.Generator().manual_seed(seed)
+        values = torch.randn(tuple(shape), generator=generator, dtype=getattr(torch, storage)).to(device)
+    else:
+        generator = torch.Generator(device=device).manual_seed(seed)
+        values = torch.randn(tuple(shape), generator=generator, dtype=getattr(torch, storage), device=device)
     return values if storage == TORCH_DTYPE_NAMES[dtype_name] else values.to(torch_dtype(dtype_name))
 
 

@@ -21,6 +21,7 @@ from typing import Optional
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext, CaseSkipped, torch_dtype
 from fade.measure.fingerprint import stack_fingerprint
+from fade.measure import ocldevice
 from fade.results import make_record, now_iso
 from fade.measure.telemetry import ContentionMonitor, TelemetrySampler, TelemetrySource, open_telemetry, with_contention
 
@@ -68,7 +69,10 @@ def open_session(device_request: Optional[str]) -> Session:
 
 
 def resolve_device(request: Optional[str]) -> str:
-    """"cuda" -> "cuda:0"; None -> the first available accelerator, else "cpu". FadeUsageError if unusable."""
+    """"cuda" -> "cuda:0"; None -> the first available accelerator, else "cpu". FadeUsageError if unusable.
+    "ocl" / "ocl:N" registers fade.ocl in this process (ocldevice.resolve_ocl)."""
+    if ocldevice.is_ocl(request):
+        return ocldevice.resolve_ocl(request)
     import torch
 
     if request is None or request == "":
@@ -80,7 +84,7 @@ def resolve_device(request: Optional[str]) -> str:
     try:
         device = torch.device(request)
     except (RuntimeError, ValueError) as error:
-        known = "cpu, cuda, cuda:N, xpu, mps"
+        known = "cpu, cuda, cuda:N, xpu, mps, ocl, ocl:N"
         raise FadeUsageError(f"unknown device {request!r} ({str(error).splitlines()[0]}); use one of {known}") from None
     if device.type == "cpu":
         return "cpu"
@@ -114,6 +118,8 @@ def device_truth_and_peaks(device: str):
     if device_type == "cpu":
         return _cpu_info(), None
     index = int(index_text or 0)
+    if device_type == ocldevice.DEVICE_TYPE:
+        return ocldevice.ocl_truth_and_peaks(index)
     info: dict = {}
     peaks = None
     try:
@@ -205,6 +211,8 @@ def supported_dtypes(device: str, peaks: Optional[dict]) -> dict:
             "tf32": "tf32 is a GPU tensor-core mode; the cpu has none",
             "fp8": "fp8 GEMM needs GPU fp8 tensor cores; the cpu has none (torch._scaled_mm there is a reference path)",
         }
+    if device_type == ocldevice.DEVICE_TYPE:
+        return ocldevice.ocl_dtypes(int(device.split(":")[1]))
     support = {"fp32": None}
     for name in ("fp16", "bf16"):
         support[name] = _probe(lambda: _tiny_matmul(torch, device, torch_dtype(name)), name, device)
@@ -278,12 +286,17 @@ def execute_case(case: Case, ctx: CaseContext, session: Session) -> dict:
     caught_warnings: list = []
     sampler = TelemetrySampler(session.telemetry)
     contention = ContentionMonitor(processes=session.telemetry.processes)
+    on_ocl = ocldevice.is_ocl(session.device)
+    fallbacks_before = ocldevice.fallback_counts() if on_ocl else None
     try:
         function = getattr(importlib.import_module(case.module), case.function)
         with warnings.catch_warnings(record=True) as caught_warnings, sampler, contention:
             warnings.simplefilter("always")
             case_ctx = dataclasses.replace(ctx, timing={**ctx.timing, **case.timing}) if case.timing else ctx
             result = function(case_ctx, **case.params)
+        if on_ocl and result is not None:  # ops that ran on the CPU for lack of an OpenCL kernel, this case's
+            fallbacks = ocldevice.fallback_delta(fallbacks_before, ocldevice.fallback_counts())
+            result = dataclasses.replace(result, extra={**result.extra, "ocl_fallbacks": fallbacks})
     except CaseSkipped as skipped:
         status, error = "skipped", str(skipped).splitlines()[0] if str(skipped) else "skipped"
         error_detail = str(skipped) if "\n" in str(skipped) else None
@@ -333,6 +346,8 @@ def _release_memory(device: str, *, collect_cycles: bool) -> bool:
     """
     if collect_cycles:
         gc.collect()
+    if ocldevice.is_ocl(device):
+        return ocldevice.synchronize_and_empty_cache()
     if device.startswith("cuda"):
         try:
             import torch

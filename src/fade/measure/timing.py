@@ -424,6 +424,8 @@ def _stopwatch_for(device: str, clock: Callable[[], float]):
 
     if device_type == "cuda":  # ROCm builds expose HIP as torch.cuda as well
         return _EventStopwatch(device)
+    # xpu, mps, ocl (torch.ocl is fade.ocl's device module, there once the session registered it): the host
+    # clock around each block, with the module's synchronize (clFinish on every queue for ocl)
     module = getattr(torch, device_type, None)
     synchronize = getattr(module, "synchronize", None)
     if synchronize is None:

@@ -13,12 +13,14 @@ from fade.ocl.runtime import DeviceInfo, OclError, OutOfMemoryError
 
 __all__ = ["register", "is_registered", "devices", "device_count", "fallback_counts", "reset_fallback_counts",
            "synchronize", "empty_cache", "manual_seed", "memory_allocated", "DeviceInfo", "OclError",
-           "OutOfMemoryError"]
+           "OutOfMemoryError", "add_fallback_listener", "remove_fallback_listener"]
 
 register = backend.register
 is_registered = backend.is_registered
 fallback_counts = backend.fallback_counts
 reset_fallback_counts = backend.reset_fallback_counts
+add_fallback_listener = backend.add_fallback_listener
+remove_fallback_listener = backend.remove_fallback_listener
 
 
 def devices() -> list[DeviceInfo]:

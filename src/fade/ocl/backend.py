@@ -88,6 +88,19 @@ def reset_fallback_counts() -> None:
         _fallbacks.clear()
 
 
+_fallback_listeners: list = []  # called with the op name at every CPU fallback (fade.guard files them)
+
+
+def add_fallback_listener(listener) -> None:
+    """Call `listener(op_name)` at every CPU fallback, on the thread that ran the op."""
+    _fallback_listeners.append(listener)
+
+
+def remove_fallback_listener(listener) -> None:
+    if listener in _fallback_listeners:
+        _fallback_listeners.remove(listener)
+
+
 # memory
 def _reclaim() -> None:
     for block in _table.sweep():
@@ -1588,6 +1601,8 @@ def _cpu_fallback(op, args, kwargs):
     with _lock:
         first = name not in _fallbacks
         _fallbacks[name] += 1
+    for listener in list(_fallback_listeners):
+        listener(name)
     if first:
         warnings.warn(f"fade.ocl: the operator '{name}' has no OpenCL kernel and runs on the CPU (copy in, run, "
                       "copy out); fade.ocl.fallback_counts() counts them", UserWarning, stacklevel=3)

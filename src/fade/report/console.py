@@ -77,6 +77,31 @@ def device_table(devices: list[dict]) -> Table:
     return table
 
 
+def render_opencl(section: dict, console: Console) -> None:
+    """The doctor report's OpenCL platforms and devices, and what is missing (analyze.facts.opencl_missing)."""
+    table = Table(title="OpenCL (fade.ocl)", title_justify="left", expand=False)
+    for column in ("platform", "device", "kind", "version", "CUs", "clock", "memory", "fp16", "fp64"):
+        table.add_column(column, overflow="fold")
+    for platform in section.get("platforms") or []:
+        for device in platform.get("devices") or []:
+            clock = f"{device['clock_mhz']} MHz" if device.get("clock_mhz") else "?"
+            flags = ["yes" if device.get(key) else "no" if device.get(key) is False else "?"
+                     for key in ("fp16", "fp64")]
+            table.add_row(escape(platform.get("name") or "?"),
+                          escape(device.get("name") or "?") + (f"\n[fade.dim]{escape(device['vendor'])}[/]"
+                                                               if device.get("vendor") else ""),
+                          device.get("kind") or "?", escape(device.get("opencl_version") or "?"),
+                          str(device.get("compute_units") or "?"), clock, _gib(device.get("global_memory_bytes")),
+                          *flags)
+    if table.row_count:
+        console.print(table)
+    missing = section.get("missing") or []
+    if missing:
+        console.print(Text("OpenCL missing: " + "; ".join(missing), style="fade.warn"))
+    else:
+        console.print(Text("OpenCL: ICD, loader, pyopencl and CLBlast present", style="fade.dim"))
+
+
 def _finding_panel(finding: dict) -> Panel:
     severity = finding["severity"]
     where = f" [fade.dim](device {finding['device']})[/]" if finding.get("device") is not None else ""
@@ -146,6 +171,8 @@ def render_doctor(report: dict, console: Console) -> None:
                                    style="fade.dim"))
     else:
         console.print("No GPU found (PCI, kernel driver and torch all agree).")
+    if report.get("opencl") is not None:
+        render_opencl(report["opencl"], console)
     table = measurement_table(report.get("measurements"))
     if table is not None:
         console.print(table)

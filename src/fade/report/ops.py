@@ -19,6 +19,7 @@ from fade.report.progress import ProgressBar
 CLASS_STYLES = {
     "ok": "fade.ok",
     "slow": "fade.warn",
+    "fallback": "fade.warn",
     "mismatch": "fade.fail",
     "unsupported": "fade.dim",
     "error": "fade.fail",
@@ -109,8 +110,27 @@ def render_sweep(sweep, console) -> None:
         console.print(table)
         if len(findings) > GAP_ROWS_SHOWN:
             console.print(Text(f"... {len(findings) - GAP_ROWS_SHOWN} more in --json", style="fade.dim"))
+    coverage = summary.get("coverage") or {}
+    if coverage.get("fallback_aten_ops"):
+        console.print(coverage_table(coverage))
     if sweep.run.problems:
         console.print(Text(f"{len(sweep.run.problems)} unreadable line(s) in {sweep.run.out}: {sweep.run.problems[0]}", style="fade.warn"))
+
+
+def coverage_table(coverage: dict) -> Table:
+    """Per dtype: native / fallback / mismatch / failed / untested op x dtypes, and the top fallback ATen ops."""
+    table = Table(title="Coverage per dtype (fallback: ran through the backend's CPU fallback)", title_justify="left",
+                  show_edge=False)
+    columns = ("native", "fallback", "mismatch", "failed", "untested")
+    table.add_column("dtype")
+    for column in columns:
+        table.add_column(column, justify="right")
+    for dtype, counts in coverage["per_dtype"].items():
+        table.add_row(dtype, *(str(counts[column]) for column in columns))
+    top = ", ".join(f"{escape(op)} ({n})" for op, n, _calls in coverage["top_fallback_ops"])
+    table.caption = f"{coverage['fallback_aten_ops']} ATen ops fell back; most op x dtypes: {top}"
+    table.caption_justify = "left"
+    return table
 
 
 def family_table(families: dict, title: str = "Per family") -> Table:
@@ -181,7 +201,8 @@ def render_gap(gap: dict, console) -> None:
                           _us(pair["a_median_s"]), _us(pair["b_median_s"]))
         console.print(table)
     console.print(Text(
-        "classes: ok | slow (ran, far slower than it should) | mismatch (differs from the CPU beyond the OpInfo tolerance) | "
+        "classes: ok | slow (ran, far slower than it should) | fallback (ran right, through the backend's CPU "
+        "fallback) | mismatch (differs from the CPU beyond the OpInfo tolerance) | "
         "unsupported (not implemented here) | error | crash | hang. Times: median host time of one call plus a device "
         "synchronize, on the largest sample that matched.",
         style="fade.dim",

@@ -14,7 +14,7 @@ from fade.analyze.ops.curated import CURATED
 
 OP_ROWS = frozenset(row.name for row in CURATED if row.ops)  # curated rows that name ops (not a dtype)
 from fade.analyze.ops.families import FAMILIES
-from fade.analyze.ops.outcome import CLASSES, FAILS, RUNS, WORKS
+from fade.analyze.ops.outcome import CLASSES, FAILS, NATIVE, RUNS, WORKS
 from fade.analyze.ops.rows import load_ops_file
 
 # A speed ratio is listed when one side takes >= GAP_SPEED_RATIO times the other's time on the same sample
@@ -22,11 +22,12 @@ from fade.analyze.ops.rows import load_ops_file
 # launch- and sync-bound (5-20 us on any GPU), and a GPU losing to a CPU by 10 us is no gap.
 GAP_SPEED_RATIO = 5.0
 GAP_MIN_SLOWER_S = 200e-6
+TOP_FALLBACK_OPS = 15  # ATen ops listed in a sweep's coverage (those that fell back in the most op x dtypes)
 
 
 def family_summary(rows: list) -> dict:
     """family -> {"tried", "ok", "pct_ok", "classes": {class: n}}; plus "all". `tried` leaves out
-    `untested` (no sample input was made); `ok` counts ok and slow (it ran and matched)."""
+    `untested` (no sample input was made); `ok` counts ok, slow and fallback (it ran and matched)."""
     summary = {}
     for family in FAMILIES + ("all",):
         selected = [row for row in rows if family == "all" or row["family"] == family]
@@ -55,9 +56,33 @@ def sweep_summary(rows: list) -> dict:
         "families": family_summary(rows),
         "claims": dict(claims),
         "claim_findings": [_brief(row) for row in rows if row["claim_finding"]],
-        "findings": [_brief(row) for row in rows if row["class"] not in ("ok", "unsupported", "untested")],
+        "findings": [_brief(row) for row in rows if row["class"] not in ("ok", "unsupported", "untested", "fallback")],
         "curated": curated_summary(rows),
+        "coverage": coverage_summary(rows),
     }
+
+
+def coverage_summary(rows: list) -> dict:
+    """Per dtype, how many op x dtypes ran natively (ok, slow), through the backend's CPU fallback (fade.ocl),
+    mismatched, failed (error, unsupported, crash, hang) or were untested; and the ATen ops that fell back in
+    the most op x dtypes (`top_fallback_ops`: [op, op x dtypes, calls]), TOP_FALLBACK_OPS of them."""
+    per_dtype: dict = {}
+    for row in rows:
+        counts = per_dtype.setdefault(row["dtype"], {"native": 0, "fallback": 0, "mismatch": 0, "failed": 0,
+                                                     "untested": 0})
+        name = row["class"]
+        key = "native" if name in NATIVE else name if name in ("fallback", "mismatch", "untested") else "failed"
+        counts[key] += 1
+    op_dtypes: Counter = Counter()
+    calls: Counter = Counter()
+    for row in rows:
+        for aten_op, count in (row.get("fallback_ops") or {}).items():
+            op_dtypes[aten_op] += 1
+            calls[aten_op] += count
+    ranked = sorted(op_dtypes.items(), key=lambda item: (-item[1], item[0]))
+    top = [[aten_op, n, calls[aten_op]] for aten_op, n in ranked]
+    return {"per_dtype": dict(sorted(per_dtype.items())), "fallback_aten_ops": len(op_dtypes),
+            "top_fallback_ops": top[:TOP_FALLBACK_OPS]}
 
 
 def curated_summary(rows: list) -> list:

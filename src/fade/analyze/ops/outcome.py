@@ -3,9 +3,11 @@ dtype-claim findings. torch-free, so the worker that measures and the parent tha
 
 Classes, most severe first (CLASSES): a worker that died is `crash`, one that stopped answering is `hang`
 (both decided by the parent from the runner's "crashed"/"timeout" status); otherwise the worst sample
-decides: `error` > `mismatch` > `unsupported` > `ok`, and an `ok` that is far slower than it should be is
-`slow`. `untested` means the OpInfo made no sample input for this dtype, or only samples that are not
-really in it (empty tensors, or inputs of another dtype), so the dtype was not tested.
+decides: `error` > `mismatch` > `unsupported` > `fallback` > `ok`, and an `ok` that is far slower than it
+should be is `slow`. `fallback` (fade.ocl) means it ran and matched, but through the backend's CPU fallback,
+not a device kernel (the record's extra.fallback_ops names the ATen ops that fell back). `untested` means the
+OpInfo made no sample input for this dtype, or only samples that are not really in it (empty tensors, or
+inputs of another dtype), so the dtype was not tested.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import fnmatch
 import re
 from typing import Iterable, Optional
 
-CLASSES = ("crash", "hang", "error", "mismatch", "unsupported", "slow", "ok", "untested")
-WORKS = frozenset({"ok", "slow"})  # ran and matched the CPU (or was not comparable)
+CLASSES = ("crash", "hang", "error", "mismatch", "unsupported", "slow", "fallback", "ok", "untested")
+WORKS = frozenset({"ok", "slow", "fallback"})  # ran and matched the CPU (or was not comparable)
+NATIVE = frozenset({"ok", "slow"})  # ran and matched on the device's own kernels
 FAILS = frozenset({"crash", "hang", "error", "unsupported"})  # did not run to a result
 RUNS = WORKS | {"mismatch"}  # ran to a result, right or wrong: the support side of a gap
-SAMPLE_PRECEDENCE = ("error", "mismatch", "unsupported", "ok")  # the worst sample class wins
+SAMPLE_PRECEDENCE = ("error", "mismatch", "unsupported", "fallback", "ok")  # the worst sample class wins
 
 # runner.py statuses of a record whose worker did not return a result -> the op's class.
 CLASS_OF_RUNNER_STATUS = {"crashed": "crash", "timeout": "hang", "oom": "error", "error": "error"}
@@ -26,13 +29,14 @@ CLASS_OF_RUNNER_STATUS = {"crashed": "crash", "timeout": "hang", "oom": "error",
 # An exception is `unsupported` (the op or dtype is not implemented here) rather than `error` when it is
 # a NotImplementedError or its message says so. Messages from ATen's dispatcher and dtype switch
 # ("not implemented for 'BFloat16'"), SDPA ("No available kernel"), cuFFT/hipFFT and the CUDA/HIP
-# runtime ("no kernel image is available": the wheel lacks this GPU arch).
+# runtime ("no kernel image is available": the wheel lacks this GPU arch), fade.ocl ("lacks the OpenCL
+# extension cl_khr_fp16": a float16 tensor on a device without it).
 UNSUPPORTED_TYPES = frozenset({"NotImplementedError"})
 UNSUPPORTED_MESSAGE = re.compile(
     r"not implemented for|Could not run '[^']+' with arguments from the|not (?:yet )?supported|"
     r"is unsupported|unsupported (?:dtype|type|scalar|device|layout)|does not support|doesn't support|"
     r"only supports|only supported (?:on|for|with)|No available kernel|No viable backend|not compiled with|was not compiled for|no kernel image is available|"
-    r"hipErrorNoBinaryForGpu|not available for|no implementation for",
+    r"hipErrorNoBinaryForGpu|not available for|no implementation for|lacks the OpenCL extension",
     re.IGNORECASE,
 )
 OUT_OF_MEMORY_MESSAGE = re.compile(r"out of memory", re.IGNORECASE)

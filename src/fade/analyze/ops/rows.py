@@ -44,7 +44,7 @@ def mismatch_reason(ratio: Optional[float], structural_notes: list) -> Optional[
 def ops_row(record: dict) -> dict:
     """The flat row of one ops record. Keys: op, dtype, family, class, claimed, claim_finding, curated,
     message, note, max_tolerance_ratio, mismatch_reason, device_median_s, cpu_median_s, timed_input_bytes, timed_sample,
-    slow_reason, known_mismatch, torch_device."""
+    slow_reason, known_mismatch, fallback_ops (ATen op -> calls through fade.ocl's CPU fallback), torch_device."""
     extra = record.get("extra") or {}
     op_id, dtype = split_case_id(record.get("case_id", ""))
     op_id = extra.get("op") or op_id
@@ -86,6 +86,7 @@ def ops_row(record: dict) -> dict:
         "timed_input_bytes": timing.get("input_bytes"),
         "timed_sample": timing.get("sample"),
         "slow_reason": extra.get("slow_reason"),
+        "fallback_ops": extra.get("fallback_ops") or {},
         "torch_device": record.get("torch_device"),
     }
 

@@ -49,6 +49,10 @@ LOSS_CHECK_STEPS = 5  # steps before the loss is compared; enough for momentum t
 LOSS_CHECK_STEPS_QUICK = 2
 ROUNDING_PERTURBATION = 2.0**-8  # relative weight noise: the unit roundoff of bfloat16
 TIMED_LEARNING_RATE = 0.0  # see "Timing": same work per step, no divergence on a fixed batch
+# Devices whose inference steps run under torch.no_grad instead of torch.inference_mode: fade.ocl's Python
+# backend cannot make views of inference tensors ("Cannot set version_counter for inference tensor", measured
+# on a convolution's weight.view). Recorded per case as in_effect["grad_mode"].
+NO_INFERENCE_MODE_DEVICES = ("ocl",)
 SDPA_BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 
 
@@ -164,7 +168,7 @@ class StepRunner:
 
         workload = self.workload
         if not self.training:
-            with torch.inference_mode(), self.autocast():
+            with inference_context(self.device), self.autocast():
                 output = self.module(*workload.inputs)
             if self.tracker is not None:
                 self.tracker.add_output(output)
@@ -204,7 +208,7 @@ class StepRunner:
             else:
                 result = self.step()
             if not self.training:
-                with torch.inference_mode():
+                with inference_context(self.device):
                     result = self.workload.loss(result.float() if torch.is_tensor(result) else result)
             losses.append(result.detach())
             applied.append(self.scaler is None or self.scaler.get_scale() >= scale_before)  # a skipped step halves the scale
@@ -241,7 +245,30 @@ class StepRunner:
             "input_memory_format": memory_format,
             "compiled": type(self.module).__name__ == "OptimizedModule",
             "training": self.training,
+            "grad_mode": None if self.training else inference_grad_mode(self.device),
         }
+
+
+def inference_grad_mode(device: str) -> str:
+    """"inference_mode", or "no_grad" on NO_INFERENCE_MODE_DEVICES."""
+    return "no_grad" if device.split(":", 1)[0] in NO_INFERENCE_MODE_DEVICES else "inference_mode"
+
+
+def inference_context(device: str):
+    """The grad mode an inference step runs under on `device` (inference_grad_mode)."""
+    import torch
+
+    return torch.no_grad() if inference_grad_mode(device) == "no_grad" else torch.inference_mode()
+
+
+def copy_state(module) -> dict:
+    """A copy of `module.state_dict()` made with tensor clones on the tensors' own device, for load_state_dict
+    later. copy.deepcopy would clone storages through torch.UntypedStorage(n, device=...), which needs a C++
+    allocator a Python backend (fade.ocl) lacks: it crashes there."""
+    import torch
+
+    return {name: value.detach().clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+            for name, value in module.state_dict().items()}
 
 
 def perturb(model, relative: float, *, seed: int = STEP_SEED) -> None:
@@ -263,7 +290,7 @@ def fp32_reference(workload, training: bool, device: str, steps: int, *, count_f
     weights are back at their starting values after. Non-finite losses are returned, not raised."""
     rounding = training if rounding is None else rounding
     model = workload.model
-    initial = copy.deepcopy(model.state_dict())
+    initial = copy_state(model)
     rounded = None
     fp32_config = reference_config()
     with pinned(fp32_config):

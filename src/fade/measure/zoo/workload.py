@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from fade.errors import FadeUsageError
+from fade.measure.case import uses_host_generator
 from fade.measure.zoo import ZOO, ZooModel
 
 SGD_LR = 0.01  # torchvision's recipe for AlexNet and VGG (ResNet uses 0.1 with warm-up; 0.01 is stable from random init on any of the five)
@@ -64,22 +65,27 @@ def zoo_workload(entry: ZooModel, batch: int, size: int, device: str) -> Workloa
     import torch.nn.functional as F
 
     function = import_function(entry.builder)
-    with torch.device(device):  # parameters are created and initialised on the device itself
+    # Parameters and data are created and initialised on the device itself; a device whose random ops run on
+    # the CPU generator (fade.ocl) gets them made on the CPU and copied: the same values, and no CPU fallback
+    # counted against the case for initialising them.
+    build_device = "cpu" if uses_host_generator(device) else device
+    with torch.device(build_device):
         model = function()
-    generator = torch.Generator(device=device).manual_seed(DATA_SEED)
+    model.to(device)
+    generator = torch.Generator(device=build_device).manual_seed(DATA_SEED)
     if entry.kind == "image":
-        inputs = (torch.randn(batch, 3, size, size, generator=generator, device=device),)
-        target = torch.randint(0, entry.classes, (batch,), generator=generator, device=device)
+        inputs = (torch.randn(batch, 3, size, size, generator=generator, device=build_device).to(device),)
+        target = torch.randint(0, entry.classes, (batch,), generator=generator, device=build_device).to(device)
         loss_fn = F.cross_entropy
     else:
         vocab = model.config.vocab_size
-        tokens = torch.randint(0, vocab, (batch, size), generator=generator, device=device)
+        tokens = torch.randint(0, vocab, (batch, size), generator=generator, device=build_device).to(device)
         inputs = (tokens,)
         if entry.name.startswith("gpt2"):
             target = torch.roll(tokens, shifts=-1, dims=1)  # next token (the last position wraps around)
             loss_fn = _next_token_loss
         else:
-            target = torch.randint(0, entry.classes, (batch,), generator=generator, device=device)
+            target = torch.randint(0, entry.classes, (batch,), generator=generator, device=build_device).to(device)
             loss_fn = F.cross_entropy
     if entry.optimizer == "adamw":
         make_optimizer, optimizer_text = _adamw, f"AdamW lr {ADAMW_LR} weight decay {ADAMW_WEIGHT_DECAY}"

@@ -31,7 +31,7 @@ def sdpa(ctx, *, batch: int, heads: int, seq: int, head_dim: int, dtype: str, ba
     v = random_tensor(shape, dtype, ctx.device, seed=2)
     call = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
     if backend == "default":
-        ran = _dispatch_choice(q, k, v, causal)
+        ran = _dispatch_choice(q, k, v, causal, ctx.device)
         timing = measure(call, device=ctx.device, **ctx.timing)
     else:
         member = getattr(SDPBackend, BACKEND_NAMES[backend])
@@ -52,9 +52,14 @@ def sdpa(ctx, *, batch: int, heads: int, seq: int, head_dim: int, dtype: str, ba
                          {"backend_requested": backend, "backend_ran": ran})  # fmt: skip
 
 
-def _dispatch_choice(q, k, v, causal: bool) -> str:
+def _dispatch_choice(q, k, v, causal: bool, device: str) -> str:
     import torch
     from torch.nn.attention import SDPBackend
+
+    if device.split(":", 1)[0] == "ocl":
+        # torch composes attention from matmul and softmax on a PrivateUse1 device; asking _fused_sdp_choice
+        # there would run it through fade.ocl's CPU fallback and answer for the CPU (FLASH_ATTENTION)
+        return "MATH"
 
     try:
         return SDPBackend(torch._fused_sdp_choice(q, k, v, None, 0.0, causal)).name

@@ -8,7 +8,7 @@ launch effects, which is what the bandwidth-vs-size curve is for.
 
 from __future__ import annotations
 
-from fade.measure.case import CaseResult, bandwidth_result, random_tensor, synchronize
+from fade.measure.case import CaseResult, CaseSkipped, bandwidth_result, random_tensor, synchronize
 from fade.measure.timing import measure
 
 STREAM_ARRAYS_TOUCHED = {"copy": 2, "scale": 2, "add": 3, "triad": 3}  # arrays read + written per call
@@ -44,7 +44,11 @@ def transfer(ctx, *, direction: str, memory: str, nbytes: int) -> CaseResult:
     device_tensor = random_tensor((elements,), "fp32", ctx.device)
     host_tensor = random_tensor((elements,), "fp32", "cpu")
     if pinned:
-        host_tensor = host_tensor.pin_memory()
+        try:
+            host_tensor = host_tensor.pin_memory()
+        except (RuntimeError, NotImplementedError) as error:  # fade.ocl has no page-locked host allocator
+            raise CaseSkipped(f"pinned host memory is not available for {ctx.device}: "
+                              f"{str(error).splitlines()[0][:200]}") from None
     if direction == "h2d":
         call = lambda: device_tensor.copy_(host_tensor, non_blocking=pinned)  # noqa: E731
     else:

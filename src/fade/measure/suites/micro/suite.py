@@ -121,6 +121,7 @@ class SuitePlan:
 
 GPU_SDPA_SHAPE = {"batch": 4, "heads": 32, "seq": 4096, "head_dim": 128}  # a Llama-class 4096-token prefill
 CPU_SDPA_SHAPE = {"batch": 1, "heads": 8, "seq": 512, "head_dim": 64}
+OCL_SDPA_SHAPE = {"batch": 4, "heads": 12, "seq": 1024, "head_dim": 64}  # BERT-base heads at 1024 tokens
 PLANS = {
     ("gpu", False): SuitePlan(
         gemm_squares=(1024, 2048, 4096, 8192), gemm_shapes=TRANSFORMER_SHAPES, gemm_dtypes=GEMM_DTYPES,
@@ -155,6 +156,27 @@ PLANS = {
         norm_shapes=((2048, 2048),), norm_dtypes=("fp32",),
         cpu_vs_gpu_sizes=(), gemm_fp16_max_size=512,
     ),
+    # fade.ocl (an OpenCL device, docs/ocl.md): fp32 only in practice (the session's dtypes say why each
+    # other dtype is skipped); SDPA on its math path at a BERT-base shape, since the GPU shape's 4x32x4096^2
+    # score matrix is 8.6 GB in fp32. Full: a GPU through its vendor's OpenCL (the H100); quick: sized for
+    # PoCL on a 2-core CPU in CI.
+    ("ocl", False): SuitePlan(
+        gemm_squares=(1024, 2048, 4096, 8192), gemm_shapes=TRANSFORMER_SHAPES, gemm_dtypes=GEMM_DTYPES,
+        stream_array_bytes=(1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB, 1 * GiB),
+        transfer_bytes=(1 * MiB, 16 * MiB, 256 * MiB),
+        conv_layers=tuple(RESNET50_LAYERS), conv_dtypes=("fp32",), conv_batch=128,  # the GPU plan's: same case ids
+        sdpa_shape=OCL_SDPA_SHAPE, sdpa_backends=("default", "math"), sdpa_dtypes=("fp32",), sdpa_causal=(False, True),
+        norm_shapes=((4096, 4096), (16384, 8192)), norm_dtypes=("fp32",),
+        cpu_vs_gpu_sizes=(256, 1024, 2048),
+    ),
+    ("ocl", True): SuitePlan(
+        gemm_squares=(256, 1024), gemm_shapes={}, gemm_dtypes=GEMM_DTYPES,
+        stream_array_bytes=(4 * MiB, 64 * MiB), transfer_bytes=(16 * MiB,),
+        conv_layers=("layer3.1.conv2", "layer4.1.conv2"), conv_dtypes=("fp32",), conv_batch=2,
+        sdpa_shape=CPU_SDPA_SHAPE, sdpa_backends=("default", "math"), sdpa_dtypes=("fp32",), sdpa_causal=(False,),
+        norm_shapes=((2048, 2048),), norm_dtypes=("fp32",),
+        cpu_vs_gpu_sizes=(1024,),
+    ),
 }  # fmt: skip
 # Notes on the CPU plans: efficient and cudnn SDPA are GPU kernels; most x86 CPUs have no fast fp16
 # matmul (1-3 GFLOP/s measured on a 2-core EPYC VM), so fp16 GEMMs stop at 512. tf32 and fp8 are listed
@@ -164,7 +186,7 @@ PLANS = {
 def build_catalog(device: str, *, quick: bool) -> list:
     """Every micro case for a device ("cpu", "cuda:0", "xpu:0", ...), unsupported dtypes included."""
     device_type = device.split(":", 1)[0]
-    plan = PLANS[("cpu" if device_type == "cpu" else "gpu", quick)]
+    plan = PLANS[(device_type if device_type in ("cpu", "ocl") else "gpu", quick)]
     cases: list = []
 
     sustained = SUSTAINED_TIMING if device_type != "cpu" and not quick else None
@@ -265,7 +287,8 @@ def matches(pattern: str, case_id: str) -> bool:
     return pattern in case_id
 
 
-PLAN_EXAMPLES = (("cpu", True), ("cpu", False), ("cuda:0", True), ("cuda:0", False))  # one device per plan
+PLAN_EXAMPLES = (("cpu", True), ("cpu", False), ("cuda:0", True), ("cuda:0", False), ("ocl:0", True),
+                 ("ocl:0", False))  # one device per plan
 
 
 def check_patterns_exist(patterns: Sequence[str]) -> None:

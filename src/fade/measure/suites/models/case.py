@@ -94,6 +94,7 @@ from typing import Callable, Optional
 
 from fade.measure.case import CaseResult, CaseSkipped
 from fade.measure import timing as engine
+from fade.measure import ocldevice
 from fade.measure.step.conditions import flags_in_effect, gc_frozen
 from fade.measure.step.config import StepConfig, pinned, reference_config
 from fade.measure.step.finite import InvalidRun
@@ -105,6 +106,7 @@ from fade.measure.step.runner import (
     apply_config,
     checked_step_count,
     fp32_reference,
+    inference_context,
 )
 from fade.measure.suites.models.variants import parse_variant, skip_reason
 from fade.measure.timing import Timing, measure
@@ -189,8 +191,11 @@ def model_case(
         runner.tracker.reset()
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(device)
+        on_ocl = ocldevice.is_ocl(device)
+        fallbacks_before = ocldevice.fallback_counts() if on_ocl else None
         timing, segments, plain, gc_facts = time_step(runner, workload.samples, device, ctx.timing,
                                                       validate=validate, quick=ctx.quick)
+        timed_fallbacks = ocldevice.fallback_delta(fallbacks_before, ocldevice.fallback_counts()) if on_ocl else None
         loss_check_facts["finite_checked_steps"] = runner.tracker.check()
         memory = _memory(device)
         # inference outputs the finiteness check held at once (their concatenation briefly doubles it)
@@ -221,6 +226,8 @@ def model_case(
         "timing_segments": segments,
         "gc": gc_facts,
     }
+    if timed_fallbacks is not None:  # the timed steps alone (the record's ocl_fallbacks is the whole case)
+        extra["ocl_fallbacks_timed"] = timed_fallbacks
     if plain is not None:
         plain["fade_vs_plain_pct"] = 100.0 * (samples_per_s - plain["samples_per_s"]) / plain["samples_per_s"]
         extra["plain_loop"] = plain
@@ -503,7 +510,7 @@ def _plain_step(runner: StepRunner):
             optimizer.step()
 
     def infer_step():
-        with torch.inference_mode(), runner.autocast():
+        with inference_context(runner.device), runner.autocast():
             module(*workload.inputs)
 
     step = train_step if runner.training else infer_step

@@ -87,6 +87,9 @@ def skip_reason(variant: Variant, device: str, dtype_support: dict, mode: Option
         knob = step_knobs()[knob_id]
         if device_type == "cpu" and knob.where != "any":
             return f"{knob_id}={value} is a {knob.where} knob (data/knobs.toml): it changes nothing on the cpu"
+        if device_type == "ocl" and knob.where != "any":
+            return (f"{knob_id}={value} is a {knob.where} knob (data/knobs.toml): it changes nothing on fade.ocl's "
+                    "OpenCL device")
         if mode is not None and mode not in knob.modes:
             return f"{knob_id}={value} is a {'/'.join(knob.modes)} knob (data/knobs.toml): it changes nothing in {mode}"
     if variant.precision == "tf32" and dtype_support.get("tf32"):
@@ -94,6 +97,9 @@ def skip_reason(variant: Variant, device: str, dtype_support: dict, mode: Option
     if variant.autocast_dtype and dtype_support.get(variant.autocast_dtype):
         return f"{variant.precision}: {dtype_support[variant.autocast_dtype]}"
     if variant.compile_mode is not None:
+        if device_type == "ocl":
+            return ("torch.compile has no backend for fade.ocl: Inductor generates code for CUDA, ROCm, XPU and the "
+                    "CPU, not for a Python PrivateUse1 device")
         return compile_unavailable_reason(device_type)
     return None
 

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from fade.measure import ocldevice
 from fade.measure.case import CaseResult, synchronize
 from fade.measure.step.conditions import pinned_flags
 from fade.measure.suites.ops import opdb
@@ -147,7 +148,8 @@ def run_op(
             if state.get("broken"):
                 extra["device_broken"] = True  # a sticky device error: the rest cannot run in this process
                 break
-            if outcome["class"] == "ok" and (timed is None or _timing_rank(outcome) > _timing_rank(timed[0])):
+            ran_right = outcome["class"] in ("ok", "fallback")
+            if ran_right and (timed is None or _timing_rank(outcome) > _timing_rank(timed[0])):
                 timed = (outcome, state)
             counted += outcome["class"] != "ok" or bool(outcome.get("exercised"))
             if counted >= samples:
@@ -158,7 +160,7 @@ def run_op(
             except Exception as error:  # a second call failed where the first ran (stateful ops)
                 extra["timing_error"] = _message(error)
     op_class = worst_sample_class(outcome["class"] for outcome in outcomes) or "untested"
-    if op_class == "ok" and not any(outcome.get("exercised") for outcome in outcomes):
+    if op_class in ("ok", "fallback") and not any(outcome.get("exercised") for outcome in outcomes):
         op_class = "untested"  # it ran, but no sample was really in this dtype: no claim can be checked
         extra["untested_reason"] = f"no sample input is a non-empty {dtype} tensor (the sample function ignores the dtype)"
     timing = extra.get("timing") or {}
@@ -167,6 +169,12 @@ def run_op(
         if reason:
             op_class, extra["slow_reason"] = "slow", reason
     extra["class"] = op_class
+    fallback_ops: dict = {}
+    for outcome in outcomes:
+        for name, count in (outcome.get("fallback_ops") or {}).items():
+            fallback_ops[name] = fallback_ops.get(name, 0) + count
+    if fallback_ops:
+        extra["fallback_ops"] = fallback_ops  # every sample's device calls, mismatching ones included
     extra["samples"] = outcomes
     extra["message"] = next((outcome.get("error") for outcome in outcomes if outcome.get("error")), None)
     device_median_s = timing.get("device_median_s")
@@ -243,6 +251,7 @@ def _run_sample(index, sample, device_call, reference_call, device, policy, over
     except Exception as error:  # a tensor kind FADE cannot copy: run on the device only
         pristine, copy_error = None, _message(error)
     state = {"index": index, "sample": sample, "pristine": pristine}
+    fallbacks_before = ocldevice.fallback_counts() if ocldevice.is_ocl(device) else None
     try:
         started = time.perf_counter()
         actual = device_call(sample.input, *sample.args, **sample.kwargs)
@@ -254,6 +263,10 @@ def _run_sample(index, sample, device_call, reference_call, device, policy, over
         outcome.update(_failed(index, error, claimed))
         state["broken"] = not _device_healthy(device)
         return outcome, state
+    if fallbacks_before is not None:  # the device call ran ops through fade.ocl's CPU fallback
+        fell_back = ocldevice.fallback_delta(fallbacks_before, ocldevice.fallback_counts())["ops"]
+        if fell_back:
+            outcome["class"], outcome["fallback_ops"] = "fallback", fell_back
     outcome["exercised"] = _exercises_dtype(sample, raw_output, dtype)
     if not policy.compare:
         outcome["note"] = f"not compared: {policy.reason}"
