@@ -86,10 +86,17 @@ def make_record(
 
 
 def peak_for(result, peaks: Optional[dict]) -> Optional[dict]:
-    """The record's `peak`: the spec-table peak that applies to `result`, and value as a % of it."""
+    """The record's `peak`: the spec-table peak that applies to `result`, and value as a % of it. A "link"
+    peak (dist suite: busbw against the slowest link between the ranks) travels in result.extra["link"]."""
+    if result.peak_kind == "link":
+        peaks = {"link_gbs": (result.extra.get("link") or {}).get("peak_gbs"),
+                 "basis": "link table", "source": (result.extra.get("link") or {}).get("source")}  # fmt: skip
     if peaks is None or result.peak_kind is None:
         return None
-    if result.peak_kind == "tflops":
+    if result.peak_kind == "link":
+        peak_value = peaks["link_gbs"]
+        unit = "GB/s"
+    elif result.peak_kind == "tflops":
         peak_value = (peaks.get("tflops") or {}).get(result.peak_dtype)
         unit = "TFLOP/s"
     elif result.peak_kind == "bandwidth":
