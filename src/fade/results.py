@@ -229,12 +229,20 @@ NESTED_TYPES = {
     ("telemetry", "contention_reasons"): (list, type(None)), ("extra", "backend_ran"): (str, type(None)),
     ("extra", "plain_loop"): (dict, type(None)), ("extra", "flops"): (dict, type(None)),
     ("extra", "memory"): (dict, type(None)),
+    # dist suite (docs/dist.md): a collective's figures, a scaling case's per-process-count list
+    ("extra", "busbw_gbs"): (*_NUMBER, type(None)), ("extra", "algbw_gbs"): (*_NUMBER, type(None)),
+    ("extra", "latency_us"): (*_NUMBER, type(None)), ("extra", "world"): (int, type(None)),
+    ("extra", "size_bytes"): (int, type(None)), ("extra", "collective"): (str, type(None)),
+    ("extra", "scaling"): (list, type(None)), ("extra", "link"): (dict, type(None)),
 }  # fmt: skip
 # Inside extra's dicts (models suite), the numbers the report and the plots read.
 EXTRA_NUMBERS = {
     "plain_loop": ("fade_vs_plain_pct", "samples_per_s"), "flops": ("pct_of_peak", "achieved_tflops"),
     "memory": ("peak_allocated_bytes",), "loss_check": ("loss", "fp32_loss"),
 }
+
+# Each entry of a dist scaling record's extra.scaling: the numbers compare, report and plots read.
+SCALING_NUMBERS = ("world", "samples_per_s_per_process", "efficiency_pct", "exposed_comm_pct", "median_step_s")
 
 
 def record_problem(record) -> Optional[str]:
@@ -258,6 +266,9 @@ def record_problem(record) -> Optional[str]:
     for reason_list in ("throttle_reasons", "contention_reasons"):
         if not all(isinstance(item, str) for item in (record.get("telemetry") or {}).get(reason_list) or []):
             return f"field telemetry.{reason_list} holds a non-string"
+    for entry in (record.get("extra") or {}).get("scaling") or []:
+        if not isinstance(entry, dict) or not all(_is(entry.get(name), (*_NUMBER, type(None))) for name in SCALING_NUMBERS):
+            return f"field extra.scaling holds an entry without numbers for {', '.join(SCALING_NUMBERS)}"
     for parent, names in EXTRA_NUMBERS.items():
         holder = (record.get("extra") or {}).get(parent) or {}
         for name in names:
