@@ -160,9 +160,10 @@ def launch(request: dict, nproc: int, environ: dict, *, progress=None, python: s
     device = (watch.session or {}).get("device") or "?"
     summary = RunSummary(out=request["out"], run_id=request["run_id"], device=device, selected=len(cases), resumed=0)
     if watch.summary is not None:
-        for name in ("selected", "resumed", "problems", "stopped", "write_error", "interrupted"):
+        for name in ("problems", "stopped", "write_error", "interrupted"):
             setattr(summary, name, watch.summary.get(name, getattr(summary, name)))
     summary.interrupted = summary.interrupted or interrupted
+    summary.resumed = len(cases) - watch.total  # rank 0 ran (or was to run) `total` of them
     summary.records = list(watch.records)
     if watch.in_flight is not None and not interrupted:  # the ranks ended (or were ended) inside a case
         case = cases.get(watch.in_flight)
@@ -201,6 +202,7 @@ class _Watch:
         self.partial = ""
         self.session = None
         self.started = False
+        self.total = 0
         self.records: list = []
         self.summary: Optional[dict] = None
         self.in_flight: Optional[str] = None
@@ -222,6 +224,7 @@ class _Watch:
         if kind == "start":
             self.session = event.get("session") or {}
             self.started = True
+            self.total = event["total"]
             if self.progress is not None:
                 self.progress.start(event["total"], event["device"])
         elif kind == "case_started":
