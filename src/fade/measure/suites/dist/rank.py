@@ -81,10 +81,29 @@ def join(request: dict, environment: dict) -> RankState:
     store = dist.TCPStore(environment["MASTER_ADDR"], int(environment["MASTER_PORT"]), is_master=False,
                           timeout=datetime.timedelta(seconds=timeout_s + GROUP_TIMEOUT_MARGIN_S))  # fmt: skip
     dtypes = tuple(request.get("dtypes") or ())
+    link = request.get("link")
+    if link is None and rank == 0 and device_type == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", world)) == world:
+        link = gpu_link(torch, world)
     _STATE = RankState(rank=rank, world=world, local_rank=local_rank, backend=backend, device=device,
                        store=dist.PrefixStore(STORE_PREFIX, store), timeout_s=timeout_s, dtypes=dtypes,
-                       link=request.get("link"), min_block_s=float(request.get("min_block_s") or 1e-3))  # fmt: skip
+                       link=link, min_block_s=float(request.get("min_block_s") or 1e-3))  # fmt: skip
     return _STATE
+
+
+def gpu_link(torch, world: int) -> Optional[dict]:
+    """The slowest link between GPUs 0..world-1 of this host (collect.topology, analyze.links), or None when
+    the topology or the link's peak is unknown. Assumes rank r runs on GPU r (torchrun's LOCAL_RANK with no
+    CUDA_VISIBLE_DEVICES reordering)."""
+    from fade.analyze.links import slowest_link
+    from fade.collect.topology import collect_topology
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES"):
+        return None  # GPU r of torch is not row r of the tools' matrix
+    properties = torch.cuda.get_device_properties(0)
+    arch = getattr(properties, "gcnArchName", None)
+    key = arch.split(":", 1)[0] if arch else f"{properties.major}.{properties.minor}"
+    topology = collect_topology()
+    return slowest_link(topology["links"], list(range(world)), key)
 
 
 class RankExecutor:
