@@ -4,8 +4,10 @@ starts with torchrun (launch.py).
 
 Sizes run from 8 B to 1 GiB in steps of 8x, plus the 8 / 64 / 512 MiB points that nccl-tests users quote;
 `quick` keeps three small sizes, enough to run every collective in seconds on a 2-core CPU. Timing settings
-fix the number of calls (collectives.py, "Timing"): FULL_TIMING's 20 blocks give a median and quartiles
-that move < 1% between runs on an idle link; QUICK_TIMING's 5 are the least that give quartiles.
+fix the number of calls (collectives.py, "Timing"): FULL_TIMING's 20 blocks give a median and quartiles;
+QUICK_TIMING's 5 are the least that give quartiles. A full block lasts about 5 ms (min_block_s), so that even
+a 512 MiB all_reduce on NVLink (about 2 ms per call) runs several calls per block, as nccl-tests' 20-call
+loop does, and a rank's late start weighs on one call in several, not on each sample.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ DEFAULT_DTYPES = ("fp32",)  # nccl-tests' default (-d float), so figures compare
 SIZES = tuple(sorted({8 * 8**step for step in range(10)} | {2**23, 2**26, 2**29, 2**30}))  # 8 B .. 1 GiB
 QUICK_SIZES = (8, 4096, 262144)
 MAX_SIZE = 2**34  # 16 GiB per buffer: beyond any GPU's sensible collective, so a typo
-FULL_TIMING = {"min_warmup_calls": 5, "min_samples": 20}
+FULL_TIMING = {"min_warmup_calls": 5, "min_samples": 20, "min_block_s": 0.005}
 QUICK_TIMING = {"min_warmup_calls": 1, "min_samples": 5, "min_block_s": 2e-4}
 DEFAULT_TIMEOUT_S = 60.0  # a collective waits this long for its peers; NCCL's own default is 10 min
 STRATEGIES = ("ddp", "fsdp2")
