@@ -120,3 +120,23 @@ def test_bad_input_is_one_line_and_exit_2(fade, tmp_path, argv, message):
     code, _, err = fade("bench", "dist", "--device", "cpu", "-o", tmp_path / "out.jsonl", *argv)
     assert code == ExitCode.USAGE
     assert message in one_line(err)
+
+
+def test_under_the_users_torchrun_each_process_is_a_rank_and_rank_0_writes(tmp_path):
+    """`torchrun -m fade bench dist` without --nproc: FADE starts nothing itself; rank 0 alone writes and prints."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "dist.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")])}
+    completed = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                                "-m", "fade", "bench", "dist", "--device", "cpu", "--quick", "--sizes", "8",
+                                "--collectives", "broadcast", "-o", str(out)], env=env, cwd=tmp_path,
+                               capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    (record,) = records_of(out)
+    assert record["case_id"] == "dist/broadcast/fp32/8B/x2" and record["status"] == "ok"
+    assert completed.stdout.count("1 ok in") == 1  # one summary: rank 0's

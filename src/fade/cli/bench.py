@@ -3,6 +3,7 @@ and returns 0, 1 when a case failed, 3 when the worker cannot start here, 130 wh
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def cmd_bench_dist(args) -> int:
         print(f"fade: cannot run here: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
     if result.rank != 0:  # one report per run: rank 0's
-        return result.exit_status
+        return _leave(result.run, result.exit_status)
     for change in result.env:
         print(str(change), file=sys.stderr)
     run = result.run
@@ -186,4 +187,19 @@ def cmd_bench_dist(args) -> int:
             print(f"fade: wrote {path}", file=sys.stderr)
     if args.json:
         write_json(result.to_dict(), args.json)
-    return report_run_problems(run) or result.exit_status
+    return _leave(run, report_run_problems(run) or result.exit_status)
+
+
+def _leave(run, code: int) -> int:
+    """`code`, or, when this process was a rank whose group broke (a collective timed out), exit at once: the
+    interpreter's teardown of a group with a hung peer waits out the backend's timeout."""
+    if run.stopped and dist_group_alive():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def dist_group_alive() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized())
