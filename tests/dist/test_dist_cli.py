@@ -40,7 +40,7 @@ def records_of(path) -> list:
     return read_records(path, strict=True).records  # strict: every line is a record the readers accept
 
 
-def test_quick_two_ranks_runs_every_collective_and_checks_it(fade, tmp_path):
+def test_quick_two_ranks_runs_every_collective_checks_it_and_resumes(fade, tmp_path):
     out = tmp_path / "dist.jsonl"
     code, _, _ = fade("bench", "dist", "--device", "cpu", "--nproc", 2, "--quick", "-o", out, "--json", tmp_path / "run.json")
     assert code == ExitCode.OK
@@ -57,6 +57,11 @@ def test_quick_two_ranks_runs_every_collective_and_checks_it(fade, tmp_path):
     summary = json.loads((tmp_path / "run.json").read_text())
     assert summary["suite"] == "dist" and summary["statuses"] == {"ok": len(records)}
     assert summary["env"] == []  # nothing set for a CPU run
+    code, _, _ = fade("bench", "dist", "--device", "cpu", "--nproc", 2, "--quick", "-o", out, "--resume",
+                      "--json", tmp_path / "resumed.json")  # fmt: skip
+    resumed = json.loads((tmp_path / "resumed.json").read_text())
+    assert code == ExitCode.OK and (resumed["selected"], resumed["resumed"], resumed["statuses"]) == (18, 18, {})
+    assert len(records_of(out)) == len(records)  # nothing measured twice
 
 
 def test_four_ranks_run_every_collective_and_ddp_and_fsdp2_scaling(fade, tmp_path):
@@ -90,17 +95,6 @@ def test_a_hung_rank_gives_a_timeout_record_naming_it_and_exit_1(fade, tmp_path,
     assert record["status"] == "timeout" and record["case_id"] == "dist/all_reduce/fp32/8B/x2"
     assert "rank(s) that did not arrive: 1" in record["error"]
     assert "stopped early" in err
-
-
-def test_resume_skips_cases_already_measured(fade, tmp_path):
-    out = tmp_path / "dist.jsonl"
-    argv = ("bench", "dist", "--device", "cpu", "--nproc", 2, "--quick", "--sizes", "8", "--collectives", "broadcast",
-            "-o", out, "--resume", "--json", tmp_path / "run.json")  # fmt: skip
-    assert fade(*argv)[0] == ExitCode.OK
-    assert fade(*argv)[0] == ExitCode.OK
-    summary = json.loads((tmp_path / "run.json").read_text())
-    assert (summary["selected"], summary["resumed"], summary["statuses"]) == (1, 1, {})
-    assert len(records_of(out)) == 1
 
 
 @pytest.mark.parametrize(
@@ -140,3 +134,34 @@ def test_under_the_users_torchrun_each_process_is_a_rank_and_rank_0_writes(tmp_p
     (record,) = records_of(out)
     assert record["case_id"] == "dist/broadcast/fp32/8B/x2" and record["status"] == "ok"
     assert completed.stdout.count("1 ok in") == 1  # one summary: rank 0's
+
+
+def test_resume_lets_rank_0_skip_what_is_done_and_the_ranks_run_the_rest(fade, tmp_path):
+    """Half the cases measured: the resumed run starts the ranks, rank 0 tells them which cases are left."""
+    out = tmp_path / "dist.jsonl"
+    first = ("bench", "dist", "--device", "cpu", "--nproc", 2, "--quick", "--sizes", "8", "--collectives", "broadcast")
+    assert fade(*first, "-o", out)[0] == ExitCode.OK
+    code, _, _ = fade("bench", "dist", "--device", "cpu", "--nproc", 2, "--quick", "--sizes", "8",
+                      "--collectives", "broadcast,send_recv", "-o", out, "--resume", "--json", tmp_path / "run.json")  # fmt: skip
+    summary = json.loads((tmp_path / "run.json").read_text())
+    assert code == ExitCode.OK and (summary["selected"], summary["resumed"], summary["statuses"]) == (2, 1, {"ok": 1})
+    assert [record["case_id"] for record in records_of(out)] == ["dist/broadcast/fp32/8B/x2", "dist/send_recv/fp32/8B/x2"]
+
+
+def test_the_parent_kills_every_rank_when_a_case_outlives_its_wall_limit(tmp_path, monkeypatch):
+    """Rank 0 itself hangs (the test hook) while the collective timeout is long: the parent's wall limit ends
+    torchrun and both ranks, and writes the timeout record for the case in flight."""
+    import os
+
+    from fade.measure.suites.dist.launch import descendants, launch
+    from fade.measure.suites.dist.suite import build_request
+
+    monkeypatch.setenv(TEST_HANG_RANK, "0")
+    out = tmp_path / "dist.jsonl"
+    request = build_request("cpu", collectives=["broadcast"], sizes=[8], quick=True, timeout_s=600, out=out, run_id="r1")
+    started = time.monotonic()
+    summary = launch(request, 2, dict(os.environ), case_limit_s=2.0)
+    assert time.monotonic() - started < HANG_BOUND_S
+    (record,) = records_of(out)
+    assert record["status"] == "timeout" and "wall limit" in record["error"] and summary.stopped
+    assert descendants(os.getpid()) == []  # no rank left behind

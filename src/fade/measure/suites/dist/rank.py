@@ -221,15 +221,21 @@ def run_rank(request: dict, environment: dict, *, progress=None):
     return summary
 
 
-def finish(summary) -> int:
-    """The rank's exit status: TIMED_OUT_EXIT after a timeout, 1 when a case failed, else 0. After a clean run
-    the group is torn down; after a timeout it is left as it is (a peer may never return)."""
-    if summary.stopped:
-        return TIMED_OUT_EXIT
+def close_group(summary) -> None:
+    """Tear the group down after a run that did not stop early; after a timeout leave it as it is (a peer may
+    never return, and the teardown would wait for it). Every rank calls this, rank 0 last of all its work."""
     import torch.distributed as dist
 
-    if dist.is_initialized():
+    if not summary.stopped and dist.is_initialized():
+        dist.barrier()  # no rank leaves while another still needs the group
         dist.destroy_process_group()
+
+
+def finish(summary) -> int:
+    """The rank's exit status: TIMED_OUT_EXIT after a timeout, 1 when a case failed, else 0 (close_group first)."""
+    close_group(summary)
+    if summary.stopped:
+        return TIMED_OUT_EXIT
     return 1 if summary.failed else 0
 
 

@@ -171,12 +171,23 @@ def run_dist(device: Optional[str] = None, *, nproc: Optional[int] = None, colle
         raise FadeUsageError(f"--nproc {world}: collectives need at least 2 processes")
     check_output_path(out)
     if ranks:
-        from fade.measure.suites.dist.rank import run_rank
+        from fade.measure.suites.dist.rank import close_group, run_rank
 
         changes = dist_environment(environ, request["device_type"])  # read at communicator set-up, still ahead
-        return run_rank(request, ranks, progress=progress), changes
+        summary = run_rank(request, ranks, progress=progress)
+        close_group(summary)
+        return summary, changes
     child_environment = dict(environ)
     changes = dist_environment(child_environment, request["device_type"])
+    if resume and request["device_type"]:  # rank 0's device is known here: skip the launch when nothing is left
+        from fade.measure.runner import RunSummary, finished_cases
+
+        rank0_device = "cpu" if request["device_type"] == "cpu" else f"{request['device_type']}:0"
+        planned = plan_cases(request, world)
+        finished, problems = finished_cases(out, rank0_device)
+        if all(case.case_id in finished for case in planned):
+            return RunSummary(out=str(out), run_id=run_id, device=rank0_device, selected=len(planned),
+                              resumed=len(planned), problems=problems), changes  # fmt: skip
     return launch(request, world, child_environment, progress=progress), changes
 
 
