@@ -100,8 +100,10 @@ def gpu_link(torch, world: int) -> Optional[dict]:
     if os.environ.get("CUDA_VISIBLE_DEVICES") or os.environ.get("HIP_VISIBLE_DEVICES"):
         return None  # GPU r of torch is not row r of the tools' matrix
     properties = torch.cuda.get_device_properties(0)
-    arch = getattr(properties, "gcnArchName", None)
-    key = arch.split(":", 1)[0] if arch else f"{properties.major}.{properties.minor}"
+    if torch.version.hip is not None:  # "gfx942:sramecc+:xnack-" -> "gfx942"; CUDA builds put the name there
+        key = properties.gcnArchName.split(":", 1)[0]
+    else:
+        key = f"{properties.major}.{properties.minor}"
     topology = collect_topology()
     return slowest_link(topology["links"], list(range(world)), key)
 
