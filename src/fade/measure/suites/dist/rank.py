@@ -111,8 +111,8 @@ def gpu_link(torch, world: int) -> Optional[dict]:
 class RankExecutor:
     """runner.run_cases's executor on one rank: runs each case in this process, in step with the other ranks.
 
-    A case that raised CollectiveTimeout becomes status "timeout" and sets `stop_reason`: the run stops
-    there, on every rank."""
+    A case that raised CollectiveTimeout (FADE's wait) or a backend error saying "timed out" becomes status
+    "timeout" and sets `stop_reason`: the run stops there, on every rank."""
 
     def __init__(self, state: RankState):
         self.state = state
@@ -138,9 +138,12 @@ class RankExecutor:
         self.state.serial += 1
         self.state.arrival_key = f"{ctx.run_id}/{self.state.serial}"
         record = execute_case(case, ctx, self.session)
-        if (record.get("error") or "").startswith("CollectiveTimeout"):
+        error = record.get("error") or ""
+        if error.startswith("CollectiveTimeout: "):  # FADE's own wait, which names the missing ranks
+            record["status"], record["error"] = "timeout", error[len("CollectiveTimeout: "):]
+        elif record["status"] == "error" and "timed out" in error.lower():  # the backend's timeout, later in the case
             record["status"] = "timeout"
-            record["error"] = record["error"].split(": ", 1)[1]
+        if record["status"] == "timeout":
             self.stop_reason = f"{case.case_id} timed out; the process group cannot be used after that"
         return record
 
