@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import datetime
 
-from fade.measure.case import CaseResult
+from fade.measure.case import CaseResult, CaseSkipped
 
 CHECKED_STEPS = 2  # warm-up steps whose losses must be finite; the model bench's quick check count
 WAIT_FOR_OTHERS_S = 3600.0  # how long a rank outside group k waits for it to finish (a big model on a CPU)
@@ -97,7 +97,11 @@ def _measure_world(ctx, torch, dist, state, group, model, strategy, batch, size,
             return wrapped.no_sync()
     else:
         from torch.distributed.device_mesh import DeviceMesh
-        from torch.distributed.fsdp import fully_shard
+
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            raise CaseSkipped(f"torch {torch.__version__} has no torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6)") from None
 
         mesh = DeviceMesh.from_group(group, ctx.device.split(":", 1)[0])
         for child in workload.model.children():
