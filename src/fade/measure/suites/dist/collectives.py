@@ -46,7 +46,7 @@ import datetime
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from fade.measure.case import CaseResult, CaseSkipped, torch_dtype
 

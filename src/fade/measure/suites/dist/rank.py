@@ -187,7 +187,7 @@ def run_rank(request: dict, environment: dict, *, progress=None):
     (appended to request["out"]), the other ranks a summary without records. `progress` is rank 0's."""
     import torch.distributed as dist
 
-    from fade.measure.case import Case, CaseContext
+    from fade.measure.case import CaseContext
     from fade.measure.runner import RunSummary, finished_cases, run_cases
     from fade.measure.suites.dist.suite import plan_cases
 
