@@ -73,3 +73,19 @@ def test_the_process_tree_walk_finds_grandchildren(tmp_path):
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "stat").write_text(f"{pid} (py thon) S {parent} 0 0\n")
     assert sorted(descendants(10, proc=str(tmp_path))) == [11, 12, 13]
+
+
+def test_the_fixed_timing_settings_make_every_rank_call_the_same_number_of_times():
+    """Every rank must issue the same collectives: with the dist settings, timing.measure calls the block
+    exactly warm-up + one sizing + samples times, whatever the clock says (an adaptive count would deadlock)."""
+    import itertools
+
+    from fade.measure.suites.dist.collectives import BLOCK_PROBE, fixed_timing
+    from fade.measure.timing import measure
+
+    for settings, expected in ((BLOCK_PROBE, 2 + 1 + 3), (fixed_timing(5, 20), 5 + 1 + 20)):
+        for step in (1e-7, 0.3):  # a fast and a slow "collective" on an injected clock
+            ticks = itertools.count()
+            calls = []
+            measure(lambda: calls.append(1), device="cpu", clock=lambda: next(ticks) * step, **settings)
+            assert len(calls) == expected

@@ -55,10 +55,24 @@ RANK_PERIOD = 4  # rank offsets 0..3: all_reduce over n ranks reaches 2n + 1.5n,
 ARRIVAL_POLL_S = 0.001  # how often rank 0 asks the device whether the checked call has finished
 MAX_BLOCK_CALLS = 1000  # bounds a block of an 8-byte all_reduce (a few us) to a few ms
 LATENCY_MAX_BYTES = 64 * 2**10  # up to here a collective is latency-bound: latency is its figure
-BLOCK_PROBE = {"warmup_s": 0.0, "min_warmup_calls": 2, "min_block_s": 0.0, "max_settle_s": 0.0, "budget_s": 0.0,
-               "min_samples": 3, "max_samples": 3}  # fmt: skip
 DEFAULT_SAMPLES = 10  # timed blocks per case unless the run's timing says min_samples
 DEFAULT_WARMUP_BLOCKS = 2
+
+
+def fixed_timing(warmup_calls: int, samples: int) -> dict:
+    """timing.measure settings under which it calls its function exactly warmup_calls + 1 + samples times,
+    whatever the clocks say: no time-driven warm-up, no settle, a zero budget (module docstring, "Timing")."""
+    return {"warmup_s": 0.0, "min_warmup_calls": warmup_calls, "min_block_s": 0.0, "max_settle_s": 0.0,
+            "budget_s": 0.0, "min_samples": samples, "max_samples": samples}  # fmt: skip
+
+
+def run_timing(ctx) -> dict:
+    """fixed_timing with the run's `min_warmup_calls` and `min_samples` (CaseContext.timing)."""
+    return fixed_timing(int(ctx.timing.get("min_warmup_calls", DEFAULT_WARMUP_BLOCKS)),
+                        int(ctx.timing.get("min_samples", DEFAULT_SAMPLES)))  # fmt: skip
+
+
+BLOCK_PROBE = fixed_timing(2, 3)  # single calls timed to size the block
 
 # nccl-tests doc/PERFORMANCE.md ("Bus bandwidth"), read 2026-11: busbw = algbw x factor(n)
 BUS_FACTORS = {
@@ -276,12 +290,9 @@ def collective_case(ctx, *, collective: str, dtype: str, size_bytes: int, world:
         for _ in range(calls):
             buffers.run(False)
 
-    samples = int(ctx.timing.get("min_samples", DEFAULT_SAMPLES))
-    fixed = {"warmup_s": 0.0, "min_warmup_calls": int(ctx.timing.get("min_warmup_calls", DEFAULT_WARMUP_BLOCKS)),
-             "min_block_s": 0.0, "max_settle_s": 0.0, "budget_s": 0.0, "min_samples": samples, "max_samples": samples}  # fmt: skip
     if not ctx.device.startswith("cuda"):
         dist.barrier()
-    timing, rank_medians = slowest(measure(block, device=ctx.device, **fixed), ctx.device, world, calls=calls)
+    timing, rank_medians = slowest(measure(block, device=ctx.device, **run_timing(ctx)), ctx.device, world, calls=calls)
     used_bytes = count * element_bytes
     algbw = used_bytes / timing.median_s / 1e9
     factor_text = BUS_FACTORS[collective][0]

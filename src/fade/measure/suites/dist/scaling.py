@@ -80,7 +80,7 @@ def _measure_world(ctx, torch, dist, state, group, model, strategy, batch, size,
 
     from fade.measure.step.config import StepConfig
     from fade.measure.step.runner import WEIGHT_SEED, StepRunner
-    from fade.measure.suites.dist.collectives import DEFAULT_SAMPLES, DEFAULT_WARMUP_BLOCKS, slowest
+    from fade.measure.suites.dist.collectives import run_timing, slowest
     from fade.measure.timing import measure
     from fade.measure.zoo.workload import build_workload
 
@@ -122,9 +122,7 @@ def _measure_world(ctx, torch, dist, state, group, model, strategy, batch, size,
     if not all(torch.isfinite(torch.tensor(checked.losses))):
         raise RuntimeError(f"{model} {strategy} on {world} process(es): a non-finite loss in the checked steps {checked.losses}")
     runner.freeze_weights()
-    samples = int(ctx.timing.get("min_samples", DEFAULT_SAMPLES))
-    fixed = {"warmup_s": 0.0, "min_warmup_calls": int(ctx.timing.get("min_warmup_calls", DEFAULT_WARMUP_BLOCKS)),
-             "min_block_s": 0.0, "max_settle_s": 0.0, "budget_s": 0.0, "min_samples": samples, "max_samples": samples}  # fmt: skip
+    fixed = run_timing(ctx)
     with_sync, _ = slowest(measure(runner.step, device=ctx.device, **fixed), ctx.device, world, group=group)
     with without_sync():
         alone, _ = slowest(measure(runner.step, device=ctx.device, **fixed), ctx.device, world, group=group)
