@@ -77,6 +77,9 @@ NV18 = "nvidia_8xh100_nv18_topology"  # topology sections: tests/fixtures/topolo
 PCIE_5090 = "nvidia_2x5090_pcie_topology"
 AMD_PCIE = "amd_4gpu_pcie_topology"
 IOMMU_ON = ((("topology", "iommu"), {"groups": 48, "cmdline_iommu": []}),)  # ROCm's IOMMU page: on by default
+NCCL_SHADOWED = ((("topology", "nccl"), {"wheel": {"package": "nvidia-nccl-cu11", "version": "2.20.5"},
+                                         "ld_library_path": [{"path": "/usr/lib/x86_64-linux-gnu/libnccl.so.2.16.2",
+                                                              "version": "2.16.2"}]}),)  # fmt: skip
 NO_SM90_ARCH_LIST = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"]
 
 FIRES = {
@@ -177,6 +180,8 @@ FIRES = {
     "DIST004": Case(NV18, "NCCL_DEBUG=INFO left in a job script (NCCL env docs)", env(NCCL_DEBUG="INFO")),
     "DIST005": Case(PCIE_5090, "multicast forced on PCIe-only GPUs (NCCL env docs, NCCL_NVLS_ENABLE)",
                     env(NCCL_NVLS_ENABLE="1")),
+    "DIST006": Case(NV18, "a system libnccl 2.16.2 on LD_LIBRARY_PATH beside torch's pip 2.20.5 (rapidsai/cugraph#4465)",
+                    NCCL_SHADOWED),
 }
 
 QUIET = {
@@ -237,6 +242,9 @@ QUIET = {
     "DIST004": Case(NV18, "NCCL_DEBUG=WARN prints errors only (NCCL env docs)", env(NCCL_DEBUG="WARN")),
     "DIST005": Case(NV18, "NVLS forced on an NVSwitch system, where it exists (NCCL env docs)",
                     env(NCCL_NVLS_ENABLE="1")),
+    "DIST006": Case(NV18, "the same library version on LD_LIBRARY_PATH as the wheel's (rapidsai/cugraph#4465's fix)",
+                    ((("topology", "nccl"), {"wheel": {"package": "nvidia-nccl-cu12", "version": "2.20.5"},
+                                             "ld_library_path": [{"path": "/usr/lib/libnccl.so.2.20.5", "version": "2.20.5"}]}),)),
 }
 
 RULE_IDS = sorted(r.id for r in load_rules())

@@ -7,7 +7,7 @@ import pytest
 
 from fade.analyze.facts import topology_facts
 from fade.analyze.links import load_links, pair_peak, slowest_link
-from fade.collect.topology import collect_topology, parse_amd_link_types, parse_nvidia_topo, topology_links
+from fade.collect.topology import collect_topology, nccl_libraries, parse_amd_link_types, parse_nvidia_topo, topology_links
 
 DUMPS = Path(__file__).parent.parent / "fixtures" / "topology"
 
@@ -65,5 +65,18 @@ def test_collect_topology_runs_the_tools_through_the_injected_runner(tmp_path):
     assert asked == ["nvidia-smi"]  # one tool that shows the matrix is enough
     assert topology["links_from"] == "nvidia-smi topo -m" and len(topology["links"]) == 1
     assert topology["iommu"] == {"groups": 1, "cmdline_iommu": ["iommu=pt"]}
-    assert topology_facts(topology) == {"gpu_pairs": 1, "gpu_links_nvlink": False, "gpu_links_pcie_only": True,
-                                        "iommu_translated": False}  # fmt: skip
+    facts = topology_facts(topology)
+    assert {name: facts[name] for name in ("gpu_pairs", "gpu_links_nvlink", "gpu_links_pcie_only", "iommu_translated")} == {
+        "gpu_pairs": 1, "gpu_links_nvlink": False, "gpu_links_pcie_only": True, "iommu_translated": False}  # fmt: skip
+
+
+def test_a_libnccl_on_ld_library_path_that_differs_from_the_wheel_is_a_shadow(tmp_path):
+    """rapidsai/cugraph#4465: a system libnccl 2.16.2 found before torch's pip NCCL 2.20.5."""
+    (tmp_path / "libnccl.so.2.16.2").write_text("")
+    (tmp_path / "libnccl.so.2").write_text("")  # the soname link carries no version: not counted
+    found = nccl_libraries({"LD_LIBRARY_PATH": f"/nonexistent:{tmp_path}"}, version_of=lambda package: "2.20.5")
+    assert found == {"wheel": {"package": "nvidia-nccl-cu13", "version": "2.20.5"},
+                     "ld_library_path": [{"path": str(tmp_path / "libnccl.so.2.16.2"), "version": "2.16.2"}]}  # fmt: skip
+    facts = topology_facts({"links": [], "nccl": found})
+    assert (facts["nccl_shadowed"], facts["nccl_shadow_version"], facts["nccl_wheel_version"]) == (True, "2.16.2", "2.20.5")
+    assert topology_facts({"links": [], "nccl": {"wheel": None, "ld_library_path": found["ld_library_path"]}})["nccl_shadowed"] is None

@@ -80,7 +80,7 @@ def collect_snapshot(*, torch="subprocess", root: str = "/", environ: dict | Non
         _section(snap, errors, "opencl", lambda: collect_opencl(root), None)
         from fade.collect.topology import collect_topology  # GPU-to-GPU links, for the dist rules
 
-        _section(snap, errors, "topology", lambda: collect_topology(root), None)
+        _section(snap, errors, "topology", lambda: collect_topology(root, environ=environ), None)
     if tools_future is not None:
         snap["tools"], tool_errors = tools_future.result()
         errors.update(tool_errors)
@@ -256,7 +256,7 @@ def _check_opencl(opencl, where: str) -> None:
 def _check_topology(topology, where: str) -> None:
     """The optional `topology` section (fade.collect.topology)."""
     _check_type(topology, dict, where, nullable=False)
-    _check(topology, where, {"outputs": dict, "links": list}, {"links_from": str, "iommu": dict, "errors": dict})
+    _check(topology, where, {"outputs": dict, "links": list}, {"links_from": str, "iommu": dict, "errors": dict, "nccl": dict})
     for i, link in enumerate(topology["links"]):
         _check_type(link, dict, f"{where}.links[{i}]", nullable=False)
         _check(link, f"{where}.links[{i}]", {"gpus": list, "kind": str}, {"detail": str, "count": int})

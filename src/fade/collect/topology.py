@@ -1,6 +1,6 @@
 """GPU-to-GPU topology: the links between each pair of GPUs, from `nvidia-smi topo -m`, `amd-smi topology` or
-`rocm-smi --showtopo` (run through collect.tools.run_tool), plus the kernel's IOMMU state, for the snapshot's
-`topology` section (docs/snapshot.md).
+`rocm-smi --showtopo` (run through collect.tools.run_tool), plus the kernel's IOMMU state and the NCCL
+libraries a process would load, for the snapshot's `topology` section (docs/snapshot.md).
 
 A link is {"gpus": [i, j], "kind": "nvlink" | "xgmi" | "pcie", "detail": the tool's code ("NV18", "PHB",
 "XGMI", "PCIE"), "count": bonded links (NV#), else null}. nvidia-smi's codes are its legend's: NV# = a bonded
@@ -125,9 +125,43 @@ def iommu_state(root: str = "/") -> dict:
     return {"groups": groups, "cmdline_iommu": words}
 
 
-def collect_topology(root: str = "/", run=run_tool) -> dict:
+NCCL_WHEELS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")  # the pip NCCL torch's CUDA wheels pin
+
+
+def nccl_libraries(environ: dict | None = None, version_of=None) -> dict:
+    """{"wheel": {"package", "version"} of the pip NCCL that torch's CUDA wheels load, or None; "ld_library_path":
+    [{"path", "version"}] for each libnccl.so.2.X.Y in a LD_LIBRARY_PATH directory}: a library there is found
+    before the wheel's (torch's RUNPATH comes after LD_LIBRARY_PATH), so its version is the one that runs.
+    `version_of(package)` is injectable (importlib.metadata.version); no torch is imported."""
+    import importlib.metadata
+    import os
+
+    environ = os.environ if environ is None else environ
+    version_of = version_of or importlib.metadata.version
+    wheel = None
+    for package in NCCL_WHEELS:
+        try:
+            wheel = {"package": package, "version": version_of(package)}
+            break
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    found = []
+    for directory in filter(None, environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)):
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            match = re.fullmatch(r"libnccl\.so\.(\d+\.\d+\.\d+)", name)
+            if match:
+                found.append({"path": str(Path(directory, name)), "version": match.group(1)})
+    return {"wheel": wheel, "ld_library_path": found}
+
+
+def collect_topology(root: str = "/", run=run_tool, environ: dict | None = None) -> dict:
     """The snapshot's `topology` section: each tool's raw output (None when it did not run), the parsed
-    links, which tool they came from, and the IOMMU state. `run` is injectable (collect.tools.run_tool)."""
+    links, which tool they came from, the IOMMU state and the NCCL libraries in reach (nccl_libraries).
+    `run` is injectable (collect.tools.run_tool)."""
     outputs = {}
     errors = {}
     for name, argv in TOPOLOGY_COMMANDS.items():
@@ -137,4 +171,5 @@ def collect_topology(root: str = "/", run=run_tool) -> dict:
         if outputs[name] and topology_links({name: outputs[name]})[0]:
             break  # one tool that shows the matrix is enough
     links, tool = topology_links(outputs)
-    return {"outputs": outputs, "errors": errors, "links": links, "links_from": tool, "iommu": iommu_state(root)}
+    return {"outputs": outputs, "errors": errors, "links": links, "links_from": tool, "iommu": iommu_state(root),
+            "nccl": nccl_libraries(environ)}  # fmt: skip
