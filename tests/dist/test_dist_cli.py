@@ -165,3 +165,13 @@ def test_the_parent_kills_every_rank_when_a_case_outlives_its_wall_limit(tmp_pat
     (record,) = records_of(out)
     assert record["status"] == "timeout" and "wall limit" in record["error"] and summary.stopped
     assert descendants(os.getpid()) == []  # no rank left behind
+
+
+def test_ranks_that_cannot_use_the_device_exit_3_with_the_ranks_reason(fade, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a CUDA device: the ranks would start")
+    code, _, err = fade("bench", "dist", "--device", "cuda", "--nproc", 2, "--quick", "-o", tmp_path / "out.jsonl")
+    assert code == ExitCode.CANNOT_RUN
+    assert "is not available here" in one_line(err)

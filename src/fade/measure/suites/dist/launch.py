@@ -108,7 +108,7 @@ def launch(request: dict, nproc: int, environ: dict, *, progress=None, python: s
     from fade.measure.case import CaseContext
     from fade.measure.runner import RunSummary, failure_record
     from fade.measure.suites.dist.suite import plan_cases
-    from fade.results import JsonlAppender, now_iso
+    from fade.results import FAILED_STATUSES, JsonlAppender, now_iso
 
     case_limit_s = case_wall_limit_s(request["timeout_s"]) if case_limit_s is None else case_limit_s
     started_clock = clock()
@@ -126,7 +126,8 @@ def launch(request: dict, nproc: int, environ: dict, *, progress=None, python: s
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
                                    errors="replace", env=environment, start_new_session=True)  # fmt: skip
         output = collections.deque(maxlen=OUTPUT_TAIL_LINES)
-        reader = threading.Thread(target=_read_lines, args=(process.stdout, output), daemon=True)
+        said = collections.deque(maxlen=1)  # the ranks' last `fade: ...` line (a rank that cannot run says why)
+        reader = threading.Thread(target=_read_lines, args=(process.stdout, output, said), daemon=True)
         reader.start()
         watch = _Watch(events_path, progress, clock)
         killed_for = None
@@ -156,7 +157,8 @@ def launch(request: dict, nproc: int, environ: dict, *, progress=None, python: s
     tail = "\n".join(output) or None
     if watch.session is None and not interrupted:
         reason = killed_for or f"torchrun exited with status {process.returncode}"
-        raise RuntimeError(f"the dist ranks did not start: {reason}" + (f"; last output: {output[-1]}" if output else ""))
+        last = list(said) or [line for line in output if line.strip("=* ")]
+        raise RuntimeError(f"the dist ranks did not start: {reason}" + (f"; {last[-1]}" if last else ""))
     device = (watch.session or {}).get("device") or "?"
     summary = RunSummary(out=request["out"], run_id=request["run_id"], device=device, selected=len(cases), resumed=0)
     if watch.summary is not None:
@@ -181,7 +183,7 @@ def launch(request: dict, nproc: int, environ: dict, *, progress=None, python: s
             summary.stopped = summary.stopped or error
     for record in summary.records:
         summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
-        if record["status"] in ("error", "oom", "timeout", "crashed"):
+        if record["status"] in FAILED_STATUSES:
             summary.failures.append({"case_id": record["case_id"], "status": record["status"], "error": record.get("error")})
     if not summary.records and process.returncode not in (0, None) and not interrupted and not summary.stopped:
         summary.stopped = f"torchrun exited with status {process.returncode}: {output[-1] if output else 'no output'}"
@@ -240,9 +242,11 @@ class _Watch:
             self.summary = event.get("summary") or {}
 
 
-def _read_lines(stream, into: collections.deque) -> None:
+def _read_lines(stream, into: collections.deque, said: collections.deque) -> None:
     for line in stream:
         into.append(line.rstrip("\n"))
+        if line.startswith("fade: "):
+            said.append(line.rstrip("\n"))
 
 
 def _kill_tree(process: subprocess.Popen) -> None:

@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from typing import Optional
 
+from fade.errors import FadeUsageError
+
 BACKENDS = {"cuda": "nccl", "cpu": "gloo", "xpu": "xccl"}  # torch's backend per device type
 GROUP_TIMEOUT_MARGIN_S = 10.0  # the backend's own timeout, after FADE's check has named the missing ranks
 STORE_PREFIX = "fade-dist"  # keys FADE puts in the launcher's store
@@ -68,8 +70,10 @@ def join(request: dict, environment: dict) -> RankState:
     rank, world, local_rank = int(environment["RANK"]), int(environment["WORLD_SIZE"]), int(environment["LOCAL_RANK"])
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         os.environ.setdefault(name, str(environment[name]))  # env:// reads them; a SLURM-only launch lacks them
+    from fade.measure.session import resolve_device
+
     device_type = request.get("device_type") or ("cuda" if torch.cuda.is_available() else "cpu")
-    device = "cpu" if device_type == "cpu" else f"{device_type}:{local_rank}"
+    device = resolve_device("cpu" if device_type == "cpu" else f"{device_type}:{local_rank}")  # FadeUsageError if absent
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
     elif device_type == "xpu":
@@ -250,7 +254,12 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], encoding="utf-8") as request_file:
         request = json.load(request_file)
-    summary = run_rank(request, rank_environment(os.environ))
+    try:
+        summary = run_rank(request, rank_environment(os.environ))
+    except FadeUsageError as error:  # this rank cannot run here (no such device): one line for the parent
+        print(f"fade: error: {error}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(2)
     code = finish(summary)
     sys.stdout.flush()
     sys.stderr.flush()
