@@ -190,8 +190,9 @@ def bench(
     """Run a benchmark suite and append one JSONL record per case to `out`: what `fade bench SUITE` does.
 
     suite: "micro" (GEMM, bandwidth, transfers, launch, conv, attention, norms, CPU vs GPU, as % of the
-        device's peaks) or "models" (train/infer throughput of real networks per variant).
-    device: a torch device (None: cuda:0 if available, else cpu). quick: small sizes and short timing.
+        device's peaks), "models" (train/infer throughput of real networks per variant) or "dist"
+        (torch.distributed collectives and data-parallel scaling on several processes; docs/dist.md).
+    device: a torch device (None: cuda:0 if available, else cpu; dist: a device type, each rank takes its own). quick: small sizes and short timing.
     only: comma-separated case patterns: micro: globs or substrings ("gemm/bf16/*"); models: globs of case
         ids ("models/*/train/compile/*"). dtypes: micro: dtypes to keep.
     models, batch, mode ("train", "infer", "both"), variants, image_size, sequence_length, validate: the
