@@ -192,12 +192,13 @@ def bench(
     suite: "micro" (GEMM, bandwidth, transfers, launch, conv, attention, norms, CPU vs GPU, as % of the
         device's peaks), "models" (train/infer throughput of real networks per variant) or "dist"
         (torch.distributed collectives and data-parallel scaling on several processes; docs/dist.md).
-    device: a torch device (None: cuda:0 if available, else cpu; dist: a device type, each rank takes its own). quick: small sizes and short timing.
+    device: a torch device (None: cuda:0 if available, else cpu; dist: a device type, each rank takes its
+        own). quick: small sizes and short timing.
     only: comma-separated case patterns: micro: globs or substrings ("gemm/bf16/*"); models: globs of case
         ids ("models/*/train/compile/*"). dtypes: micro: dtypes to keep.
     models, batch, mode ("train", "infer", "both"), variants, image_size, sequence_length, validate: the
         model suite's selection (fade.measure.suites.models.suite.run_models says each default).
-    out: JSONL results file, appended to (default results/micro.jsonl or results/models.jsonl).
+    out: JSONL results file, appended to (default results/<suite>.jsonl).
     resume: skip cases already measured ok in `out`. plot: micro: also write PNGs to `<out stem>-plots/`.
     timeout_s: per case, in the worker process (`isolate`; False runs cases here, without a timeout).
     progress: True draws a progress bar on stderr, False draws nothing, or a
