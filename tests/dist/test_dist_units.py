@@ -89,3 +89,14 @@ def test_the_fixed_timing_settings_make_every_rank_call_the_same_number_of_times
             calls = []
             measure(lambda: calls.append(1), device="cpu", clock=lambda: next(ticks) * step, **settings)
             assert len(calls) == expected
+
+
+def test_a_collective_s_peak_is_its_slowest_link_not_the_memory_bandwidth():
+    from fade.measure.case import CaseResult
+    from fade.results import peak_for
+
+    link = {"kind": "nvlink", "detail": "NV18", "peak_gbs": 450.0, "spec": "nvlink4", "source": "NVIDIA H100 whitepaper"}
+    result = CaseResult(314.0, "GB/s", "busbw = ...", peak_kind="link", extra={"link": link})
+    peak = peak_for(result, {"bandwidth_gbs": 4800.0, "tflops": {}})  # the GPU's HBM peak must not be used
+    assert (peak["value"], round(peak["pct_of_peak"], 1), peak["source"]) == (450.0, 69.8, "NVIDIA H100 whitepaper")
+    assert peak_for(CaseResult(1.0, "GB/s", "x"), None) is None  # no link known: no peak
