@@ -409,7 +409,7 @@ class IsolatedExecutor:
         except subprocess.TimeoutExpired:
             return None
         if code < 0:
-            name = signal_name(-code)
+            name = _signal_name(-code)
             hint = " (the kernel's OOM killer sends SIGKILL)" if -code == signal.SIGKILL else ""
             return f"the worker died of {name} (signal {-code}){hint}"
         return f"the worker exited with code {code}"
@@ -452,7 +452,7 @@ def failure_record(case, ctx, session: Optional[dict], status, error, detail, st
                        telemetry=telemetry, error=error, error_detail=detail)
 
 
-def signal_name(number: int) -> str:
+def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:
