@@ -73,6 +73,13 @@ RX6750XT = "rdna2_rx6750xt_gfx1031_override_healthy"
 MI300X = "cdna3_mi300x_rocm630_bwd_weight_conv"
 OCL_H100 = "nvidia_h100_opencl_registered"
 OCL_POCL = "cpu_only_pocl_opencl"
+NV18 = "nvidia_8xh100_nv18_topology"  # topology sections: tests/fixtures/topology/README.md
+PCIE_5090 = "nvidia_2x5090_pcie_topology"
+AMD_PCIE = "amd_4gpu_pcie_topology"
+IOMMU_ON = ((("topology", "iommu"), {"groups": 48, "cmdline_iommu": []}),)  # ROCm's IOMMU page: on by default
+NCCL_SHADOWED = ((("topology", "nccl"), {"wheel": {"package": "nvidia-nccl-cu11", "version": "2.20.5"},
+                                         "ld_library_path": [{"path": "/usr/lib/x86_64-linux-gnu/libnccl.so.2.16.2",
+                                                              "version": "2.16.2"}]}),)  # fmt: skip
 NO_SM90_ARCH_LIST = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"]
 
 FIRES = {
@@ -165,6 +172,16 @@ FIRES = {
                    "(Khronos OpenCL-ICD-Loader README)", ((("opencl", "platforms"), []),)),
     "OCL003": Case(OCL_H100),
     "OCL004": Case(OCL_POCL, "the same VM without Debian's libclblast1", ((("opencl", "clblast"), False),)),
+    "DIST001": Case(NV18, "NCCL_P2P_DISABLE=1 left from a workaround (NCCL env docs; NVIDIA/nccl#1453's "
+                    "thread itself tries it)", env(NCCL_P2P_DISABLE="1")),
+    "DIST002": Case(AMD_PCIE),
+    "DIST003": Case(AMD_PCIE, "the IOMMU translating, as the kernel does by default (ROCm docs, IOMMU page)",
+                    IOMMU_ON),
+    "DIST004": Case(NV18, "NCCL_DEBUG=INFO left in a job script (NCCL env docs)", env(NCCL_DEBUG="INFO")),
+    "DIST005": Case(PCIE_5090, "multicast forced on PCIe-only GPUs (NCCL env docs, NCCL_NVLS_ENABLE)",
+                    env(NCCL_NVLS_ENABLE="1")),
+    "DIST006": Case(NV18, "a system libnccl 2.16.2 on LD_LIBRARY_PATH beside torch's pip 2.20.5 (rapidsai/cugraph#4465)",
+                    NCCL_SHADOWED),
 }
 
 QUIET = {
@@ -218,6 +235,16 @@ QUIET = {
     "OCL002": Case(OCL_H100),
     "OCL003": Case(OCL_POCL),  # PoCL's CPU device lacks cl_khr_fp16 too, but the rule is about GPUs
     "OCL004": Case(OCL_POCL),
+    "DIST001": Case(NV18),
+    "DIST002": Case(AMD_PCIE, "the fix applied (RCCL usage tips)", env(HSA_FORCE_FINE_GRAIN_PCIE="1")),
+    "DIST003": Case(AMD_PCIE, "the fix applied: iommu=pt on the kernel command line (ROCm docs, IOMMU page)",
+                    ((("topology", "iommu"), {"groups": 48, "cmdline_iommu": ["iommu=pt"]}),)),
+    "DIST004": Case(NV18, "NCCL_DEBUG=WARN prints errors only (NCCL env docs)", env(NCCL_DEBUG="WARN")),
+    "DIST005": Case(NV18, "NVLS forced on an NVSwitch system, where it exists (NCCL env docs)",
+                    env(NCCL_NVLS_ENABLE="1")),
+    "DIST006": Case(NV18, "the same library version on LD_LIBRARY_PATH as the wheel's (rapidsai/cugraph#4465's fix)",
+                    ((("topology", "nccl"), {"wheel": {"package": "nvidia-nccl-cu12", "version": "2.20.5"},
+                                             "ld_library_path": [{"path": "/usr/lib/libnccl.so.2.20.5", "version": "2.20.5"}]}),)),
 }
 
 RULE_IDS = sorted(r.id for r in load_rules())

@@ -18,8 +18,9 @@ from fade import __version__
 
 DOCTOR_SCHEMA_VERSION = 1  # `fade doctor --json`: bump only on an incompatible change of the report's keys
 BENCH_SCHEMA_VERSION = 1  # BenchResult.to_dict(): the same rule
-SUITES = ("micro", "models")
-DEFAULT_OUTPUTS = {"micro": "results/micro.jsonl", "models": "results/models.jsonl"}  # the CLI's -o defaults
+SUITES = ("micro", "models", "dist")
+DEFAULT_OUTPUTS = {"micro": "results/micro.jsonl", "models": "results/models.jsonl",
+                   "dist": "results/dist.jsonl"}  # the CLI's -o defaults
 INTERRUPTED = 130  # the exit status of a run stopped by Ctrl-C, as a shell reports a SIGINT death
 
 
@@ -141,6 +142,8 @@ class BenchResult:
     run: object  # fade.measure.runner.RunSummary
     summary: list = field(default_factory=list)
     plots: list = field(default_factory=list)
+    env: list = field(default_factory=list)  # act.patches.EnvChange per variable FADE set for the run's processes
+    rank: int = 0  # dist: this process's rank (only rank 0 holds records and renders)
 
     @property
     def records(self) -> list:
@@ -148,16 +151,18 @@ class BenchResult:
 
     @property
     def exit_status(self) -> int:
-        """130 interrupted, 1 a case failed, else 0 (fade.errors.ExitCode)."""
+        """130 interrupted, 1 a case failed (or a dist run stopped early), else 0 (fade.errors.ExitCode)."""
         if self.run.interrupted:
             return INTERRUPTED
-        return 1 if self.run.failed else 0
+        return 1 if self.run.failed or getattr(self.run, "stopped", None) else 0
 
     def to_dict(self, *, with_records: bool = True) -> dict:
         data = {"schema_version": BENCH_SCHEMA_VERSION, "fade_version": __version__, "suite": self.suite}
         data.update(self.run.to_dict())
         data["plots"] = [str(path) for path in self.plots]
         data["summary"] = list(self.summary)
+        data["env"] = [{"name": change.name, "value": change.value, "status": change.status, "reason": change.reason}
+                       for change in self.env]  # fmt: skip
         if with_records:
             data["records"] = list(self.run.records)
         return data
@@ -183,21 +188,27 @@ def bench(
     timeout_s: Optional[float] = None,
     isolate: bool = True,
     progress: Union[bool, object] = True,
+    dist: Optional[dict] = None,
 ) -> BenchResult:
     """Run a benchmark suite and append one JSONL record per case to `out`: what `fade bench SUITE` does.
 
     suite: "micro" (GEMM, bandwidth, transfers, launch, conv, attention, norms, CPU vs GPU, as % of the
-        device's peaks) or "models" (train/infer throughput of real networks per variant).
-    device: a torch device (None: cuda:0 if available, else cpu). quick: small sizes and short timing.
+        device's peaks), "models" (train/infer throughput of real networks per variant) or "dist"
+        (torch.distributed collectives and data-parallel scaling on several processes; docs/dist.md).
+    device: a torch device (None: cuda:0 if available, else cpu; dist: a device type, each rank takes its
+        own). quick: small sizes and short timing.
     only: comma-separated case patterns: micro: globs or substrings ("gemm/bf16/*"); models: globs of case
         ids ("models/*/train/compile/*"). dtypes: micro: dtypes to keep.
     models, batch, mode ("train", "infer", "both"), variants, image_size, sequence_length, validate: the
         model suite's selection (fade.measure.suites.models.suite.run_models says each default).
-    out: JSONL results file, appended to (default results/micro.jsonl or results/models.jsonl).
+    out: JSONL results file, appended to (default results/<suite>.jsonl).
     resume: skip cases already measured ok in `out`. plot: micro: also write PNGs to `<out stem>-plots/`.
     timeout_s: per case, in the worker process (`isolate`; False runs cases here, without a timeout).
     progress: True draws a progress bar on stderr, False draws nothing, or a
         fade.measure.runner.RunProgress object that hears of each case.
+    dist: the dist suite's selection, keyword arguments of fade.measure.suites.dist.suite.run_dist (nproc,
+        collectives, sizes, scaling, strategies, batch, image_size, sequence_length); `dtypes` and
+        `timeout_s` (a collective's wait for its peers) apply too.
     FadeUsageError for a bad request (before anything runs); WorkerStartError (a RuntimeError) when the
     worker cannot start on this device.
     """
@@ -221,6 +232,9 @@ def bench(
         if plot:
             result.plots = run.plots = _plot_micro(run)
         return result
+    if suite == "dist":
+        return _bench_dist(device, quick=quick, dtypes=dtypes, out=out, resume=resume, timeout_s=timeout_s,
+                           progress=watcher, **(dist or {}))  # fmt: skip
     from fade.measure.suites.models.suite import run_models
     from fade.report.console import model_rows
 
@@ -229,6 +243,19 @@ def bench(
                      image_size=image_size, sequence_length=sequence_length, validate=validate, out=out,
                      resume=resume, timeout_s=timeout_s, isolate=isolate, progress=watcher, only=patterns)
     return BenchResult("models", run, summary=model_rows(run.records))
+
+
+def _bench_dist(device, *, quick, dtypes, out, resume, timeout_s, progress, **selection) -> BenchResult:
+    """`fade bench dist`: on this process's rank under a launcher, else on ranks started here (run_dist)."""
+    from fade.measure.suites.dist.launch import rank_environment
+    from fade.measure.suites.dist.suite import run_dist
+    from fade.report.console import dist_rows
+
+    ranks = rank_environment(os.environ)
+    rank = int(ranks["RANK"]) if ranks else 0
+    run, env = run_dist(device, quick=quick, dtypes=dtypes, out=out, resume=resume, timeout_s=timeout_s,
+                        progress=progress if rank == 0 else None, **selection)  # fmt: skip
+    return BenchResult("dist", run, summary=dist_rows(run.records), env=env, rank=rank)
 
 
 def _progress(progress):

@@ -86,10 +86,17 @@ def make_record(
 
 
 def peak_for(result, peaks: Optional[dict]) -> Optional[dict]:
-    """The record's `peak`: the spec-table peak that applies to `result`, and value as a % of it."""
+    """The record's `peak`: the spec-table peak that applies to `result`, and value as a % of it. A "link"
+    peak (dist suite: busbw against the slowest link between the ranks) travels in result.extra["link"]."""
+    if result.peak_kind == "link":
+        peaks = {"link_gbs": (result.extra.get("link") or {}).get("peak_gbs"),
+                 "basis": "link table", "source": (result.extra.get("link") or {}).get("source")}  # fmt: skip
     if peaks is None or result.peak_kind is None:
         return None
-    if result.peak_kind == "tflops":
+    if result.peak_kind == "link":
+        peak_value = peaks["link_gbs"]
+        unit = "GB/s"
+    elif result.peak_kind == "tflops":
         peak_value = (peaks.get("tflops") or {}).get(result.peak_dtype)
         unit = "TFLOP/s"
     elif result.peak_kind == "bandwidth":
@@ -222,12 +229,20 @@ NESTED_TYPES = {
     ("telemetry", "contention_reasons"): (list, type(None)), ("extra", "backend_ran"): (str, type(None)),
     ("extra", "plain_loop"): (dict, type(None)), ("extra", "flops"): (dict, type(None)),
     ("extra", "memory"): (dict, type(None)),
+    # dist suite (docs/dist.md): a collective's figures, a scaling case's per-process-count list
+    ("extra", "busbw_gbs"): (*_NUMBER, type(None)), ("extra", "algbw_gbs"): (*_NUMBER, type(None)),
+    ("extra", "latency_us"): (*_NUMBER, type(None)), ("extra", "world"): (int, type(None)),
+    ("extra", "size_bytes"): (int, type(None)), ("extra", "collective"): (str, type(None)),
+    ("extra", "scaling"): (list, type(None)), ("extra", "link"): (dict, type(None)),
 }  # fmt: skip
 # Inside extra's dicts (models suite), the numbers the report and the plots read.
 EXTRA_NUMBERS = {
     "plain_loop": ("fade_vs_plain_pct", "samples_per_s"), "flops": ("pct_of_peak", "achieved_tflops"),
     "memory": ("peak_allocated_bytes",), "loss_check": ("loss", "fp32_loss"),
 }
+
+# Each entry of a dist scaling record's extra.scaling: the numbers compare, report and plots read.
+SCALING_NUMBERS = ("world", "samples_per_s_per_process", "efficiency_pct", "exposed_comm_pct", "median_step_s")
 
 
 def record_problem(record) -> Optional[str]:
@@ -251,6 +266,9 @@ def record_problem(record) -> Optional[str]:
     for reason_list in ("throttle_reasons", "contention_reasons"):
         if not all(isinstance(item, str) for item in (record.get("telemetry") or {}).get(reason_list) or []):
             return f"field telemetry.{reason_list} holds a non-string"
+    for entry in (record.get("extra") or {}).get("scaling") or []:
+        if not isinstance(entry, dict) or not all(_is(entry.get(name), (*_NUMBER, type(None))) for name in SCALING_NUMBERS):
+            return f"field extra.scaling holds an entry without numbers for {', '.join(SCALING_NUMBERS)}"
     for parent, names in EXTRA_NUMBERS.items():
         holder = (record.get("extra") or {}).get(parent) or {}
         for name in names:

@@ -32,6 +32,8 @@ SYSTEM_FACTS = (
     "igpu_first", "dgpu_indices", "igpu_name", "dgpu_name",
     "opencl_no_icd", "opencl_icd_but_no_platform", "opencl_device_present", "opencl_gpu_without_fp16",
     "opencl_fp16_missing_device", "opencl_clblast",
+    "gpu_pairs", "gpu_links_nvlink", "gpu_links_pcie_only", "iommu_translated",
+    "nccl_wheel_version", "nccl_shadow_version", "nccl_shadow_path", "nccl_shadowed",
 )
 ENV_FACT_PREFIX = "env."  # plus env.NAME for every variable in the snapshot's env
 DEVICE_FACTS = (
@@ -130,9 +132,40 @@ def system_facts(snapshot: dict, truths: list[DeviceTruth]) -> dict:
     facts.update(miopen_db)
     facts.update(_igpu_facts(truths))
     facts.update(opencl_facts(snapshot.get("opencl")))
+    facts.update(topology_facts(snapshot.get("topology")))
     for name, value in env.items():
         facts[f"env.{name}"] = value
     return facts
+
+
+IOMMU_OFF_WORDS = ("iommu=pt", "iommu=off", "amd_iommu=off", "intel_iommu=off")  # no DMA translation for the GPUs
+
+
+def topology_facts(topology: dict | None) -> dict:
+    """GPU-to-GPU links (the snapshot's `topology`, collect.topology): how many pairs, NVLink or PCIe only,
+    whether the IOMMU translates DMA (IOMMU groups exist and the kernel command line says neither iommu=pt
+    nor off), and whether a libnccl on LD_LIBRARY_PATH (the first one) differs from the pip NCCL torch pins.
+    None where the section or the field is missing."""
+    links = (topology or {}).get("links") or []
+    iommu = (topology or {}).get("iommu") or {}
+    groups, words = iommu.get("groups"), iommu.get("cmdline_iommu")
+    translated = None
+    if groups is not None and words is not None:
+        translated = groups > 0 and not any(word in IOMMU_OFF_WORDS for word in words)
+    nccl = (topology or {}).get("nccl") or {}
+    wheel = (nccl.get("wheel") or {}).get("version")
+    shadows = [entry for entry in nccl.get("ld_library_path") or [] if entry.get("version")]
+    shadow = shadows[0] if shadows else {}
+    return {
+        "nccl_wheel_version": wheel,
+        "nccl_shadow_version": shadow.get("version"),
+        "nccl_shadow_path": shadow.get("path"),
+        "nccl_shadowed": (shadow.get("version") != wheel) if wheel and shadow else None,
+        "gpu_pairs": len(links) if links else None,
+        "gpu_links_nvlink": any(link.get("kind") == "nvlink" for link in links) if links else None,
+        "gpu_links_pcie_only": all(link.get("kind") == "pcie" for link in links) if links else None,
+        "iommu_translated": translated,
+    }
 
 
 def opencl_facts(opencl: dict | None) -> dict:

@@ -3,13 +3,17 @@ and returns 0, 1 when a case failed, 3 when the worker cannot start here, 130 wh
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
-from fade.cli.args import add_json_flag, add_run_flags, check_outputs, positive_int, report_run_problems, split_list, write_json
+from fade.cli.args import (add_device_flag, add_json_flag, add_run_flags, check_outputs, positive_float, positive_int,
+                           report_run_problems, split_list, write_json)
 from fade.errors import ExitCode, FadeUsageError
 
 MICRO_OUTPUT = "results/micro.jsonl"
 MODELS_OUTPUT = "results/models.jsonl"
+DIST_OUTPUT = "results/dist.jsonl"
 
 
 def add_verbs(verbs) -> None:
@@ -18,10 +22,11 @@ def add_verbs(verbs) -> None:
     bench.set_defaults(func=_no_suite)
     _add_micro(suites)
     _add_models(suites)
+    _add_dist(suites)
 
 
 def _no_suite(args) -> int:
-    raise FadeUsageError("fade bench: choose a suite: micro, models")
+    raise FadeUsageError("fade bench: choose a suite: micro, models, dist")
 
 
 def _add_micro(suites) -> None:
@@ -109,3 +114,92 @@ def cmd_bench_models(args) -> int:
     if args.json:
         write_json(run.to_dict(), args.json)
     return report_run_problems(run) or result.exit_status
+
+
+def _add_dist(suites) -> None:
+    dist = suites.add_parser(
+        "dist",
+        help="collectives (algbw, busbw, latency) and DDP/FSDP2 scaling through torch.distributed",
+        description="Collectives through torch.distributed (nccl/RCCL on GPUs, gloo on the CPU, xccl on XPUs) "
+        "as nccl-tests reports them: algbw = bytes / time, busbw = algbw x 2(n-1)/n (all_reduce), (n-1)/n "
+        "(all_gather, reduce_scatter, all_to_all), 1 (broadcast, send/recv); each result checked. --scaling "
+        "trains zoo models data-parallel on 1, 2, 4, ... N processes. Starts torchrun with --nproc N, or runs "
+        "as one rank under your own launcher (torchrun, srun). docs/dist.md.",
+    )
+    dist.add_argument("--nproc", type=positive_int("--nproc"), metavar="N",
+                      help="processes to start here under torchrun (one per GPU); not under a launcher")  # fmt: skip
+    dist.add_argument("--collectives", metavar="LIST",
+                      help="comma-separated: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv "
+                           "(default: all, unless --scaling is given)")  # fmt: skip
+    dist.add_argument("--dtypes", metavar="LIST", help="comma-separated: fp32, fp16, bf16 (default fp32, as nccl-tests)")
+    dist.add_argument("--sizes", metavar="LIST", help="comma-separated buffer sizes: 8, 4K, 64M, 1G (default 8 B to 1 GiB)")
+    dist.add_argument("--scaling", metavar="MODELS", help="comma-separated zoo models (resnet50, gpt2-small) or module:function to "
+                                                         "train data-parallel on 1, 2, 4, ... N processes")  # fmt: skip
+    dist.add_argument("--strategies", metavar="LIST", help="comma-separated: ddp, fsdp2 (default ddp)")
+    dist.add_argument("--batch", type=positive_int("--batch"), metavar="N", help="samples per process per step (scaling)")
+    dist.add_argument("--image-size", type=positive_int("--image-size"), metavar="PX", help="image side (scaling)")
+    dist.add_argument("--seq-len", type=positive_int("--seq-len"), metavar="TOKENS", help="sequence length (scaling)")
+    dist.add_argument("--quick", action="store_true", help="three small sizes, 5 samples, tiny scaling inputs")
+    dist.add_argument("--plot", action="store_true", help="write busbw-vs-size PNGs next to FILE")
+    add_device_flag(dist, help="device type: cuda (nccl; RCCL on ROCm), cpu (gloo), xpu (xccl); default cuda if available")
+    dist.add_argument("-o", "--output", default=DIST_OUTPUT, metavar="FILE", help="JSONL results file (appended, rank 0)")
+    dist.add_argument("--resume", action="store_true", help="skip cases already measured ok in FILE")
+    dist.add_argument("--timeout", type=positive_float("--timeout"), metavar="S",
+                      help="seconds a collective waits for its peers before the run stops with a timeout record (default 60)")  # fmt: skip
+    add_json_flag(dist, "the run summary")
+    dist.set_defaults(func=cmd_bench_dist)
+
+
+def cmd_bench_dist(args) -> int:
+    from fade.api import bench
+    from fade.measure.suites.dist.suite import parse_size
+    from fade.report.console import make_console, render_bench_summary
+    from fade.report.progress import ProgressBar
+
+    check_outputs(("-o", args.output), ("--json", args.json))
+    if args.plot:
+        from fade.report.plots import require_matplotlib
+
+        require_matplotlib("--plot")
+    sizes = [parse_size(text) for text in split_list(args.sizes)] or None
+    selection = {"nproc": args.nproc, "collectives": split_list(args.collectives) or None, "sizes": sizes,
+                 "scaling": split_list(args.scaling) or None, "strategies": split_list(args.strategies) or None,
+                 "batch": args.batch, "image_size": args.image_size, "sequence_length": args.seq_len}  # fmt: skip
+    console = make_console()
+    try:
+        result = bench("dist", args.device, quick=args.quick, dtypes=split_list(args.dtypes) or None, out=args.output,
+                       resume=args.resume, timeout_s=args.timeout, progress=ProgressBar(console), dist=selection)  # fmt: skip
+    except RuntimeError as exc:  # the ranks could not start on this machine: valid request, cannot run here
+        print(f"fade: cannot run here: {exc}", file=sys.stderr)
+        return ExitCode.CANNOT_RUN
+    if result.rank != 0:  # one report per run: rank 0's
+        return _leave(result.run, result.exit_status)
+    for change in result.env:
+        print(str(change), file=sys.stderr)
+    run = result.run
+    render_bench_summary(result.summary, run.to_dict(), console)
+    if run.stopped:
+        print(f"fade: the run stopped early: {run.stopped}", file=sys.stderr)
+    if args.plot and run.records:
+        from fade.report.plots import plot_dist
+
+        for path in plot_dist(run.records, Path(args.output).parent / f"{Path(args.output).stem}-plots"):
+            print(f"fade: wrote {path}", file=sys.stderr)
+    if args.json:
+        write_json(result.to_dict(), args.json)
+    return _leave(run, report_run_problems(run) or result.exit_status)
+
+
+def _leave(run, code: int) -> int:
+    """`code`, or, when this process was a rank whose group broke (a collective timed out), exit at once: the
+    interpreter's teardown of a group with a hung peer waits out the backend's timeout."""
+    if run.stopped and dist_group_alive():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def dist_group_alive() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized())

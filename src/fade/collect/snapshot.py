@@ -78,6 +78,9 @@ def collect_snapshot(*, torch="subprocess", root: str = "/", environ: dict | Non
         from fade.collect.opencl import collect_opencl
 
         _section(snap, errors, "opencl", lambda: collect_opencl(root), None)
+        from fade.collect.topology import collect_topology  # GPU-to-GPU links, for the dist rules
+
+        _section(snap, errors, "topology", lambda: collect_topology(root, environ=environ), None)
     if tools_future is not None:
         snap["tools"], tool_errors = tools_future.result()
         errors.update(tool_errors)
@@ -127,7 +130,7 @@ _TOP = {"schema_version": int, "os": dict, "env": dict, "pci": list, "kfd_nodes"
         "device_files": dict, "groups": list, "tools": dict}
 _TOP_NULLABLE = {"torch": dict, "rocm": dict}
 _TOP_OPTIONAL = {"probe": dict, "mounts": dict, "memory": dict, "errors": dict, "user": dict, "source": str,
-                 "created": str, "fade_version": str, "python": str, "opencl": dict}
+                 "created": str, "fade_version": str, "python": str, "opencl": dict, "topology": dict}
 _TORCH = {"version": str, "available": bool, "device_count": int, "arch_list": list, "devices": list}
 _TORCH_NULLABLE = {"hip": str, "cuda": str, "cudnn_version": int, "error": str, "backends": dict,
                    "warnings": list}
@@ -214,6 +217,8 @@ def validate_snapshot(snap, where: str = "snapshot") -> dict:
     _check(snap["os"], f"{where}.os", {}, {"system": str, "release": str, "machine": str})
     if snap.get("opencl") is not None:
         _check_opencl(snap["opencl"], f"{where}.opencl")
+    if snap.get("topology") is not None:
+        _check_topology(snap["topology"], f"{where}.topology")
     torch = snap.get("torch")
     if torch is not None:
         _check(torch, f"{where}.torch", _TORCH, _TORCH_NULLABLE)
@@ -246,6 +251,15 @@ def _check_opencl(opencl, where: str) -> None:
         for j, device in enumerate(platform["devices"]):
             _check_type(device, dict, f"{where}.platforms[{i}].devices[{j}]", nullable=False)
             _check(device, f"{where}.platforms[{i}].devices[{j}]", _OPENCL_DEVICE, _OPENCL_DEVICE_NULLABLE)
+
+
+def _check_topology(topology, where: str) -> None:
+    """The optional `topology` section (fade.collect.topology)."""
+    _check_type(topology, dict, where, nullable=False)
+    _check(topology, where, {"outputs": dict, "links": list}, {"links_from": str, "iommu": dict, "errors": dict, "nccl": dict})
+    for i, link in enumerate(topology["links"]):
+        _check_type(link, dict, f"{where}.links[{i}]", nullable=False)
+        _check(link, f"{where}.links[{i}]", {"gpus": list, "kind": str}, {"detail": str, "count": int})
 
 
 def load_snapshot(path: str | Path) -> dict:

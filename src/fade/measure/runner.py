@@ -88,6 +88,7 @@ class RunSummary:
     plots: list = field(default_factory=list)  # PNG paths, when plots were asked for
     unsupported: dict = field(default_factory=dict)  # reason -> number of cases left out for it
     write_error: Optional[str] = None  # why `out` stopped taking records (a full disk); earlier ones are whole
+    stopped: Optional[str] = None  # why the run ended before its last case: the executor's `stop_reason`
 
     @property
     def failed(self) -> int:
@@ -109,6 +110,7 @@ class RunSummary:
             "plots": [str(path) for path in self.plots],
             "unsupported": dict(self.unsupported),
             "write_error": self.write_error,
+            "stopped": self.stopped,
         }
         if with_records:
             data["records"] = list(self.records)
@@ -150,14 +152,8 @@ def run_cases(
     device = session["device"]
     summary = RunSummary(out=str(out), run_id=run_id, device=device, selected=len(cases), resumed=0)
     finished = set()
-    if resume and Path(out).exists() and Path(out).stat().st_size:
-        found = read_records(out)
-        summary.problems = found.problems
-        finished = {  # the latest record of a case decides, as in compare: a crash after an ok runs again
-            record["case_id"]
-            for record in latest_records(found.records)
-            if record.get("torch_device") == device and record.get("status") in RESUME_SKIPS_STATUSES
-        }
+    if resume:
+        finished, summary.problems = finished_cases(out, device)
     todo = [case for case in cases if case.case_id not in finished]
     summary.resumed = len(cases) - len(todo)
     ctx = CaseContext(device=device, run_id=run_id, quick=quick, timing=dict(timing or {}))
@@ -166,6 +162,9 @@ def run_cases(
     try:
         with JsonlAppender(out) as appender:
             for case in todo:
+                if getattr(executor, "stop_reason", None):  # the executor cannot go on (a dist run's broken group)
+                    summary.stopped = executor.stop_reason
+                    break
                 if progress is not None:
                     progress.case_started(case.case_id)
                 record = executor.run(case, ctx)
@@ -188,6 +187,20 @@ def run_cases(
         if progress is not None:
             progress.finished(summary)  # also when a case raised past the executor: a bar never outlives its run
     return summary
+
+
+def finished_cases(out, device: str) -> tuple:
+    """(ids of the cases `resume` skips in `out` on `device`, unreadable lines of `out`). The latest record
+    of a case decides, as in compare: a crash after an ok runs again."""
+    if not (Path(out).exists() and Path(out).stat().st_size):
+        return set(), []
+    found = read_records(out)
+    finished = {
+        record["case_id"]
+        for record in latest_records(found.records)
+        if record.get("torch_device") == device and record.get("status") in RESUME_SKIPS_STATUSES
+    }
+    return finished, found.problems
 
 
 def check_output_path(out) -> Path:
@@ -422,15 +435,22 @@ class IsolatedExecutor:
         self._process = None
 
     def _failure(self, case, ctx, status, error, detail, started, started_clock) -> dict:
-        from fade.measure.session import case_record  # the worker's module; imports torch only when a case runs
+        return failure_record(case, ctx, self.session, status, error, detail, started, started_clock)
 
-        from fade.measure.telemetry import with_contention
 
-        unknown = {"available": False, "contended": None, "reasons": [], "reason": "the case did not finish"}
-        telemetry = with_contention({"available": False, "source": "none", "reason": "the case did not finish"}, unknown)
-        described = {**(self.session or {}), "device": ctx.device}
-        return case_record(case, ctx, described, status=status, started=started, started_clock=started_clock,
-                           telemetry=telemetry, error=error, error_detail=detail)
+def failure_record(case, ctx, session: Optional[dict], status, error, detail, started, started_clock) -> dict:
+    """The record of a case that did not finish in its process (timeout, crash): no result, no telemetry.
+    `session` is the Session.describe() of the process that ran it, or None."""
+    from fade.measure.session import case_record  # the worker's module; imports torch only when a case runs
+
+    from fade.measure.telemetry import with_contention
+
+    unknown = {"available": False, "contended": None, "reasons": [], "reason": "the case did not finish"}
+    telemetry = with_contention({"available": False, "source": "none", "reason": "the case did not finish"}, unknown)
+    described = {**(session or {}), "device": ctx.device}
+    return case_record(case, ctx, described, status=status, started=started, started_clock=started_clock,
+                       telemetry=telemetry, error=error, error_detail=detail)
+
 
 def _signal_name(number: int) -> str:
     try:

@@ -259,3 +259,26 @@ def model_rows(records: list) -> list:
             parts.append(f"plain loop {plain['fade_vs_plain_pct']:+.1f}%")
         row["note"] = "; ".join(parts + ([row["note"]] if row.get("note") else [])) or None
     return rows
+
+
+def dist_rows(records: list) -> list:
+    """fade.results.summarize's rows for dist records: a collective's note gives its latency (the figure up to
+    64 KiB), algbw and the busbw formula; a scaling case's note gives each process count's samples/s per
+    process, efficiency and exposed communication."""
+    from fade.results import summarize
+
+    extras = {record["case_id"]: record.get("extra") or {} for record in records}
+    rows = summarize(records)
+    for row in rows:
+        extra = extras.get(row["case_id"], {})
+        if row["status"] != "ok":
+            continue
+        if "busbw_gbs" in extra:
+            latency = f"latency {extra['latency_us']:.1f} us; " if extra.get("latency_us") is not None else ""
+            parts = [f"{latency}algbw {extra['algbw_gbs']:.3g} GB/s; busbw = algbw x {extra['bus_factor']} (n={extra['world']})"]
+        else:
+            parts = [f"x{entry['world']}: {entry['samples_per_s_per_process']:.3g} samples/s/proc, "
+                     f"{entry.get('efficiency_pct', 0):.0f}% eff, {entry['exposed_comm_pct']:.0f}% exposed comm"
+                     for entry in extra.get("scaling") or []]  # fmt: skip
+        row["note"] = "; ".join(parts + ([row["note"]] if row.get("note") else [])) or None
+    return rows

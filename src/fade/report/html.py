@@ -97,6 +97,7 @@ def render_report(paths: Sequence, *, baseline: Optional[str] = None) -> tuple:
         _stacks(latest),
         _micro(latest),
         _models(files),
+        _dist(latest),
         _comparisons(files, baseline),
         _profiles(profiles),
         "</body></html>",
@@ -210,22 +211,27 @@ def _stacks(records: list) -> str:
     return "<h2>Stack fingerprint</h2>" + ("".join(blocks) or "<p class=dim>No stack information in the records.</p>")
 
 
+def _figure_cells(row: dict) -> tuple:
+    """(status, its css class, value and unit scaled to fit, "% of peak" text) of a summarize() row."""
+    status = row.get("status")
+    value, unit = row.get("value"), row.get("unit")
+    if value is not None:
+        value, unit = fitting_unit(value, unit or "")
+    pct = "-" if row.get("pct_of_peak") is None else f"{row['pct_of_peak']:.0f}%"
+    return status, "ok" if status == "ok" else "fail", value, unit, pct
+
+
 def _micro(records: list) -> str:
     micro = [record for record in records if record.get("suite") == "micro"]
     if not micro:
         return ""
     rows = []
     for row in summarize(micro):
-        status = row.get("status")
-        css = "ok" if status == "ok" else "fail"
-        pct = "-" if row.get("pct_of_peak") is None else f"{row['pct_of_peak']:.0f}%"
+        status, css, value, unit, pct = _figure_cells(row)
         median = "" if row.get("median_ms") is None else f"{row['median_ms']:.4g}"
         iqr = "" if row.get("iqr_pct") is None else f"{row['iqr_pct']:.1f}"
         flags = " ".join(flag for flag, on in (("noisy", row.get("noisy")), ("throttled", row.get("throttled"))) if on)
         note = " ".join(part for part in (flags, row.get("note") or "") if part)  # a contended case says so here
-        value, unit = (row.get("value"), row.get("unit"))
-        if value is not None:
-            value, unit = fitting_unit(value, unit or "")
         rows.append(
             f"<tr><td><code>{escape(row['case_id'])}</code></td><td>{escape(row.get('torch_device'))}</td>"
             f"<td class={css}>{escape(status)}</td><td class=num>{escape(format_value(value))}</td>"
@@ -249,6 +255,37 @@ def _micro_plots(records: list) -> str:
     except FadeUsageError as error:  # matplotlib is missing
         return f"<p class=dim>{escape(error)}</p>"
     return "".join(images)
+
+
+def _dist(records: list) -> str:
+    """`fade bench dist`'s records: the busbw and scaling plots, then one row per case with its formula."""
+    from fade.report.console import dist_rows
+
+    dist = [record for record in records if record.get("suite") == "dist"]
+    if not dist:
+        return ""
+    rows = [_dist_row(row) for row in dist_rows(dist)]
+    note = ("<p>Collectives as nccl-tests reports them: algbw = size / median time; busbw = algbw x 2(n-1)/n for "
+            "all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for broadcast and send/recv, so it "
+            "compares with the link's bandwidth whatever n is. Each result was checked for exact values on every rank. "
+            "Scaling: samples/s per process at k processes against 1 process (docs/dist.md).</p>")  # fmt: skip
+    table = ("<table><tr><th>case</th><th>status</th><th>value</th><th>unit</th><th>% of link peak</th><th>note</th></tr>"
+             + "".join(rows) + "</table>")  # fmt: skip
+    try:
+        from fade.report.plots import plot_dist
+
+        with tempfile.TemporaryDirectory(prefix="fade-report-") as directory:
+            images = "".join(_img(path.read_bytes(), f"dist: {path.stem}") for path in plot_dist(dist, directory))
+    except FadeUsageError as error:  # matplotlib is missing
+        images = f"<p class=dim>{escape(error)}</p>"
+    return "<h2>Distributed: collectives and scaling</h2>" + note + images + table
+
+
+def _dist_row(row: dict) -> str:
+    status, css, value, unit, pct = _figure_cells(row)
+    return (f"<tr><td><code>{escape(row['case_id'])}</code></td><td class={css}>{escape(status)}</td>"
+            f"<td class=num>{escape(format_value(value))}</td><td>{escape(unit or '')}</td><td class=num>{escape(pct)}</td>"
+            f"<td>{escape(row.get('note') or '')}</td></tr>")  # fmt: skip
 
 
 def _models(files: list) -> str:

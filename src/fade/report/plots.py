@@ -316,3 +316,69 @@ def _plot_cpu_vs_gpu(families: dict):
     axis.grid(True, axis="y", alpha=0.3)
     axis.legend(fontsize=8)
     return figure
+
+
+def plot_dist(records: Iterable[dict], out_dir) -> list:
+    """`fade bench dist`'s plots into `out_dir`: dist_busbw.png (bus bandwidth vs buffer size, one panel per
+    collective, one series per device, process count and dtype, the slowest link's peak as a dashed line where
+    the records know it) and dist_scaling.png (scaling efficiency vs process count per model and strategy).
+    Returns the paths written; the newest record per (case, device) is plotted."""
+    require_matplotlib()
+    latest: dict = {}
+    for record in records:
+        if record.get("suite") == "dist":
+            latest[(record.get("case_id"), record.get("torch_device"))] = record
+    usable = [record for record in latest.values() if record.get("status") == "ok" and record.get("value") is not None]
+    collectives = defaultdict(list)
+    scaling = []
+    for record in usable:
+        extra = record.get("extra") or {}
+        if extra.get("collective"):
+            collectives[extra["collective"]].append(record)
+        elif extra.get("scaling"):
+            scaling.append(record)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, plotter, selected in (("dist_busbw.png", _plot_busbw, collectives), ("dist_scaling.png", _plot_scaling, scaling)):
+        if selected:
+            path = out_dir / name
+            _save(plotter(selected), path)
+            written.append(path)
+    return written
+
+
+def _plot_busbw(collectives: dict):
+    figure, axes = _figure(len(collectives))
+    for axis, (name, group) in zip(axes, sorted(collectives.items())):
+        series = defaultdict(list)
+        for record in group:
+            extra = record["extra"]
+            series[f"{_device_label(record)} x{extra['world']} {(record.get('params') or {}).get('dtype')}"].append(record)
+        for label, members in sorted(series.items()):
+            members.sort(key=lambda record: record["extra"]["size_bytes"])
+            _with_errors(axis, [record["extra"]["size_bytes"] / 2**20 for record in members], members, marker="o",
+                         markersize=3, label=label)  # fmt: skip
+        _draw_peak(axis, _peak(group))
+        _size_ticks(axis, [record["extra"]["size_bytes"] for record in group])
+        axis.set_title(f"{name}: busbw = algbw x {group[0]['extra'].get('bus_factor')}", fontsize=9)
+        _axis_labels(axis, "buffer size (nccl-tests' size)", "bus bandwidth GB/s (bars: IQR)")
+    return figure
+
+
+def _plot_scaling(scaling: list):
+    figure, (axis,) = _figure(1)
+    for record in scaling:
+        entries = record["extra"]["scaling"]
+        label = f"{record['extra'].get('model')} {record['extra'].get('strategy')} ({_device_label(record)})"
+        axis.plot([entry["world"] for entry in entries], [entry["efficiency_pct"] for entry in entries], marker="o", label=label)
+    axis.axhline(100.0, linestyle="--", linewidth=1.0, color="black", label="linear scaling")
+    _axis_labels(axis, "processes", "efficiency %: samples/s per process vs 1 process")
+    return figure
+
+
+def _axis_labels(axis, x_label: str, y_label: str) -> None:
+    axis.set_xlabel(x_label, fontsize=8)
+    axis.set_ylabel(y_label, fontsize=8)
+    axis.grid(True, alpha=0.3)
+    _legend(axis, fontsize=7)
