@@ -437,3 +437,19 @@ def test_long_reductions_keep_the_cpus_accuracy():
     with_nan[1, 150_000] = float("nan")
     close(with_nan.to(DEV).amax(1), with_nan.amax(1))
     close(with_nan.to(DEV).sum(1), with_nan.sum(1), atol=1e-2, rtol=1e-4)
+
+
+def test_batch_norm_legit_runs_natively():
+    """`_native_batch_norm_legit` is the form batch norm takes under FlopCounterMode (fade bench's FLOP count)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5)
+    for training in (True, False):
+        mean, var = torch.randn(3), torch.rand(3) + 0.5
+        mean_ocl, var_ocl = mean.to(DEV), var.to(DEV)
+        ocl.reset_fallback_counts()
+        got = torch.ops.aten._native_batch_norm_legit(x.to(DEV), None, None, mean_ocl, var_ocl, training, 0.1, 1e-5)
+        expected = torch.ops.aten._native_batch_norm_legit(x, None, None, mean, var, training, 0.1, 1e-5)
+        assert ocl.fallback_counts() == {}
+        close(got[0], expected[0], atol=1e-5, rtol=1e-5)
+        close(mean_ocl, mean, atol=1e-6, rtol=1e-5)
+        close(var_ocl, var, atol=1e-6, rtol=1e-5)

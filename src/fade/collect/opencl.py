@@ -108,7 +108,7 @@ def collect_opencl(root: str = "/", timeout: float = 30.0) -> dict:
     vendors = Path(root) / "etc/OpenCL/vendors"
     icd_files = sorted(path.name for path in vendors.glob("*.icd")) if vendors.is_dir() else []
     section = {"icd_files": icd_files, "loader": ctypes.util.find_library("OpenCL") is not None,
-               "clblast": ctypes.util.find_library("clblast") is not None, "pyopencl": _has_pyopencl(),
+               "clblast": _has_clblast(), "pyopencl": _has_pyopencl(),
                "source": None, "platforms": [], "error": None}
     if section["pyopencl"]:
         platforms, error = _probe_pyopencl(timeout)
@@ -119,3 +119,15 @@ def collect_opencl(root: str = "/", timeout: float = 30.0) -> dict:
     section["platforms"] = platforms or []
     section["error"] = error
     return section
+
+
+def _has_clblast() -> bool:
+    """Whether the dynamic loader finds CLBlast, as fade.ocl will load it: dlopen honours LD_LIBRARY_PATH, which
+    find_library's ldconfig lookup does not (a CLBlast unpacked beside the user's, as on the H100 machine)."""
+    for name in ("libclblast.so.1", "libclblast.so"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return ctypes.util.find_library("clblast") is not None

@@ -1441,7 +1441,7 @@ def _cat(op, args, kwargs, bound):
 def _batch_norm(op, args, kwargs, bound):
     """native_batch_norm and its backward over (N, C, ...), composed of this backend's kernels; running
     statistics are updated in place as on the CPU (unbiased variance)."""
-    if _written(op, bound):
+    if _written_outs(op):
         raise _NoKernel("out=")
     x = bound["input"]
     if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2:
@@ -1451,7 +1451,7 @@ def _batch_norm(op, args, kwargs, bound):
     weight = bound.get("weight")
     count = x.numel() // max(x.shape[1], 1)
     training = bound["training"] if "training" in bound else bound["train"]
-    if _base(op) == "native_batch_norm":
+    if _base(op) in ("native_batch_norm", "_native_batch_norm_legit"):  # the latter: under FlopCounterMode
         running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
         if training:
             mean = aten.mean.dim(x, dims, False)
@@ -1555,7 +1555,7 @@ _HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, 
     **dict.fromkeys(("embedding", "index_select", "embedding_dense_backward"), _embedding),
     **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward"), _max_pool),
     **dict.fromkeys(("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"), _adaptive_avg_pool),
-    **dict.fromkeys(("native_batch_norm", "native_batch_norm_backward"), _batch_norm),
+    **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward"), _batch_norm),
     **dict.fromkeys(("convolution", "convolution_backward"), _convolution),
     **dict.fromkeys(("mm", "addmm", "bmm"), _matmul),
     "arange": _arange,
