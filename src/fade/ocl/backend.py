@@ -995,6 +995,21 @@ def _embedding(op, args, kwargs, bound):
 
 
 _CONV_SOURCE = """
+/* FOR_READERS(BODY): BODY for each output (oy, ox) and kernel tap (ki, kj) whose window reads input (iy, ix) */
+#define FOR_READERS(BODY) \\
+    for (long ki = 0; ki < KH; ++ki) { \\
+        long ty = iy + PH - ki * DH; \\
+        if (ty < 0 || ty % SH) continue; \\
+        long oy = ty / SH; \\
+        if (oy >= OH) continue; \\
+        for (long kj = 0; kj < KW; ++kj) { \\
+            long tx = ix + PW - kj * DW; \\
+            if (tx < 0 || tx % SW) continue; \\
+            long ox = tx / SW; \\
+            if (ox >= OW) continue; \\
+            BODY; \\
+        } \\
+    }
 __kernel void im2col(__global const T* x, long x_off, __global T* cols, long CS, long NB, long C, long H, long W, long KH,
                      long KW, long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
     /* cols is (C*KH*KW, CS >= NB*OH*OW): the columns of NB images side by side, image-major in a row */
@@ -1015,19 +1030,7 @@ __kernel void col2im(__global const T* cols, __global T* x, long x_off, long CS,
     long image = g / (C * H * W), c = (g / (H * W)) % C, iy = (g / W) % H, ix = g % W;
     long L = OH * OW;
     T acc = 0;
-    for (long ki = 0; ki < KH; ++ki) {
-        long ty = iy + PH - ki * DH;
-        if (ty < 0 || ty % SH) continue;
-        long oy = ty / SH;
-        if (oy >= OH) continue;
-        for (long kj = 0; kj < KW; ++kj) {
-            long tx = ix + PW - kj * DW;
-            if (tx < 0 || tx % SW) continue;
-            long ox = tx / SW;
-            if (ox >= OW) continue;
-            acc += cols[((c * KH + ki) * KW + kj) * CS + image * L + oy * OW + ox];
-        }
-    }
+    FOR_READERS(acc += cols[((c * KH + ki) * KW + kj) * CS + image * L + oy * OW + ox]);
     x[x_off + g] = acc;
 }
 __kernel void depthwise(__global const T* x, __global const T* w, __global T* out, long N, long C, long H, long W,
@@ -1060,19 +1063,7 @@ __kernel void depthwise_grad_input(__global const T* grad, __global const T* w, 
     for (long m = 0; m < M; ++m) {
         long o = c * M + m;
         __global const T* plane = grad + (n * C * M + o) * OH * OW;
-        for (long ki = 0; ki < KH; ++ki) {
-            long ty = iy + PH - ki * DH;
-            if (ty < 0 || ty % SH) continue;
-            long oy = ty / SH;
-            if (oy >= OH) continue;
-            for (long kj = 0; kj < KW; ++kj) {
-                long tx = ix + PW - kj * DW;
-                if (tx < 0 || tx % SW) continue;
-                long ox = tx / SW;
-                if (ox >= OW) continue;
-                acc += plane[oy * OW + ox] * w[(o * KH + ki) * KW + kj];
-            }
-        }
+        FOR_READERS(acc += plane[oy * OW + ox] * w[(o * KH + ki) * KW + kj]);
     }
     gx[g] = acc;
 }
