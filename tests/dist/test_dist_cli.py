@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from fade import cli
+from tests.cliutil import one_line
+
 from fade.errors import ExitCode
 from fade.measure.suites.dist.collectives import BUS_FACTORS, COLLECTIVES
 from fade.measure.suites.dist.rank import TEST_HANG_RANK
@@ -18,22 +19,6 @@ HANG_TIMEOUT_S = 3  # the collective's --timeout in the hang test
 HANG_BOUND_S = 120  # generous: torchrun start-up on a loaded 2-core host, the timeout, and the tear-down
 
 
-@pytest.fixture
-def fade(capsys):
-    """Run `fade ARGS...` in-process -> (exit code, stdout, stderr)."""
-
-    def run(*argv):
-        code = cli.main([str(arg) for arg in argv])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 def records_of(path) -> list:

@@ -5,28 +5,13 @@ import json
 
 import pytest
 
-from fade import cli
+from tests.cliutil import one_line
+
 from fade.errors import ExitCode
 
 from .records import model_record, record, write_jsonl
 
 
-@pytest.fixture
-def fade(capsys):
-    """Run `fade ARGS...` in-process -> (exit code, stdout, stderr)."""
-
-    def run(*argv):
-        code = cli.main([str(arg) for arg in argv])
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
-
-
-def one_line(stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(
