@@ -453,3 +453,22 @@ def test_batch_norm_legit_runs_natively():
         close(got[0], expected[0], atol=1e-5, rtol=1e-5)
         close(mean_ocl, mean, atol=1e-6, rtol=1e-5)
         close(var_ocl, var, atol=1e-6, rtol=1e-5)
+
+
+def test_cached_meta_results_follow_dtypes_scalars_and_strides():
+    """Elementwise ops reuse their meta result by the arguments' geometry, dtypes and scalars: the same shapes
+    with another dtype, another scalar type or other strides must still get their own result."""
+    i = torch.arange(6).reshape(2, 3)
+    f = i.float()
+    for x, y in ((f, f), (i, f), (i, i)):
+        got = x.to(DEV) + y.to(DEV)
+        assert got.dtype == (x + y).dtype
+        close(got, x + y)
+    for scalar in (2, 2.5, True):
+        got = i.to(DEV) * scalar
+        assert got.dtype == (i * scalar).dtype
+        close(got, i * scalar)
+    t = f.to(DEV).t()  # the same values, transposed strides: the output keeps the input's layout as on the CPU
+    got = t + 1
+    assert got.shape == (3, 2) and got.stride() == (f.t() + 1).stride()
+    close(got, f.t() + 1)

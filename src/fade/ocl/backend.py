@@ -451,10 +451,44 @@ def _written(op, bound):
             if a.alias_info is not None and a.alias_info.is_write and isinstance(bound.get(a.name), torch.Tensor)]
 
 
+META_CACHE_SIZE = 4096
+_meta_cache: dict = {}
+
+
+def _meta_key(value):
+    """What an elementwise op's meta result depends on: each tensor's geometry and dtype, each scalar's value
+    and type (type promotion), or None when an argument is something else (then nothing is cached)."""
+    if isinstance(value, torch.Tensor):
+        return (value.dtype, value.device.type, tuple(value.shape), value.stride())
+    if isinstance(value, (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format)):
+        return (type(value), value)
+    if isinstance(value, (list, tuple)):
+        keys = tuple(_meta_key(item) for item in value)
+        return None if None in keys else (type(value), keys)
+    return None
+
+
+def _elementwise_meta(op, args, kwargs):
+    """The meta result of an elementwise op, cached by its arguments' geometry, dtypes and scalars: running
+    torch's meta kernel is about half of a small op's Python dispatch cost."""
+    key = _meta_key((args, tuple(sorted(kwargs.items()))))
+    if key is not None:
+        key = (op, key)
+        cached = _meta_cache.get(key)
+        if cached is not None:
+            return cached
+    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    if key is not None and isinstance(meta_result, torch.Tensor):
+        if len(_meta_cache) >= META_CACHE_SIZE:
+            _meta_cache.clear()
+        _meta_cache[key] = meta_result
+    return meta_result
+
+
 def _output_for(op, args, kwargs, bound) -> tuple:
     """(the tensor the op writes, the meta result): its in-place/out= argument, or a fresh tensor shaped as
     the op's meta result."""
-    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    meta_result = _elementwise_meta(op, args, kwargs)
     written = _written(op, bound)
     if written:
         target = written[0]
