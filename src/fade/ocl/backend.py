@@ -278,38 +278,48 @@ __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(',
     kernel(dev.queue, (out.numel(),), None, _block(out).buffer, meta_buffer, *values)
 
 
+_flat_kernels: dict = {}  # (device, expression, types, operand kinds, scalar names) -> (kernel, numpy scalar type)
+
+
 def _pointwise_flat(expr, out, operands, compute, ct, ot, scalars) -> None:
     """pointwise() where out and every tensor operand are contiguous and alike (or single elements): a linear
-    index, no per-dimension decoding and no metadata buffer."""
-    params, loads, args, letters = [], [], [], "abcdefgh"
-    for position, operand in enumerate(operands):
-        letter = letters[position]
-        if isinstance(operand, torch.Tensor):
-            params.append(f"__global const {_cl_type(operand.dtype)}* in_{letter}, long off_{letter}")
-            index = "" if operand.numel() == 1 and out.numel() != 1 else " + i"
-            loads.append(f"{ct} {letter} = ({ct})in_{letter}[off_{letter}{index}];")
-            args += [_block(operand).buffer, np.int64(operand.storage_offset())]
-        else:
-            params.append(f"{ct} {letter}")
-            args.append(operand)
-    for name, value in scalars.items():
-        params.append(f"{ct} {name}")
-        args.append(value)
-    if ct == "double":
-        expr = _FLOAT_LITERAL.sub(r"\1", expr)
-    store = f"({ot})(({ct})({expr}) != 0)" if out.dtype == torch.bool else f"({ot})({expr})"
-    source = f"""
+    index, no per-dimension decoding and no metadata buffer. The kernel is looked up by a short key, so a
+    repeated op builds no source string."""
+    kinds = tuple((x.dtype, x.numel() == 1 and out.numel() != 1) if isinstance(x, torch.Tensor) else None
+                  for x in operands)
+    key = (out.device.index or 0, expr, ct, ot, out.dtype == torch.bool, kinds, tuple(scalars))
+    entry = _flat_kernels.get(key)
+    if entry is None:
+        params, loads, letters = [], [], "abcdefgh"
+        for position, kind in enumerate(kinds):
+            letter = letters[position]
+            if kind is not None:
+                params.append(f"__global const {_cl_type(kind[0])}* in_{letter}, long off_{letter}")
+                loads.append(f"{ct} {letter} = ({ct})in_{letter}[off_{letter}{'' if kind[1] else ' + i'}];")
+            else:
+                params.append(f"{ct} {letter}")
+        params += [f"{ct} {name}" for name in scalars]
+        body = _FLOAT_LITERAL.sub(r"\1", expr) if ct == "double" else expr
+        store = f"({ot})(({ct})({body}) != 0)" if out.dtype == torch.bool else f"({ot})({body})"
+        source = f"""
 __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' + p for p in params)}) {{
     long i = get_global_id(0);
     if (i >= n) return;
     {' '.join(loads)}
     out[off + i] = {store};
 }}"""
-    dev = _dev(out)
-    np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
-    values = [arg if not isinstance(arg, (int, float, bool)) else np_ct(arg) for arg in args]
-    dev.kernel("pointwise_flat", source)(dev.queue, (out.numel(),), None, _block(out).buffer,
-                                         np.int64(out.storage_offset()), np.int64(out.numel()), *values)
+        np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
+        entry = _flat_kernels[key] = (_dev(out).kernel("pointwise_flat", source), np_ct)
+    kernel, np_ct = entry
+    args = []
+    for operand in operands:
+        if isinstance(operand, torch.Tensor):
+            args += [_block(operand).buffer, np.int64(operand.storage_offset())]
+        else:
+            args.append(np_ct(operand) if isinstance(operand, (int, float, bool)) else operand)
+    args += [np_ct(v) if isinstance(v, (int, float, bool)) else v for v in scalars.values()]
+    kernel(_dev(out).queue, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
+           np.int64(out.numel()), *args)
 
 
 _ROWS = {
