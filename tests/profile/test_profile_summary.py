@@ -20,7 +20,9 @@ def test_a_step_waiting_on_launches_is_launch_bound():
     assert step.idle_us == {"host_wait": 720.0, "sync_wait": 0.0, "other": 0.0}
     assert step.class_us["gemm"] == 100.0 and step.class_us["elementwise"] == 180.0
     assert summary.verdict["rule"] == "launch_bound" and 0.72 >= HOST_WAIT_SHARE
-    assert "reduce-overhead" in summary.verdict["fix"] and "fade tune" in summary.verdict["fix"]
+    assert "reduce-overhead" in summary.verdict["fix"] and "fade tune MODEL --mode train" in summary.verdict["fix"]
+    named = summarize_trace(launch_bound_trace(), tune_command="fade tune mobilenet_v2 --mode infer")
+    assert "fade tune mobilenet_v2 --mode infer" in named.verdict["fix"] and "MODEL" not in named.verdict["fix"]
 
 
 def test_each_idle_cause_is_counted_where_the_trace_puts_it():

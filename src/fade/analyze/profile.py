@@ -143,8 +143,9 @@ class ProfileSummary:
 def summarize_trace(trace, *, peak_tflops: Optional[float] = None, peak_dtype: Optional[str] = None,
                     peak_bandwidth_gbs: Optional[float] = None, peak_source: Optional[str] = None,
                     device_index: Optional[int] = None, host_lines: Optional[list] = None,
-                    step_s: Optional[float] = None) -> ProfileSummary:
-    """The step summary of a Chrome trace dict (as module docstring defines it). Peaks are plain numbers
+                    step_s: Optional[float] = None, tune_command: Optional[str] = None) -> ProfileSummary:
+    """The step summary of a Chrome trace dict (as module docstring defines it). `tune_command`: the `fade tune`
+    command a launch-bound verdict suggests (default: TUNE_COMMAND, with MODEL for the user to fill in). Peaks are plain numbers
     from the spec table; without them MFU and bandwidth percentages are None. `host_lines` are the user's
     source lines behind host syncs, reads and copies ({kind, file, line, code, count, ops}, most first), as
     the caller found them (fade.measure.profile records them with fade.hostwork's call-site machinery);
@@ -179,7 +180,8 @@ def summarize_trace(trace, *, peak_tflops: Optional[float] = None, peak_dtype: O
     total = _summarize(events, by_step, syncs, list(range(len(events.steps))), windows, gaps, peak, "all steps",
                        top_n=TOP_N_TOTAL, step_s=step_s)
     host_lines = list(host_lines or [])
-    verdicts = decide(total, platform=events.platform, device_timeline=bool(events.device), host_lines=host_lines)
+    verdicts = decide(total, platform=events.platform, device_timeline=bool(events.device), host_lines=host_lines,
+                      tune_command=tune_command)
     return ProfileSummary(bool(events.device), events.platform, events.device_index, per_step, total, verdicts,
                           peak, notes, host_lines)
 
@@ -392,7 +394,8 @@ def _flops(flops: dict, steps: int, window_us: float, gemm_conv_us: float, atten
 
 # -- verdicts -------------------------------------------------------------------------------------------
 GUARD_LINE = "fade watch -- python train.py   # names the line of your code behind each sync and copy"
-TUNE_LINE = "fade tune MODEL --mode train   # searches CUDA graphs / compile modes and writes a profile"
+TUNE_LINE = "{command}   # searches CUDA graphs / compile modes and writes a profile"
+TUNE_COMMAND = "fade tune MODEL --mode train"  # when the trace does not say which model and mode ran
 MIOPEN_FIND_LINE = "export MIOPEN_FIND_MODE=3 MIOPEN_FIND_ENFORCE=3   # MIOpen tunes this shape once (rule MIOPEN001)"
 
 
@@ -411,8 +414,10 @@ def _line_count(host_lines: list, kinds: tuple) -> int:
     return sum(entry.get("count", 0) for entry in host_lines if entry.get("kind") in kinds)
 
 
-def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lines: Optional[list] = None) -> list:
-    """Every verdict rule that fires on `total`, the one with the largest share of the step first."""
+def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lines: Optional[list] = None,
+           tune_command: Optional[str] = None) -> list:
+    """Every verdict rule that fires on `total`, the one with the largest share of the step first. `tune_command`
+    is the `fade tune` command for the profiled model and mode, where known."""
     host_lines = host_lines or []
     user_syncs = _line_count(host_lines, ("sync", "host_read"))  # per step: the lines cover one step
     if not device_timeline:
@@ -438,7 +443,8 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lin
             "title": f"launch-bound: the device waits on the host {100 * host_wait:.0f}% of the step "
                      f"({short} of {total.launches['kernels']} kernels shorter than {LAUNCH_OVERHEAD_US:g} us)",
             "fix": "capture the step in a CUDA/HIP graph: torch.compile(model, mode='reduce-overhead') or "
-                   "torch.cuda.graphs; larger batches also amortize launches. " + TUNE_LINE})
+                   "torch.cuda.graphs; larger batches also amortize launches. " +
+                   TUNE_LINE.format(command=tune_command or TUNE_COMMAND)})
     sync_wait = total.idle_us["sync_wait"] / window
     if sync_wait >= SYNC_WAIT_SHARE:
         verdicts.append({

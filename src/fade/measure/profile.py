@@ -430,9 +430,12 @@ def summarize_capture(capture: ProfileCapture, *, lines: Optional[list] = None, 
 
     peak = peak or {}
     unprofiled_s = ((capture.unprofiled_timing or {}).get("stats") or {}).get("median_s") or None
+    workload = (context or {}).get("workload") or {}
+    tune_command = (f"fade tune {workload['model']} --mode {workload['mode']}"
+                    if workload.get("model") and workload.get("mode") else None)
     summary = summarize_trace(capture.trace, peak_tflops=peak.get("tflops"), peak_dtype=peak.get("dtype"),
                               peak_bandwidth_gbs=peak.get("bandwidth_gbs"), peak_source=peak.get("source"),
-                              host_lines=lines, step_s=unprofiled_s).to_dict()
+                              host_lines=lines, step_s=unprofiled_s, tune_command=tune_command).to_dict()
     summary["capture"] = capture.to_dict()
     summary["step_time"] = step_times(summary, capture)
     summary["context"] = dict(context or {})
