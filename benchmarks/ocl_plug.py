@@ -41,6 +41,7 @@ from pathlib import Path
 
 from fade import __version__
 from fade.files import atomic_write_text
+from fade.results import read_records
 
 PARTS = ("doctor", "micro", "models", "ops", "ops_vendor", "watch")
 MICRO_ONLY = "gemm/fp32,memory/copy,launch,conv/fp32/nchw/fwd,transfer"
@@ -74,25 +75,26 @@ def run_fade(out: Path, name: str, args: list, commands: list) -> int:
     return done.returncode
 
 
-def records(path: Path) -> list:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def by_case(path: Path) -> dict:
-    return {record["case_id"]: record for record in records(path)}
+    """case_id -> record of a results file (fade.results' reader), {} when the verb wrote none."""
+    if not path.is_file():
+        return {}
+    return {record["case_id"]: record for record in read_records(path).records}
+
+
+def bench_pair(out: Path, suite: str, vendor: str | None, flags: list, commands: list) -> tuple:
+    """`fade bench SUITE` on ocl, then on the vendor device with the same flags: (ocl, vendor) records by case."""
+    sides = [("ocl", "ocl")] + ([("vendor", vendor)] if vendor else [])
+    for side, device in sides:
+        name = f"{suite}_{side}"
+        run_fade(out, name, ["bench", suite, "--device", device, *flags, "-o", str(out / f"{name}.jsonl")], commands)
+    return by_case(out / f"{suite}_ocl.jsonl"), by_case(out / f"{suite}_vendor.jsonl")
 
 
 def micro_part(out: Path, vendor: str | None, quick: bool, commands: list) -> dict:
     only = QUICK_MICRO_ONLY if quick else MICRO_ONLY
     flags = ["--only", only] + (["--quick"] if quick else [])
-    run_fade(out, "micro_ocl", ["bench", "micro", "--device", "ocl", *flags, "-o", str(out / "micro_ocl.jsonl")],
-             commands)
-    if vendor:
-        run_fade(out, "micro_vendor", ["bench", "micro", "--device", vendor, *flags, "-o",
-                                       str(out / "micro_vendor.jsonl")], commands)
-    ocl, reference = by_case(out / "micro_ocl.jsonl"), by_case(out / "micro_vendor.jsonl")
+    ocl, reference = bench_pair(out, "micro", vendor, flags, commands)
     rows = []
     for case_id, record in ocl.items():
         other = reference.get(case_id) or {}
@@ -115,12 +117,7 @@ def models_part(out: Path, vendor: str | None, quick: bool, models: str | None, 
         flags += ["--models", models]
     if batch:
         flags += ["--batch", str(batch)]
-    run_fade(out, "models_ocl", ["bench", "models", "--device", "ocl", *flags, "-o", str(out / "models_ocl.jsonl")],
-             commands)
-    if vendor:
-        run_fade(out, "models_vendor", ["bench", "models", "--device", vendor, *flags, "-o",
-                                        str(out / "models_vendor.jsonl")], commands)
-    ocl, reference = by_case(out / "models_ocl.jsonl"), by_case(out / "models_vendor.jsonl")
+    ocl, reference = bench_pair(out, "models", vendor, flags, commands)
     rows = []
     for case_id, record in ocl.items():
         other = reference.get(case_id) or {}

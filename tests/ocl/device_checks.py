@@ -143,6 +143,24 @@ def _train(device, model, inputs, targets, steps=5):
     return losses, {name: p.detach().cpu() for name, p in model.state_dict().items()}
 
 
+def _seeded_losses(device, build, data, loss_of, make_optimizer, steps):
+    """Losses of `steps` training steps of build() on `device`: weights from seed 0, data() from seed 1, both
+    made on the CPU generator (so every device starts from the same numbers)."""
+    torch.manual_seed(0)
+    model = build().to(device)
+    optimizer = make_optimizer(model.parameters())
+    torch.manual_seed(1)
+    tensors = [t.to(device) for t in data()]
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = loss_of(model, *tensors)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 def _mlp():
     torch.manual_seed(1)
     return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
@@ -334,20 +352,12 @@ def test_transformer_encoder_layer_trains_like_the_cpu_with_zero_fallbacks():
     """Attention's dropout draws its mask differently on the CPU (a fused attention kernel) and on ocl (the
     math path), so the comparison runs without dropout; dropout itself is compared above."""
     def run(device):
-        torch.manual_seed(0)
-        layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0,
-                                                 batch_first=True).to(device)
-        optimizer = torch.optim.AdamW(layer.parameters(), lr=1e-2)
-        torch.manual_seed(1)
-        x, weights = torch.randn(2, 5, 16).to(device), torch.randn(16).to(device)
-        losses = []
-        for _ in range(3):
-            optimizer.zero_grad()
-            loss = (layer(x) * weights).mean().pow(2)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        return losses
+        return _seeded_losses(
+            device, lambda: torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0,
+                                                             batch_first=True),
+            lambda: (torch.randn(2, 5, 16), torch.randn(16)),
+            lambda layer, x, weights: (layer(x) * weights).mean().pow(2),
+            lambda parameters: torch.optim.AdamW(parameters, lr=1e-2), steps=3)
 
     expected = run("cpu")
     ocl.reset_fallback_counts()
@@ -363,19 +373,11 @@ def test_zoo_resnet18_trains_like_the_cpu_with_zero_fallbacks():
     from fade.measure.zoo import vision
 
     def run(device):
-        torch.manual_seed(0)
-        model = vision.resnet18(num_classes=10).to(device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        torch.manual_seed(1)
-        x, y = torch.randn(4, 3, 64, 64).to(device), torch.randint(0, 10, (4,)).to(device)
-        losses = []
-        for _ in range(2):
-            optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-        return losses
+        return _seeded_losses(
+            device, lambda: vision.resnet18(num_classes=10),
+            lambda: (torch.randn(4, 3, 64, 64), torch.randint(0, 10, (4,))),
+            lambda model, x, y: torch.nn.functional.cross_entropy(model(x), y),
+            lambda parameters: torch.optim.SGD(parameters, lr=0.01, momentum=0.9), steps=2)
 
     expected = run("cpu")
     ocl.reset_fallback_counts()
@@ -412,7 +414,8 @@ def test_ops_the_zoo_transformers_and_classifiers_need_run_natively():
     for size in ((6, 6), (7, 7), (4, 5), (1, 1), (13, 11)):
         xr = x.clone().requires_grad_()
         x_ocl = x.to(DEV).requires_grad_()
-        pooled, pooled_ocl = torch.nn.functional.adaptive_avg_pool2d(xr, size), torch.nn.functional.adaptive_avg_pool2d(x_ocl, size)
+        pooled = torch.nn.functional.adaptive_avg_pool2d(xr, size)
+        pooled_ocl = torch.nn.functional.adaptive_avg_pool2d(x_ocl, size)
         grad = torch.randn_like(pooled)
         pooled.backward(grad)
         pooled_ocl.backward(grad.to(DEV))

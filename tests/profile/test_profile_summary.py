@@ -145,8 +145,9 @@ def test_read_trace_reads_gzip_and_refuses_broken_or_oversized_files(tmp_path):
         read_trace(bomb, max_bytes=100_000)
 
 
-def test_a_device_to_host_copy_on_rocm_counts_as_a_sync_and_its_gap_as_sync_wait():
-    """hipMemcpyWithStream of a DtoH copy blocks the host like .item(): the gap after it is sync_wait."""
+def _rocm_step_behind_a_dtoh_copy() -> dict:
+    """One ROCm step: a GEMM, a blocking hipMemcpyWithStream (a device-to-host copy) issued during it, then a
+    copy kernel launched 190 us after the copy ended."""
     builder = TraceBuilder(runtime_prefix="hip").step(1, 0.0, 1000.0)
     builder.kernel("Cijk_Alik_Bljk_SB_MT64x64x8_SN_1LDSB0_APM1_ABV0", launch=1.0, start=5.0, end=400.0)
     builder.correlation += 1
@@ -156,7 +157,12 @@ def test_a_device_to_host_copy_on_rocm_counts_as_a_sync_and_its_gap_as_sync_wait
                            "tid": 7, "ts": 400.0, "dur": 5.0,
                            "args": {"device": 0, "stream": 7, "correlation": builder.correlation, "bytes": 4}})
     builder.kernel("__amd_rocclr_copyBuffer", launch=600.0, start=610.0, end=620.0)
-    step = summarize_trace(builder.trace()).total
+    return builder.trace()
+
+
+def test_a_device_to_host_copy_on_rocm_counts_as_a_sync_and_its_gap_as_sync_wait():
+    """hipMemcpyWithStream of a DtoH copy blocks the host like .item(): the gap after it is sync_wait."""
+    step = summarize_trace(_rocm_step_behind_a_dtoh_copy()).total
     assert step.syncs["by_name"] == {"hipMemcpyWithStream": 1}
     assert step.idle_us["sync_wait"] == pytest.approx(610.0 - 405.0)
     assert step.class_us["copy"] == pytest.approx(15.0) and step.class_us["gemm"] == pytest.approx(395.0)
@@ -165,19 +171,11 @@ def test_a_device_to_host_copy_on_rocm_counts_as_a_sync_and_its_gap_as_sync_wait
 def test_the_sync_verdict_names_the_users_line_the_caller_recorded():
     """A step idle behind a sync: the sync_bound verdict ends with the user's line from `host_lines`; without
     lines it says no line (the trace alone does not know it)."""
-    builder = TraceBuilder(runtime_prefix="hip").step(1, 0.0, 1000.0)
-    builder.kernel("Cijk_Alik_Bljk_SB_MT64x64x8_SN_1LDSB0_APM1_ABV0", launch=1.0, start=5.0, end=400.0)
-    builder.correlation += 1
-    builder.events.append({"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyWithStream", "pid": 1, "tid": 1,
-                           "ts": 10.0, "dur": 400.0, "args": {"correlation": builder.correlation}})
-    builder.events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Host)", "pid": 0,
-                           "tid": 7, "ts": 400.0, "dur": 5.0,
-                           "args": {"device": 0, "stream": 7, "correlation": builder.correlation, "bytes": 4}})
-    builder.kernel("__amd_rocclr_copyBuffer", launch=600.0, start=610.0, end=620.0)
+    trace = _rocm_step_behind_a_dtoh_copy()
     lines = [{"kind": "sync", "file": "train.py", "line": 42, "code": "loss.item()", "count": 1, "ops": {}}]
-    named = summarize_trace(builder.trace(), host_lines=lines)
+    named = summarize_trace(trace, host_lines=lines)
     sync = next(v for v in named.verdicts if v["rule"] == "sync_bound")
     assert sync["title"].endswith("at train.py:42 (loss.item())")
     assert named.to_dict()["host_lines"] == lines
-    plain = next(v for v in summarize_trace(builder.trace()).verdicts if v["rule"] == "sync_bound")
+    plain = next(v for v in summarize_trace(trace).verdicts if v["rule"] == "sync_bound")
     assert " at " not in plain["title"]
