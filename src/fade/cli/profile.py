@@ -138,7 +138,8 @@ def _model(model: str, args) -> int:
                                   device=device, wait=wait, warmup=warmup, active=args.active, trace_path=trace_path,
                                   measure_overhead=not args.no_overhead, quick=args.quick,
                                   on_progress=lambda line: console.print(f"[fade.dim]{line}[/]"))
-        summary = summarize_capture(result["capture"], lines=result["lines"], peak=result["peak"], context={
+        summary = summarize_capture(result["capture"], lines=result["lines"], peak=result["peak"],
+                                    opencl=result.get("opencl"), context={
             "kind": "model", "device": device, "workload": result["workload"], "variant": result["variant"]})
         write_json(summary, summary_path)
         console.rule(f"{model} {args.mode} {variant} batch {args.batch} on {device}")

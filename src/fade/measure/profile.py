@@ -176,6 +176,11 @@ def _activities(torch, activity, device: str) -> tuple:
     supported = set(torch.profiler.supported_activities())
     if device_type == "cpu":
         return [activity.CPU], ["cpu"]
+    if device_type == "ocl":  # host ops only: the OpenCL kernels come from profiling events (_opencl_kernels)
+        from fade.measure.ocldevice import resolve_ocl
+
+        resolve_ocl(device)
+        return [activity.CPU], ["cpu"]
     if device_type != "cuda":
         raise FadeUsageError(f"profiling device {device!r} is not supported yet; use 'cuda' (NVIDIA or ROCm) or 'cpu'")
     if not torch.cuda.is_available():
@@ -395,6 +400,7 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
         capture = profile_steps(runner.step, device=device, wait=wait, warmup=warmup, active=active,
                                 trace_path=trace_path, measure_overhead=measure_overhead,
                                 time_unprofiled=bench_timing, on_progress=progress)
+        opencl = _opencl_kernels(runner.step, device, active, progress)
         accelerator = device.split(":", 1)[0]
         with LineRecorder(None if accelerator == "cpu" else accelerator) as recorder:
             runner.step()
@@ -410,7 +416,7 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
         peak = {"tflops": chosen["peak_tflops"], "dtype": chosen["peak_dtype"], "note": chosen["note"],
                 "bandwidth_gbs": peaks.get("bandwidth_gbs"), "source": peaks.get("source")}
     return {
-        "capture": capture, "lines": recorder.lines(), "peak": peak, "variant": parsed.record(),
+        "capture": capture, "lines": recorder.lines(), "peak": peak, "variant": parsed.record(), "opencl": opencl,
         "workload": {"model": model, "mode": mode, "batch": batch, "size": size, "samples": workload.samples,
                      "description": workload.description,
                      "timed_learning_rate": TIMED_LEARNING_RATE if training else None},
@@ -420,10 +426,29 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
 def _sync(torch, device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
+    elif device.startswith("ocl"):
+        import fade.ocl
+
+        fade.ocl.synchronize()
+
+
+def _opencl_kernels(step: Callable[[], None], device: str, steps: int, progress) -> Optional[dict]:
+    """On an ocl device, `steps` more steps under fade.ocl.profile: each OpenCL command's device time from its
+    profiling event (torch.profiler sees none of them); None on other devices."""
+    if not device.startswith("ocl"):
+        return None
+    import fade.ocl
+
+    progress(f"timing {steps} step(s)' OpenCL commands with profiling events")
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    with fade.ocl.profile(index, steps=steps) as times:
+        for _ in range(steps):
+            step()
+    return times.as_dict()
 
 
 def summarize_capture(capture: ProfileCapture, *, lines: Optional[list] = None, peak: Optional[dict] = None,
-                      context: Optional[dict] = None) -> dict:
+                      context: Optional[dict] = None, opencl: Optional[dict] = None) -> dict:
     """The summary JSON of a capture: fade.analyze.profile.summarize_trace's to_dict() with the peak, the
     user's lines, and `capture` (schedule, overhead, trace path) and `context` (what was profiled) added."""
     from fade.analyze.profile import summarize_trace
@@ -439,6 +464,11 @@ def summarize_capture(capture: ProfileCapture, *, lines: Optional[list] = None, 
     summary["capture"] = capture.to_dict()
     summary["step_time"] = step_times(summary, capture)
     summary["context"] = dict(context or {})
+    if opencl:
+        summary["opencl"] = opencl
+        summary["notes"].append(f"opencl: {opencl['steps']} more step(s) timed with OpenCL profiling events, one "
+                                f"row per kernel; the device was busy {opencl['device_ms']:.1f} ms of each "
+                                f"{opencl['wall_ms']:.1f} ms step ({opencl['host_bound']:.0%} host-bound)")
     schedule = capture.schedule
     summary["notes"].append(f"schedule: {schedule['wait']} unprofiled and {schedule['warmup']} warm-up steps "
                             f"(compile, autotuning and first-call costs) ran before the {schedule['active']} "

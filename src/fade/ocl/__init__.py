@@ -9,11 +9,12 @@ from __future__ import annotations
 import torch
 
 from fade.ocl import backend, runtime
+from fade.ocl.profiling import KernelTimes, profile
 from fade.ocl.runtime import DeviceInfo, OclError, OutOfMemoryError
 
 __all__ = ["register", "is_registered", "devices", "device_count", "fallback_counts", "reset_fallback_counts",
            "synchronize", "empty_cache", "manual_seed", "memory_allocated", "DeviceInfo", "OclError",
-           "OutOfMemoryError", "add_fallback_listener", "remove_fallback_listener"]
+           "OutOfMemoryError", "add_fallback_listener", "remove_fallback_listener", "profile", "KernelTimes"]
 
 register = backend.register
 is_registered = backend.is_registered

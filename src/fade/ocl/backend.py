@@ -168,8 +168,8 @@ def upload(host: torch.Tensor, target: torch.Tensor) -> None:
         return
     dev = _dev(target)
     data = np.ascontiguousarray(_raw(host.contiguous()))
-    dev.cl.enqueue_copy(dev.queue, _block(target).buffer, data,
-                        dst_offset=target.storage_offset() * target.element_size())
+    dev.record("copy host-to-device", dev.cl.enqueue_copy(dev.queue, _block(target).buffer, data,
+                                                          dst_offset=target.storage_offset() * target.element_size()))
 
 
 def download(source: torch.Tensor) -> torch.Tensor:
@@ -182,8 +182,9 @@ def download(source: torch.Tensor) -> torch.Tensor:
         pointwise("a", staging, [source])
         source = staging
     dev = _dev(source)
-    dev.cl.enqueue_copy(dev.queue, _raw(host), _block(source).buffer,
-                        src_offset=source.storage_offset() * source.element_size(), is_blocking=True)
+    dev.record("copy device-to-host", dev.cl.enqueue_copy(dev.queue, _raw(host), _block(source).buffer,
+                                                          src_offset=source.storage_offset() * source.element_size(),
+                                                          is_blocking=True))
     return host
 
 
@@ -192,15 +193,16 @@ def _storage_to_host(tensor: torch.Tensor) -> torch.UntypedStorage:
     host = torch.UntypedStorage(storage.nbytes())
     if storage.nbytes():
         dev = _dev(tensor)
-        dev.cl.enqueue_copy(dev.queue, torch.empty(0, dtype=torch.uint8).set_(host).numpy(), _block(tensor).buffer,
-                            is_blocking=True)
+        dev.record("copy device-to-host", dev.cl.enqueue_copy(
+            dev.queue, torch.empty(0, dtype=torch.uint8).set_(host).numpy(), _block(tensor).buffer, is_blocking=True))
     return host
 
 
 def _storage_from_host(host: torch.UntypedStorage, tensor: torch.Tensor) -> None:
     if host.nbytes():
         dev = _dev(tensor)
-        dev.cl.enqueue_copy(dev.queue, _block(tensor).buffer, torch.empty(0, dtype=torch.uint8).set_(host).numpy())
+        dev.record("copy host-to-device", dev.cl.enqueue_copy(
+            dev.queue, _block(tensor).buffer, torch.empty(0, dtype=torch.uint8).set_(host).numpy()))
 
 
 # kernels
@@ -275,7 +277,7 @@ __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(',
                             hostbuf=np.asarray(meta, dtype=np.int64))
     np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
     values = [arg if not isinstance(arg, (int, float, bool)) else np_ct(arg) for arg in args]
-    kernel(dev.queue, (out.numel(),), None, _block(out).buffer, meta_buffer, *values)
+    dev.launch(kernel, (out.numel(),), None, _block(out).buffer, meta_buffer, *values, label=f"pointwise {expr}")
 
 
 _flat_kernels: dict = {}  # (device, expression, types, operand kinds, scalar names) -> (kernel, numpy scalar type)
@@ -318,8 +320,8 @@ __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' +
         else:
             args.append(np_ct(operand) if isinstance(operand, (int, float, bool)) else operand)
     args += [np_ct(v) if isinstance(v, (int, float, bool)) else v for v in scalars.values()]
-    kernel(_dev(out).queue, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
-           np.int64(out.numel()), *args)
+    _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
+                     np.int64(out.numel()), *args, label=f"pointwise {expr}")
 
 
 _ROWS = {
@@ -389,7 +391,7 @@ __kernel void reduce_rows(__global const {_cl_type(x.dtype)}* xs, long x_off, __
         source = source.replace("if (v != v) { acc = v; break; } ", "").replace(
             "if (v != v) { best = j; break; } ", "")
     kernel = dev.kernel("reduce_rows", source)
-    kernel(dev.queue, (rows * parts,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+    dev.launch(kernel, (rows * parts,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
            np.int64(out.storage_offset()), np.int64(n), np.int64(rows), np.int64(parts), np.int64(part_len),
            np.int64(divisor))
 
@@ -417,7 +419,7 @@ __kernel void softmax_rows(__global const {t}* xs, long x_off, __global {t}* out
     for (long j = 0; j < n; ++j) {{ {acc} v = x[j]; out[out_off + r * n + j] = ({t})({value}); }}
 }}"""
     kernel = dev.kernel("softmax_rows", source)
-    kernel(dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+    dev.launch(kernel, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
            np.int64(out.storage_offset()), np.int64(n), np.int64(rows))
 
 
@@ -731,8 +733,7 @@ def _nll(op, args, kwargs, bound):
         loss = empty([rows], [1], x.dtype, index)
         weight = empty([rows], [1], x.dtype, index)
         if rows:
-            dev.kernel("nll_rows", program_source)(
-                dev.queue, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(target).buffer,
+            dev.launch(dev.kernel("nll_rows", program_source), (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(target).buffer,
                 np.int64(target.storage_offset()), _block(loss).buffer, _block(weight).buffer, np.int64(rows),
                 np.int64(classes), ignore)
         total_weight = aten.sum.default(weight)
@@ -748,8 +749,7 @@ def _nll(op, args, kwargs, bound):
     divisor = download(total_weight).item() if reduction == "mean" else 1.0
     scale_stride = 0 if grad_output.dim() == 0 else grad_output.stride(0)
     if rows:
-        dev.kernel("nll_grad", program_source)(
-            dev.queue, (rows,), None, _block(grad).buffer, _block(target).buffer, np.int64(target.storage_offset()),
+        dev.launch(dev.kernel("nll_grad", program_source), (rows,), None, _block(grad).buffer, _block(target).buffer, np.int64(target.storage_offset()),
             _block(grad_output).buffer, np.int64(grad_output.storage_offset()), np.int64(scale_stride),
             (np.float64 if x.dtype == torch.float64 else np.float32)(divisor), np.int64(rows), np.int64(classes),
             ignore)
@@ -1021,8 +1021,7 @@ def _embedding(op, args, kwargs, bound):
         if bound["scale_grad_by_freq"]:
             raise _NoKernel("scale_grad_by_freq")
         if count and width:
-            dev.kernel("scatter_add_rows", source)(
-                dev.queue, (width,), None, _block(grad).buffer, _block(index).buffer, np.int64(index.storage_offset()),
+            dev.launch(dev.kernel("scatter_add_rows", source), (width,), None, _block(grad).buffer, _block(index).buffer, np.int64(index.storage_offset()),
                 _block(out).buffer, np.int64(count), np.int64(width), np.int64(rows), np.int64(bound["padding_idx"]))
         return out
     weight = weight if weight.is_contiguous() else aten.clone.default(weight, memory_format=torch.contiguous_format)
@@ -1031,8 +1030,7 @@ def _embedding(op, args, kwargs, bound):
     shape = (list(index.shape) if base == "embedding" else [count]) + row_shape
     out = empty(shape, _contiguous_strides(shape), weight.dtype, weight.device.index)
     if count and width:
-        dev.kernel("gather_rows", source)(
-            dev.queue, (count * width,), None, _block(weight).buffer, np.int64(weight.storage_offset()),
+        dev.launch(dev.kernel("gather_rows", source), (count * width,), None, _block(weight).buffer, np.int64(weight.storage_offset()),
             np.int64(width), _block(index).buffer, np.int64(index.storage_offset()), _block(out).buffer,
             np.int64(count), np.int64(width))
     return out
@@ -1175,19 +1173,19 @@ def _convolution(op, args, kwargs, bound):
         if forward:
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             if out.numel():
-                dev.kernel("depthwise", source)(dev.queue, (out.numel(),), None, _block(x).buffer,
+                dev.launch(dev.kernel("depthwise", source), (out.numel(),), None, _block(x).buffer,
                                                  _block(weight).buffer, _block(out).buffer, *depthwise)
             return _conv_bias(out, bound, cout)
         grad_input = grad_weight = None
         if mask[0]:
             grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, index)
             if grad_input.numel():
-                dev.kernel("depthwise_grad_input", source)(dev.queue, (grad_input.numel(),), None, _block(grad).buffer,
+                dev.launch(dev.kernel("depthwise_grad_input", source), (grad_input.numel(),), None, _block(grad).buffer,
                                                             _block(weight).buffer, _block(grad_input).buffer, *depthwise)
         if mask[1]:
             partial = empty([cout * kh * kw, n], [n, 1], x.dtype, index)
             if partial.numel():
-                dev.kernel("depthwise_grad_weight", source)(dev.queue, (partial.numel(),), None, _block(grad).buffer,
+                dev.launch(dev.kernel("depthwise_grad_weight", source), (partial.numel(),), None, _block(grad).buffer,
                                                              _block(x).buffer, _block(partial).buffer, *depthwise)
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             reduce_rows("sum", partial, grad_weight.view(-1))
@@ -1199,7 +1197,7 @@ def _convolution(op, args, kwargs, bound):
     cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
 
     def im2col(first: int, count: int) -> None:
-        dev.kernel("im2col", source)(dev.queue, (c * kh * kw * count * length,), None, _block(x).buffer,
+        dev.launch(dev.kernel("im2col", source), (c * kh * kw * count * length,), None, _block(x).buffer,
                                      np.int64(x.storage_offset() + first * c * h * w), _block(cols).buffer,
                                      np.int64(chunk * length), np.int64(count), *geometry)
 
@@ -1242,7 +1240,7 @@ def _convolution(op, args, kwargs, bound):
                 _mm_into(grad_cols[group * kk:(group + 1) * kk, :length], w2d[group * coutg:(group + 1) * coutg].t(),
                          plane[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=count,
                          strides=(0, cout * length, length))
-            dev.kernel("col2im", source)(dev.queue, (count * c * h * w,), None, _block(grad_cols).buffer,
+            dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, _block(grad_cols).buffer,
                                          _block(grad_input).buffer, np.int64(first * c * h * w),
                                          np.int64(chunk * length), np.int64(count), *geometry)
     if mask[0] and not (cols.numel() and length):
@@ -1323,16 +1321,14 @@ def _max_pool(op, args, kwargs, bound):
         index = empty_like_meta(meta_result[1], x.device.index)
         oh, ow = out.shape[-2:]
         if out.numel():
-            dev.kernel("max_pool2d", source)(
-                dev.queue, (out.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+            dev.launch(dev.kernel("max_pool2d", source), (out.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
                 _block(index).buffer, *[np.int64(v) for v in (planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)])
         return _finish(op, bound, (out, index))
     grad, index = _contiguous(bound["grad_output"]), _contiguous(bound["indices"])
     out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
     pointwise("0", out, [])
     if planes and grad.numel():
-        dev.kernel("max_pool2d_backward", source)(
-            dev.queue, (planes,), None, _block(grad).buffer, _block(index).buffer, _block(out).buffer,
+        dev.launch(dev.kernel("max_pool2d_backward", source), (planes,), None, _block(grad).buffer, _block(index).buffer, _block(out).buffer,
             np.int64(planes), np.int64(h * w), np.int64(grad.shape[-1] * grad.shape[-2]))
     return _finish(op, bound, out)
 
@@ -1394,7 +1390,7 @@ def _adaptive_avg_pool(op, args, kwargs, bound):
         out = empty(list(x.shape[:-2]) + [oh, ow], _contiguous_strides(list(x.shape[:-2]) + [oh, ow]), x.dtype,
                     x.device.index)
         if out.numel():
-            dev.kernel("adaptive_avg_pool2d", source)(dev.queue, (out.numel(),), None, _block(x).buffer,
+            dev.launch(dev.kernel("adaptive_avg_pool2d", source), (out.numel(),), None, _block(x).buffer,
                                                       np.int64(x.storage_offset()), _block(out).buffer,
                                                       *[np.int64(v) for v in (planes, h, w, oh, ow)])
         return out
@@ -1404,7 +1400,7 @@ def _adaptive_avg_pool(op, args, kwargs, bound):
     if (oh, ow) == (1, 1):
         pointwise("a / b", out, [grad, float(h * w)])
     elif out.numel():
-        dev.kernel("adaptive_avg_pool2d_backward", source)(dev.queue, (out.numel(),), None, _block(grad).buffer,
+        dev.launch(dev.kernel("adaptive_avg_pool2d_backward", source), (out.numel(),), None, _block(grad).buffer,
                                                            _block(out).buffer,
                                                            *[np.int64(v) for v in (planes, h, w, oh, ow)])
     return out
@@ -1426,7 +1422,7 @@ __kernel void arange(__global {_cl_type(out.dtype)}* out, {wide} start, {wide} s
     long i = get_global_id(0);
     if (i < n) out[i] = ({_cl_type(out.dtype)})(start + ({wide})i * step);
 }}"""
-        dev.kernel("arange", source)(dev.queue, (out.numel(),), None, _block(out).buffer,
+        dev.launch(dev.kernel("arange", source), (out.numel(),), None, _block(out).buffer,
                                      scalar(bound.get("start") or 0), scalar(bound.get("step", 1)), np.int64(out.numel()))
     return _finish(op, bound, out)
 
@@ -1450,7 +1446,7 @@ __kernel void triangle(__global const {t}* x, long x_off, __global {t}* out, lon
     out[g] = ({keep}) ? x[x_off + g] : ({t})0;
 }}"""
         dev = _dev(x)
-        dev.kernel("triangle", source)(dev.queue, (out.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()),
+        dev.launch(dev.kernel("triangle", source), (out.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()),
                                        _block(out).buffer, np.int64(rows), np.int64(cols),
                                        np.int64(bound["diagonal"]), np.int64(out.numel()))
     return _finish(op, bound, out)
@@ -1473,14 +1469,182 @@ def _cat(op, args, kwargs, bound):
     return _finish(op, bound, out)
 
 
+_BN_SOURCE = """
+/* per (channel, part) work-group: sums over the part's elements of channel c of a contiguous (N, C, HW) x.
+   forward: d = x - x[n=0, c, 0] (a shift against cancellation), sums d and d*d;
+   backward: d = x - center[c], sums g and g*d. */
+__kernel void bn_partials(__global const T* x, long x_off, __global const T* g, long g_off,
+                          __global const T* center, long center_off, __global ACC* partials, long C, long HW, long M,
+                          long part_len, long parts, int backward) {
+    long c = get_group_id(0) / parts, p = get_group_id(0) % parts;
+    int t = get_local_id(0);
+    long begin = p * part_len, end = min(M, begin + part_len);
+    ACC shift = backward ? (ACC)center[center_off + c] : (ACC)x[x_off + c * HW];
+    ACC s1 = 0, s2 = 0;
+    for (long j = begin + t; j < end; j += LOCAL) {
+        long i = (j / HW) * C * HW + c * HW + j % HW;
+        ACC d = (ACC)x[x_off + i] - shift;
+        if (backward) { ACC gv = (ACC)g[g_off + i]; s1 += gv; s2 += gv * d; } else { s1 += d; s2 += d * d; }
+    }
+    __local ACC l1[LOCAL], l2[LOCAL];
+    l1[t] = s1; l2[t] = s2;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = LOCAL / 2; h > 0; h >>= 1) {
+        if (t < h) { l1[t] += l1[t + h]; l2[t] += l2[t + h]; }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t == 0) { partials[(c * parts + p) * 2] = l1[0]; partials[(c * parts + p) * 2 + 1] = l2[0]; }
+}
+/* per channel, training forward: batch mean and 1/std, the running statistics (unbiased variance), and the
+   coefficients of bn_apply: (mean, invstd * weight, bias, unused) */
+__kernel void bn_forward_stats(__global const ACC* partials, long parts, long M, __global const T* x, long x_off,
+                               long HW, __global const T* w, long w_off, __global const T* b, long b_off,
+                               int affine_w, int affine_b, __global T* save_mean, __global T* save_invstd,
+                               __global T* rmean, long rm_off, __global T* rvar, long rv_off, int running,
+                               ACC eps, ACC momentum, __global ACC* coef, long C) {
+    long c = get_global_id(0);
+    if (c >= C) return;
+    ACC s1 = 0, s2 = 0;
+    for (long p = 0; p < parts; ++p) { s1 += partials[(c * parts + p) * 2]; s2 += partials[(c * parts + p) * 2 + 1]; }
+    ACC mu = s1 / M, var = s2 / M - mu * mu;
+    var = var < 0 ? 0 : var;
+    ACC mean = (ACC)x[x_off + c * HW] + mu, invstd = 1 / sqrt(var + eps);
+    save_mean[c] = (T)mean; save_invstd[c] = (T)invstd;
+    if (running) {
+        rmean[rm_off + c] = (T)((ACC)rmean[rm_off + c] * (1 - momentum) + mean * momentum);
+        rvar[rv_off + c] = (T)((ACC)rvar[rv_off + c] * (1 - momentum) + var * M / (M > 1 ? M - 1 : 1) * momentum);
+    }
+    coef[c * 4] = mean; coef[c * 4 + 1] = invstd * (affine_w ? (ACC)w[w_off + c] : 1);
+    coef[c * 4 + 2] = affine_b ? (ACC)b[b_off + c] : 0; coef[c * 4 + 3] = 0;
+}
+/* per channel, eval forward from the running statistics */
+__kernel void bn_eval_coef(__global const T* rmean, long rm_off, __global const T* rvar, long rv_off,
+                           __global const T* w, long w_off, __global const T* b, long b_off, int affine_w,
+                           int affine_b, ACC eps, __global ACC* coef, long C) {
+    long c = get_global_id(0);
+    if (c >= C) return;
+    coef[c * 4] = (ACC)rmean[rm_off + c];
+    coef[c * 4 + 1] = 1 / sqrt((ACC)rvar[rv_off + c] + eps) * (affine_w ? (ACC)w[w_off + c] : 1);
+    coef[c * 4 + 2] = affine_b ? (ACC)b[b_off + c] : 0; coef[c * 4 + 3] = 0;
+}
+/* per channel, backward: grad_weight = sum(g * xhat), grad_bias = sum(g), and bn_backward_apply's
+   coefficients (center, k1, k2, invstd * weight): grad_input = (g - k1 - (x - center) * k2) * invstd * weight */
+__kernel void bn_backward_stats(__global const ACC* partials, long parts, long M, __global const T* center,
+                                long center_off, __global const T* invstd_in, long invstd_off, int invstd_is_var,
+                                ACC eps, __global const T* w, long w_off, int affine_w, int training,
+                                __global T* grad_w, __global T* grad_b, __global ACC* coef, long C) {
+    long c = get_global_id(0);
+    if (c >= C) return;
+    ACC s1 = 0, s2 = 0;
+    for (long p = 0; p < parts; ++p) { s1 += partials[(c * parts + p) * 2]; s2 += partials[(c * parts + p) * 2 + 1]; }
+    ACC invstd = invstd_is_var ? 1 / sqrt((ACC)invstd_in[invstd_off + c] + eps) : (ACC)invstd_in[invstd_off + c];
+    grad_w[c] = (T)(s2 * invstd); grad_b[c] = (T)s1;
+    coef[c * 4] = (ACC)center[center_off + c];
+    coef[c * 4 + 1] = training ? s1 / M : 0;
+    coef[c * 4 + 2] = training ? s2 * invstd * invstd / M : 0;
+    coef[c * 4 + 3] = invstd * (affine_w ? (ACC)w[w_off + c] : 1);
+}
+__kernel void bn_apply(__global const T* x, long x_off, __global const ACC* coef, __global T* out, long C, long HW,
+                       long n) {
+    long i = get_global_id(0);
+    if (i >= n) return;
+    long c = (i / HW) % C;
+    out[i] = (T)(((ACC)x[x_off + i] - coef[c * 4]) * coef[c * 4 + 1] + coef[c * 4 + 2]);
+}
+__kernel void bn_backward_apply(__global const T* g, long g_off, __global const T* x, long x_off,
+                                __global const ACC* coef, __global T* out, long C, long HW, long n) {
+    long i = get_global_id(0);
+    if (i >= n) return;
+    long c = (i / HW) % C;
+    out[i] = (T)(((ACC)g[g_off + i] - coef[c * 4 + 1] - ((ACC)x[x_off + i] - coef[c * 4]) * coef[c * 4 + 2])
+                 * coef[c * 4 + 3]);
+}
+"""
+BN_PART = 8192  # elements of one channel a bn_partials work-group sums
+
+
 def _batch_norm(op, args, kwargs, bound):
-    """native_batch_norm and its backward over (N, C, ...), composed of this backend's kernels; running
-    statistics are updated in place as on the CPU (unbiased variance)."""
+    """native_batch_norm and its backward over (N, C, ...). Contiguous input with parameters of its dtype: fused
+    kernels (per-channel sums by work-group reduction, accumulated in double where the device has fp64, then one
+    elementwise pass): 3 launches for a training forward or backward, 2 for eval. Otherwise composed of the
+    elementwise and reduction kernels. Running statistics are updated in place as on the CPU (unbiased)."""
     if _written_outs(op):
         raise _NoKernel("out=")
     x = bound["input"]
     if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2:
         raise _NoKernel("batch norm dtype")
+    names = ("weight", "bias", "running_mean", "running_var", "save_mean", "save_invstd", "grad_out")
+    tensors = [bound.get(name) for name in names if isinstance(bound.get(name), torch.Tensor)]
+    if not x.is_contiguous() or any(t.dtype != x.dtype or t.device != x.device for t in tensors) or \
+            (bound.get("grad_out") is not None and not bound["grad_out"].is_contiguous()) or x.numel() == 0:
+        return _batch_norm_composed(op, bound)
+    n, c = x.shape[0], x.shape[1]
+    hw = x.numel() // max(n * c, 1)
+    m = n * hw
+    dev = _dev(x)
+    index = x.device.index
+    wide = torch.float64 if x.dtype == torch.float64 or dev.info.fp64 else torch.float32
+    np_wide = np.float64 if wide == torch.float64 else np.float32
+    local = min(256, dev.cl_device.max_work_group_size)
+    local = 1 << (local.bit_length() - 1)
+    source = f"#define T {_cl_type(x.dtype)}\n#define ACC {_cl_type(wide)}\n#define LOCAL {local}\n" + _BN_SOURCE
+    weight, bias = bound.get("weight"), bound.get("bias")
+    training = bound["training"] if "training" in bound else bound["train"]
+    eps = np_wide(bound["eps"])
+    coef = empty([c, 4], [4, 1], wide, index)
+
+    def arg(t):  # (buffer, offset) of an optional per-channel tensor; x's buffer stands in for a missing one
+        return (_block(t).buffer, np.int64(t.storage_offset())) if t is not None else (_block(x).buffer, np.int64(0))
+
+    def partials(grad=None, center=None):
+        parts = max(1, -(-m // BN_PART))
+        out = empty([c * parts * 2], [1], wide, index)
+        dev.launch(dev.kernel("bn_partials", source), (c * parts * local,), (local,), _block(x).buffer,
+                   np.int64(x.storage_offset()), *arg(grad), *arg(center), _block(out).buffer, np.int64(c),
+                   np.int64(hw), np.int64(m), np.int64(BN_PART), np.int64(parts), np.int32(grad is not None))
+        return out, np.int64(parts)
+
+    flags = (np.int32(weight is not None), np.int32(bias is not None))
+    if _base(op) in ("native_batch_norm", "_native_batch_norm_legit"):
+        running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
+        out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
+        if training:
+            save_mean, save_invstd = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
+            sums, parts = partials()
+            running = running_mean is not None and running_var is not None
+            dev.launch(dev.kernel("bn_forward_stats", source), (c,), None, _block(sums).buffer, parts, np.int64(m),
+                       _block(x).buffer, np.int64(x.storage_offset()), np.int64(hw), *arg(weight), *arg(bias), *flags,
+                       _block(save_mean).buffer, _block(save_invstd).buffer, *arg(running_mean), *arg(running_var),
+                       np.int32(running), eps, np_wide(bound["momentum"]), _block(coef).buffer, np.int64(c))
+            dev.launch(dev.kernel("bn_apply", source), (x.numel(),), None, _block(x).buffer,
+                       np.int64(x.storage_offset()), _block(coef).buffer, _block(out).buffer, np.int64(c),
+                       np.int64(hw), np.int64(x.numel()))
+            return out, save_mean, save_invstd
+        dev.launch(dev.kernel("bn_eval_coef", source), (c,), None, *arg(running_mean), *arg(running_var),
+                   *arg(weight), *arg(bias), *flags, eps, _block(coef).buffer, np.int64(c))
+        dev.launch(dev.kernel("bn_apply", source), (x.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()),
+                   _block(coef).buffer, _block(out).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
+        return out, empty([0], [1], x.dtype, index), empty([0], [1], x.dtype, index)
+    grad, mask = bound["grad_out"], bound["output_mask"]
+    center, spread = (bound["save_mean"], bound["save_invstd"]) if training else \
+        (bound["running_mean"], bound["running_var"])
+    grad_weight, grad_bias = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
+    sums, parts = partials(grad, center)
+    dev.launch(dev.kernel("bn_backward_stats", source), (c,), None, _block(sums).buffer, parts, np.int64(m),
+               *arg(center), *arg(spread), np.int32(not training), eps, *arg(weight), flags[0], np.int32(training),
+               _block(grad_weight).buffer, _block(grad_bias).buffer, _block(coef).buffer, np.int64(c))
+    grad_input = None
+    if mask[0]:
+        grad_input = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
+        dev.launch(dev.kernel("bn_backward_apply", source), (x.numel(),), None, _block(grad).buffer,
+                   np.int64(grad.storage_offset()), _block(x).buffer, np.int64(x.storage_offset()),
+                   _block(coef).buffer, _block(grad_input).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
+    return grad_input, grad_weight if mask[1] else None, grad_bias if mask[2] else None
+
+
+def _batch_norm_composed(op, bound):
+    """Batch norm composed of this backend's elementwise and reduction kernels: any strides, mixed dtypes."""
+    x = bound["input"]
     dims = [0] + list(range(2, x.dim()))
     shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
     weight = bound.get("weight")

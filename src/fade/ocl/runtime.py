@@ -116,6 +116,37 @@ class Device:
         self.pooled_bytes = 0
         self.held_bytes = 0  # every buffer this device's allocator created and still holds (live or pooled)
         self.programs: dict = {}
+        self.kernel_names: dict = {}  # id(kernel) -> its function name, for the profile's labels
+        self.recording: list | None = None  # (label, event) per command while a profile records
+
+    # commands
+    def launch(self, kernel, global_size, local_size, *args, label: str | None = None):
+        """Enqueue `kernel` over `global_size` work items; while a profile records, its event is kept."""
+        event = kernel(self.queue, global_size, local_size, *args)
+        if self.recording is not None:
+            self.recording.append((label or self.kernel_names.get(id(kernel), "kernel"), event))
+        return event
+
+    def record(self, label: str, event) -> None:
+        """Keep a command's event (a copy, a CLBlast call) while a profile records."""
+        if self.recording is not None and event is not None:
+            self.recording.append((label, event))
+
+    def start_recording(self) -> None:
+        """Profile every command from here: the queue is swapped for one with profiling enabled."""
+        with self.lock:
+            self.queue.finish()
+            self.queue = self.cl.CommandQueue(self.context,
+                                              properties=self.cl.command_queue_properties.PROFILING_ENABLE)
+            self.recording = []
+
+    def stop_recording(self) -> list:
+        """[(label, device seconds)] of every recorded command, in order; the plain queue is back."""
+        with self.lock:
+            self.queue.finish()
+            recorded, self.recording = self.recording or [], None
+            self.queue = self.cl.CommandQueue(self.context)
+        return [(label, (event.profile.end - event.profile.start) * 1e-9) for label, event in recorded]
 
     # memory
     @staticmethod
@@ -192,6 +223,7 @@ class Device:
                                f"{status}: {' | '.join(log[:4])[:500]}") from None
             kernel = getattr(program, name)
             self.programs[key] = kernel
+            self.kernel_names[id(kernel)] = name
         return kernel
 
 
@@ -252,6 +284,10 @@ def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: in
     else:
         a_, b_, c_ = [[ctypes.c_void_p(buf.int_ptr), size(off), size(ld)] for buf, off, ld in operands]
         arguments = head + a_ + b_ + [scalar(beta)] + c_
-    status = getattr(clblast(), name)(*arguments, ctypes.byref(queue), None)
+    event = ctypes.c_void_p() if dev.recording is not None else None
+    status = getattr(clblast(), name)(*arguments, ctypes.byref(queue), None if event is None else ctypes.byref(event))
     if status != 0:
         raise OclError(f"CLBlast {name} failed with status {status} on ocl:{dev.index} ({dev.info.name})")
+    if event is not None and event.value:
+        shape = f"{'T' if trans_a else 'N'}{'T' if trans_b else 'N'} {m}x{n}x{k}" + (f" x{batch}" if batch > 1 else "")
+        dev.record(f"{name[7:]} {shape}", dev.cl.Event.from_int_ptr(event.value, retain=False))

@@ -102,6 +102,17 @@ def render_profile(summary: dict) -> Group:
             table.add_row(_short(kernel["name"]), kind, kernel.get("library") or "-", _us(kernel["total_us"]),
                           str(kernel["count"]), _us(kernel["mean_us"]))
         parts.append(table)
+    opencl = summary.get("opencl")
+    if opencl:
+        for key, title in (("by_kernel", "OpenCL kernels (profiling events, per step)"),
+                           ("by_label", "OpenCL commands by shape and expression (per step)")):
+            table = Table(title=title, title_justify="left")
+            for column in ("kernel", "device", "share", "calls", "mean"):
+                table.add_column(column, justify="left" if column == "kernel" else "right", overflow="fold")
+            for row in opencl[key][:TOP_ROWS]:
+                table.add_row(_short(row["kernel"]), _us(row["device_ms"] * 1e3), f"{row['share']:.1%}",
+                              f"{row['calls']:g}", _us(row["mean_us"]))
+            parts.append(table)
     if total["top_host_ops"]:
         table = Table(title="Top host ops (self time)", title_justify="left")
         for column in ("op", "self", "count", "mean"):
