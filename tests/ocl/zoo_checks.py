@@ -84,8 +84,11 @@ def test_zoo_network_infers_and_trains_like_the_cpu_with_zero_fallbacks(name):
     # float64: the kernels are right
     torch.testing.assert_close(got_exact[0], exact[0], rtol=1e-9, atol=1e-12)
     assert got_exact[1].keys() == exact[1].keys()
-    for key, reference in exact[1].items():
-        torch.testing.assert_close(got_exact[1][key], reference, rtol=1e-9, atol=1e-12, msg=lambda m: f"{key}: {m}")
+    for key, reference in exact[1].items():  # a gradient element that cancels to near zero is held to 1e-9 of
+        # its tensor's scale: a GEMM split along k (fade.ocl's split-K) sums in another order than the CPU's BLAS
+        scale = reference.abs().max().item()
+        torch.testing.assert_close(got_exact[1][key], reference, rtol=1e-9, atol=max(1e-12, 1e-9 * scale),
+                                   msg=lambda m: f"{key}: {m}")
     torch.testing.assert_close(got_exact[2], exact[2], rtol=1e-9, atol=1e-12)
     # float32: as close to the CPU as float32 allows
     evaluated, _, losses = got

@@ -97,6 +97,8 @@ def devices() -> list[DeviceInfo]:
     return infos
 
 
+FULL_SWEEP_BYTES = 256 << 20  # new buffers made before the allocator looks at every tensor for dead ones
+YOUNG_SWEEP = 64  # on a pool miss, the allocator looks at this many of the newest tensors
 MEMORY_HEADROOM = 0.92  # of the device's global memory, for buffers; the rest for the driver, CLBlast, kernels
 
 
@@ -115,6 +117,7 @@ class Device:
         self.pool: dict[int, list] = {}  # rounded size -> free buffers
         self.pooled_bytes = 0
         self.held_bytes = 0  # every buffer this device's allocator created and still holds (live or pooled)
+        self.fresh_bytes = 0  # bytes of new buffers made since the last full sweep of dead tensors
         self.programs: dict = {}
         self.kernel_names: dict = {}  # id(kernel) -> its function name, for the profile's labels
         self.recording: list | None = None  # (label, event) per command while a profile records
@@ -155,7 +158,9 @@ class Device:
         return 1 << (nbytes - 1).bit_length() if nbytes <= (1 << 20) else -(-nbytes // (1 << 20)) * (1 << 20)
 
     def allocate(self, nbytes: int, reclaim):
-        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim()` pools dead tensors' buffers."""
+        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim(full)` pools dead tensors' buffers:
+        on a pool miss the young ones only, all of them once FULL_SWEEP_BYTES of new buffers were made since the
+        last full sweep, and before the pool is emptied for room."""
         size = self.rounded(nbytes)
         if size > self.info.max_allocation_bytes or size > self.info.global_memory_bytes:
             raise OutOfMemoryError(f"ocl:{self.index} ({self.info.name}): cannot allocate {nbytes} bytes; the "
@@ -164,7 +169,11 @@ class Device:
         with self.lock:
             free = self.pool.get(size)
             if not free:
-                reclaim()
+                reclaim(False)
+                free = self.pool.get(size)
+            if not free and self.fresh_bytes > FULL_SWEEP_BYTES:
+                reclaim(True)
+                self.fresh_bytes = 0
                 free = self.pool.get(size)
             if free:
                 self.pooled_bytes -= size
@@ -172,6 +181,8 @@ class Device:
             # Drivers that allocate lazily (NVIDIA's) accept any clCreateBuffer and fail the first kernel that
             # touches memory they cannot back, so the pool is emptied before the total would pass the device.
             if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
+                reclaim(True)
+                self.fresh_bytes = 0
                 self.empty_cache()
                 if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
                     raise OutOfMemoryError(
@@ -187,6 +198,7 @@ class Device:
                     raise OutOfMemoryError(f"ocl:{self.index} ({self.info.name}): out of memory allocating "
                                            f"{nbytes} bytes ({error})") from None
             self.held_bytes += size
+            self.fresh_bytes += size
             return buffer
 
     def release(self, buffer) -> None:
