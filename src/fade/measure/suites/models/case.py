@@ -17,7 +17,9 @@ Reference
     second fp32 run from weights perturbed by ROUNDING_PERTURBATION gives the rounding spread. The weights
     are then reset to their initial values. The `fp32` variant is its own reference.
 Variant
-    The variant's flags are pinned (step.config.pinned: fp32 math, cudnn.benchmark), channels-last and
+    A knob the device ignores (variants.ignored_knobs: cudnn_benchmark on the CPU or fade.ocl) is left at its
+    baseline, so `fp32+cudnn_benchmark=on` runs there as `fp32` (and is its own reference); the case id keeps
+    the name asked for, and extra.variant says `not_applicable` and `ran_as`. The variant's flags are pinned (step.config.pinned: fp32 math, cudnn.benchmark), channels-last and
     torch.compile applied (runner.apply_config), a fresh optimizer made, and the same number of steps run
     from STEP_SEED. A non-finite loss makes the case invalid (status "error"). step.numerics.loss_check, the
     tuner's own, judges the last loss: it may differ from fp32's after as many optimizer updates (a
@@ -108,7 +110,7 @@ from fade.measure.step.runner import (
     fp32_reference,
     inference_context,
 )
-from fade.measure.suites.models.variants import parse_variant, skip_reason
+from fade.measure.suites.models.variants import ignored_knobs, parse_variant, run_as, skip_reason
 from fade.measure.timing import Timing, measure
 
 # FADE's timing in segments (see "Timing"): 6 segments of <= 0.33 s (2 s budget) are about as short as the
@@ -148,11 +150,12 @@ def model_case(
     from fade.measure.zoo.workload import build_workload
 
     device = ctx.device
-    parsed = parse_variant(variant)
+    asked = parse_variant(variant)
     peaks, dtype_support = device_facts(device)
-    reason = skip_reason(parsed, device, dtype_support, mode)
+    reason = skip_reason(asked, device, dtype_support, mode)
     if reason:
         raise CaseSkipped(reason)
+    parsed = run_as(asked, device)  # what runs: `asked` less the knobs this device ignores (variants.ignored_knobs)
     training = mode == "train"
     check_steps = checked_step_count(training, ctx.quick)  # inference: forwards repeat, one is checked
 
@@ -207,7 +210,7 @@ def model_case(
     flops_per_step = sum(flops_by_op.values())
     extra = {
         "mode": mode,
-        "variant": parsed.record(),
+        "variant": _variant_facts(asked, parsed, device),
         "in_effect": in_effect,
         "workload": {
             "model": model,
@@ -239,6 +242,16 @@ def model_case(
         work={"flops": flops_per_step, "samples": workload.samples},
         extra=extra,
     )
+
+
+def _variant_facts(asked: StepConfig, ran: StepConfig, device: str) -> dict:
+    """extra.variant: what the variant asks for, plus, where the device ignores some of its knobs, which and why
+    (`not_applicable`) and the configuration that ran (`ran_as`)."""
+    facts = asked.record()
+    ignored = ignored_knobs(asked, device)
+    if ignored:
+        facts.update(not_applicable=ignored, ran_as=ran.name)
+    return facts
 
 
 @functools.lru_cache(maxsize=4)
