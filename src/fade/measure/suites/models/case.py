@@ -423,18 +423,18 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
 
 
 def time_step(runner: StepRunner, samples: int, device: str, settings: dict, *, validate: bool = False,
-              quick: bool = False) -> tuple:
+              quick: bool = False, clock: Clock = time.perf_counter) -> tuple:
     """The bench's timing of `runner.step` ("Timing" and "Conditions" above): under conditions.gc_frozen,
     batches of TIMING_SEGMENTS measure() calls with `settings` as totals (suite.FULL_TIMING or QUICK_TIMING),
     more batches while they disagree, up to MAX_TIMING_SEGMENTS (TIMING_SEGMENTS when `quick`), and the
     plain loop between them when `validate`. The caller has pinned the flags (step.config.pinned), run the
     checked steps and frozen the weights (runner.freeze_weights), as model_case does; `fade profile` times
-    its unprofiled step here. Returns (pooled Timing, extra.timing_segments, extra.plain_loop or None,
-    extra.gc)."""
+    its unprofiled step here; benchmarks/ocl_vendor_budget.py counts its steps with a simulated `clock`.
+    Returns (pooled Timing, extra.timing_segments, extra.plain_loop or None, extra.gc)."""
     with gc_frozen() as gc_facts:
         max_segments = TIMING_SEGMENTS if quick else MAX_TIMING_SEGMENTS  # --quick: a smoke run, kept short
         timing, segments, plain = _timed_segments(runner, samples, device, settings, validate=validate,
-                                                  max_segments=max_segments)
+                                                  max_segments=max_segments, clock=clock)
     return timing, segments, plain, gc_facts
 
 
