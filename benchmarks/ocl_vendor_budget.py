@@ -12,7 +12,7 @@ TIMING_SEGMENTS) and "wandering" (a step time that jumps by 20% in spells, so ba
 run up to MAX_TIMING_SEGMENTS). The overheads not simulated are assumptions, named below; the printed total
 says which part is which.
 
-    python benchmarks/ocl_vendor_budget.py [--json OUT]
+    python benchmarks/ocl_vendor_budget.py [--timing-budget S] [--json OUT]
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 from types import SimpleNamespace
+from typing import Optional
 
 # Assumptions (not simulated): a worker's start (torch import, device init, FADE's session) per start, and
 # per case the build of the network and its batch, the record and the worker round trip. The run starts
@@ -65,15 +66,19 @@ class SimulatedClock:
         self.now += self.step_s * factor
 
 
-def timing_cost(step_s: float, *, wandering: bool) -> dict:
-    """Steps and seconds the model bench's timing takes for a step of `step_s`, from case.time_step itself."""
-    from fade.measure.suites.models.case import time_step
+def timing_cost(step_s: float, *, wandering: bool, timing_budget_s: Optional[float] = None) -> dict:
+    """Steps and seconds the model bench's timing takes for a step of `step_s`, from case.time_step itself, with
+    `fade bench models --timing-budget` when given."""
+    from fade.measure.suites.models.case import TIMING_BUDGET_KEY, time_step
     from fade.measure.suites.models.suite import FULL_TIMING
 
+    settings = dict(FULL_TIMING)
+    if timing_budget_s is not None:
+        settings[TIMING_BUDGET_KEY] = timing_budget_s
     clock = SimulatedClock(step_s, wandering)
     runner = SimpleNamespace(step=clock.step, module=None, workload=None, optimizer=None, scaler=None,
                              training=True, sdpa_backend=None)  # what time_step reads besides step
-    _, segments, _, _ = time_step(runner, 64, "cpu", FULL_TIMING, clock=clock)
+    _, segments, _, _ = time_step(runner, 64, "cpu", settings, clock=clock)
     return {"steps": clock.calls, "seconds": clock.now, "segments": segments["segments"]}
 
 
@@ -91,7 +96,7 @@ def checked_steps(device: str, mode: str) -> int:
     return steps + (0 if training else CALIBRATION_FORWARDS)
 
 
-def estimate(step_ms: dict) -> dict:
+def estimate(step_ms: dict, timing_budget_s: Optional[float] = None) -> dict:
     cases, totals = [], {"steady": 0.0, "wandering": 0.0}
     for device, table in step_ms.items():
         for (model, mode), milliseconds in table.items():
@@ -100,7 +105,7 @@ def estimate(step_ms: dict) -> dict:
             overhead = CASE_OVERHEAD_S + (CUDA_BENCHMARK_SEARCH_S if device.startswith("cuda") else 0.0)
             row = {"device": device, "model": model, "mode": mode, "step_ms": milliseconds, "checked_steps": untimed}
             for kind in totals:
-                cost = timing_cost(step_s, wandering=kind == "wandering")
+                cost = timing_cost(step_s, wandering=kind == "wandering", timing_budget_s=timing_budget_s)
                 seconds = untimed * step_s + cost["seconds"] + overhead
                 row[kind] = {"timed_steps": cost["steps"], "segments": cost["segments"], "case_s": round(seconds, 1)}
                 totals[kind] += seconds
@@ -111,14 +116,15 @@ def estimate(step_ms: dict) -> dict:
             "assumptions": {"worker_start_s": WORKER_START_S, "worker_starts": WORKER_STARTS,
                             "case_overhead_s": CASE_OVERHEAD_S, "ocl_kernel_build_s": OCL_KERNEL_BUILD_S,
                             "cuda_benchmark_search_s": CUDA_BENCHMARK_SEARCH_S},
-            "target_s": TARGET_S, "device_limit_s": DEVICE_LIMIT_S}  # fmt: skip
+            "timing_budget_s": timing_budget_s, "target_s": TARGET_S, "device_limit_s": DEVICE_LIMIT_S}  # fmt: skip
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timing-budget", type=float, metavar="S", help="as `fade bench models --timing-budget S`")
     parser.add_argument("--json", metavar="OUT", help="also write the estimate as JSON")
     args = parser.parse_args(argv)
-    result = estimate(H100_STEP_MS)
+    result = estimate(H100_STEP_MS, args.timing_budget)
     print(f"{'device':7} {'case':20} {'step ms':>8} {'checked':>8} {'timed (segs)':>13} {'case s':>7} "
           f"{'wandering: timed (segs)':>24} {'case s':>7}")
     for row in result["cases"]:

@@ -192,6 +192,7 @@ def bench(
     isolate: bool = True,
     progress: Union[bool, object] = True,
     dist: Optional[dict] = None,
+    timing_budget_s: Optional[float] = None,
 ) -> BenchResult:
     """Run a benchmark suite and append one JSONL record per case to `out`: what `fade bench SUITE` does.
 
@@ -210,6 +211,8 @@ def bench(
     timeout_s: per case, in the worker process (`isolate`; False runs cases here, without a timeout).
     progress: True draws a progress bar on stderr, False draws nothing, or a
         fade.measure.runner.RunProgress object that hears of each case.
+    timing_budget_s: models: a case whose timing segments disagree gets further batches of them only while its
+        timing has used less than this many seconds (the first batch always runs); None: no bound.
     dist: the dist suite's selection, keyword arguments of fade.measure.suites.dist.suite.run_dist (nproc,
         collectives, sizes, scaling, strategies, batch, image_size, sequence_length); `dtypes` and
         `timeout_s` (a collective's wait for its peers) apply too.
@@ -245,7 +248,8 @@ def bench(
     patterns = [part.strip() for part in only.split(",") if part.strip()] if only else None
     run = run_models(device, models=models, batch=batch, mode=mode, variants=variants, quick=quick,
                      image_size=image_size, sequence_length=sequence_length, validate=validate, out=out,
-                     resume=resume, timeout_s=timeout_s, isolate=isolate, progress=watcher, only=patterns)
+                     resume=resume, timeout_s=timeout_s, isolate=isolate, progress=watcher, only=patterns,
+                     timing_budget_s=timing_budget_s)
     result = BenchResult("models", run, summary=model_rows(run.records))
     if len(run.devices) > 1:  # side by side, as % of the last device listed (the vendor stack)
         from fade.analyze.compare import compare_devices

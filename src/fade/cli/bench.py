@@ -65,6 +65,10 @@ def _add_models(suites) -> None:
                              "1-3 min on 2 CPU cores")  # fmt: skip
     models.add_argument("--image-size", type=positive_int("--image-size"), metavar="PX", help="image side (default 224)")
     models.add_argument("--seq-len", type=positive_int("--seq-len"), metavar="TOKENS", help="sequence length (default 512)")
+    models.add_argument("--timing-budget", type=positive_float("--timing-budget"), metavar="S",
+                        help="a case whose timing segments disagree by > 10%% gets further batches of them only while "
+                             "its timing has used less than S seconds (the first batch, >= 12 timed steps, always "
+                             "runs; default: no bound). For steps of seconds: fade.ocl on a GPU")  # fmt: skip
     models.add_argument("--validate", action="store_true",
                         help="also time each case with a plain event-timed loop (extra.plain_loop)")  # fmt: skip
     add_run_flags(models, default_output=MODELS_OUTPUT,
@@ -106,7 +110,8 @@ def cmd_bench_models(args) -> int:
         result = bench("models", args.device, models=split_list(args.models) or None, batch=args.batch,
                        mode=args.mode, variants=split_list(args.variants) or None, quick=args.quick,
                        image_size=args.image_size, sequence_length=args.seq_len, validate=args.validate,
-                       out=args.output, resume=args.resume, timeout_s=args.timeout, progress=ProgressBar(console))
+                       out=args.output, resume=args.resume, timeout_s=args.timeout, progress=ProgressBar(console),
+                       timing_budget_s=args.timing_budget)
     except RuntimeError as exc:  # the worker could not start on this device: valid request, cannot run here
         print(f"fade: cannot run here: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_RUN

@@ -39,7 +39,11 @@ Timing
     0.6 s, then 17 ms); segments let a plain loop share every part of that wander (below), and
     `extra.timing_segments` shows it. When the first TIMING_SEGMENTS segments' figures lie more than
     NOISY_SEGMENT_SPREAD_PCT apart, further batches of segments run (up to MAX_TIMING_SEGMENTS; not with
-    --quick), so the median spans more of the wander; the rule reads FADE's segments only. The segment
+    --quick), so the median spans more of the wander; the rule reads FADE's segments only. With the
+    run's `max_timing_s` (TIMING_BUDGET_KEY, `fade bench models --timing-budget S`; unset by default) a further
+    batch starts only while the case's segments so far took less than S seconds: a step of seconds (fade.ocl
+    on the H100: 2 s per resnet50 training step) fills 52 s with its first batch, 12 timed steps, and each
+    further one costs 24 s more. The first batch always runs whole. The segment
     logic reads time through an injected clock (time.perf_counter unless a test passes its own). A
     training step is zero_grad(set_to_none) + autocast forward + loss + backward (through a GradScaler for
     amp-fp16) + optimizer.step(); an inference step is a forward pass under torch.inference_mode in eval
@@ -123,6 +127,7 @@ TIMING_SEGMENTS = 6
 # alone, never on the plain loop's. H100, batch 64, eager: 32 of 40 cases spread under 10% (most under 1%),
 # the launch-bound AMP steps 10-49%.
 NOISY_SEGMENT_SPREAD_PCT = 10.0
+TIMING_BUDGET_KEY = "max_timing_s"  # a timing setting read here, never passed to measure(): see "Timing"
 MAX_TIMING_SEGMENTS = 3 * TIMING_SEGMENTS
 PAIR_ORDER = ("fade", "plain", "plain", "fade")  # repeated: ABBA, so a linear drift cancels within each pair
 PLAIN_WARMUP_STEPS = 2  # once: the model is warm (FADE's first segment ran); a textbook loop still warms up
@@ -373,6 +378,8 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
     fade_segments: list = []
     plain_segments: list = []  # seconds per step of each block, one list per plain segment
     order: list = []
+    budget_s = settings.get(TIMING_BUDGET_KEY)
+    started = clock()
     while True:
         for side in batch:
             order.append(side)
@@ -384,7 +391,14 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
                                                        warmup_steps, clock))  # fmt: skip
         fade_rates = [samples / segment.median_s for segment in fade_segments]
         # another batch only while FADE's own segments disagree (see "Timing")
-        if len(fade_rates) >= max_segments or _spread_pct(fade_rates) <= NOISY_SEGMENT_SPREAD_PCT:
+        if _spread_pct(fade_rates) <= NOISY_SEGMENT_SPREAD_PCT:
+            why_stopped = "segments agree"
+            break
+        if len(fade_rates) >= max_segments:
+            why_stopped = "max segments"
+            break
+        if budget_s is not None and clock() - started >= budget_s:  # the run's timing budget is spent
+            why_stopped = f"{TIMING_BUDGET_KEY} {budget_s:g} s spent"
             break
     timing = _pooled(fade_segments, settings)
     segments = {
@@ -396,6 +410,7 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
         "stop_reasons": [segment.stop_reason for segment in fade_segments],
         "spread_pct": _spread_pct(fade_rates),
         "spread_formula": "100 * (max - min) / median of the segments' samples/s",
+        "why_stopped": why_stopped,  # segments agree, max segments, or the run's timing budget spent
     }
     if not validate:
         return timing, segments, None
@@ -448,7 +463,7 @@ def _segment_settings(settings: dict, first: bool) -> dict:
         "max_samples": engine.MAX_SAMPLES,
         **settings,
     }
-    segment = dict(settings)
+    segment = {name: value for name, value in settings.items() if name != TIMING_BUDGET_KEY}
     segment["budget_s"] = totals["budget_s"] / TIMING_SEGMENTS
     segment["min_run_s"] = totals["min_run_s"] / TIMING_SEGMENTS
     segment["min_samples"] = max(2, math.ceil(totals["min_samples"] / TIMING_SEGMENTS))

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case
+from fade.measure.suites.models.case import TIMING_BUDGET_KEY
 from fade.measure.suites.models.variants import Variant, parse_variants
 from fade.measure.runner import (RunProgress, RunSummary, check_output_path, combine_runs, device_list, make_executor,
                                  new_run_id, run_cases, start_devices)
@@ -175,6 +176,7 @@ def run_models(
     progress: Optional[RunProgress] = None,
     run_id: Optional[str] = None,
     only: Optional[Sequence[str]] = None,
+    timing_budget_s: Optional[float] = None,
 ) -> RunSummary:
     """Train and/or run forward each of `models` under each of `variants` on `device`; append records to `out`.
 
@@ -190,7 +192,9 @@ def run_models(
     (zoo.workload). `validate` re-times every case with a plain event-timed loop (`extra.plain_loop`).
     `only` keeps the cases whose id matches one of its fnmatch patterns (`models/*/train/compile/*`); when
     it keeps none, nothing starts and the summary selects 0 cases. Bad requests raise FadeUsageError before
-    anything runs. `progress` hears of each case (fade.measure.runner.RunProgress). Returns the RunSummary.
+    anything runs. `progress` hears of each case (fade.measure.runner.RunProgress). `timing_budget_s` bounds
+    the further batches of timing segments a case with disagreeing segments gets (case.py "Timing"; the
+    first batch always runs); unset, nothing bounds them. Returns the RunSummary.
     """
     models = list(models or (QUICK_MODELS if quick else ZOO))
     batch = (QUICK_BATCH if quick else DEFAULT_BATCH) if batch is None else batch
@@ -215,9 +219,15 @@ def run_models(
         return make_executor(request, isolate=isolate, timeout_s=timeout_s,
                              default_timeout_s=QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S)
 
+    timing = dict(QUICK_TIMING if quick else FULL_TIMING)
+    if timing_budget_s is not None:
+        if not timing_budget_s > 0:
+            raise FadeUsageError(f"--timing-budget {timing_budget_s}: give seconds > 0")
+        timing[TIMING_BUDGET_KEY] = float(timing_budget_s)
+
     def run_on(executor) -> RunSummary:
-        return run_cases(cases, executor=executor, out=out_path, run_id=run_id, quick=quick,
-                         timing=QUICK_TIMING if quick else FULL_TIMING, resume=resume, progress=progress)
+        return run_cases(cases, executor=executor, out=out_path, run_id=run_id, quick=quick, timing=timing,
+                         resume=resume, progress=progress)
 
     executors = [executor_for(request) for request in devices]
     if len(devices) == 1:
