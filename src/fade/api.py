@@ -223,6 +223,8 @@ def bench(
 
     if suite not in SUITES:
         raise FadeUsageError(f"unknown suite {suite!r}: choose {' or '.join(SUITES)}")
+    if suite != "models" and (not isinstance(device, (str, type(None))) or "," in (device or "")):
+        raise FadeUsageError(f"--device {device!r}: several devices are for `fade bench models`; run {suite} once per device")
     out = DEFAULT_OUTPUTS[suite] if out is None else out
     watcher = _progress(progress)
     if suite == "micro":

@@ -45,6 +45,12 @@ def test_a_bad_device_list_is_one_line_and_exit_2_before_any_worker(fade, tmp_pa
     assert message in one_line(err)
 
 
+def test_a_device_list_is_for_the_model_bench_only(fade, tmp_path):
+    code, _, err = fade("bench", "micro", "--quick", "--device", "cpu,ocl:0", "-o", tmp_path / "out.jsonl")
+    assert code == ExitCode.USAGE
+    assert "several devices are for `fade bench models`" in one_line(err)
+
+
 def test_an_absent_device_in_a_list_stops_the_run_before_the_first_device_runs_a_case(fade, tmp_path):
     """cpu is present, no_such_device is not: exit 2 with one line, and no record of the cpu's cases."""
     out = tmp_path / "out.jsonl"
