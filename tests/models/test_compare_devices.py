@@ -174,3 +174,10 @@ def test_runs_on_several_devices_combine_into_one_summary():
     assert combined.selected == 4 and combined.resumed == 1 and combined.wall_s == pytest.approx(4.0)
     assert [record["case_id"] for record in combined.records] == ["a", "b"]
     assert combined.to_dict()["devices"] == ["ocl:0", "cuda:0"]
+
+
+def test_by_variant_keeps_two_devices_of_one_file_apart(tmp_path):
+    path = write_jsonl(tmp_path / "models.jsonl", ocl_and_cuda_records())
+    comparison = compare_files([path], by="variant")
+    assert sorted(comparison.sets) == ["models.jsonl [cuda:0] fp32+cudnn_benchmark=on",
+                                       "models.jsonl [ocl:0] fp32+cudnn_benchmark=on"]

@@ -129,7 +129,9 @@ def result_sets(files: Sequence, *, by: str = "file", suite: Optional[str] = Non
                 variant = _models_params(record).get("variant")
                 if variant is None:
                     continue
-                label = variant if len(files) == 1 else f"{label} {variant}"
+                # one file of one device: the variant alone; else the file (and device) too, so two devices'
+                # records of a case never land in one set
+                label = variant if len(files) == 1 and len(devices) == 1 else f"{label} {variant}"
             result_set = sets.setdefault(label, ResultSet(label, str(path)))
             result_set.records[row_and_column(record, by)] = record
     return list(sets.values())
