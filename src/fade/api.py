@@ -144,6 +144,7 @@ class BenchResult:
     plots: list = field(default_factory=list)
     env: list = field(default_factory=list)  # act.patches.EnvChange per variable FADE set for the run's processes
     rank: int = 0  # dist: this process's rank (only rank 0 holds records and renders)
+    comparison: object = None  # models on several devices: fade.analyze.compare.Comparison, the last device the baseline
 
     @property
     def records(self) -> list:
@@ -163,6 +164,8 @@ class BenchResult:
         data["summary"] = list(self.summary)
         data["env"] = [{"name": change.name, "value": change.value, "status": change.status, "reason": change.reason}
                        for change in self.env]  # fmt: skip
+        if self.comparison is not None:
+            data["comparison"] = self.comparison.to_dict()
         if with_records:
             data["records"] = list(self.run.records)
         return data
@@ -189,6 +192,7 @@ def bench(
     isolate: bool = True,
     progress: Union[bool, object] = True,
     dist: Optional[dict] = None,
+    timing_budget_s: Optional[float] = None,
 ) -> BenchResult:
     """Run a benchmark suite and append one JSONL record per case to `out`: what `fade bench SUITE` does.
 
@@ -196,7 +200,8 @@ def bench(
         device's peaks), "models" (train/infer throughput of real networks per variant) or "dist"
         (torch.distributed collectives and data-parallel scaling on several processes; docs/dist.md).
     device: a torch device (None: cuda:0 if available, else cpu; dist: a device type, each rank takes its
-        own). quick: small sizes and short timing.
+        own). models: also several, "ocl:0,cuda:0" or a list: each runs the cases in turn into `out`, and
+        `comparison` lays them side by side as % of the last one listed. quick: small sizes and short timing.
     only: comma-separated case patterns: micro: globs or substrings ("gemm/bf16/*"); models: globs of case
         ids ("models/*/train/compile/*"). dtypes: micro: dtypes to keep.
     models, batch, mode ("train", "infer", "both"), variants, image_size, sequence_length, validate: the
@@ -206,6 +211,8 @@ def bench(
     timeout_s: per case, in the worker process (`isolate`; False runs cases here, without a timeout).
     progress: True draws a progress bar on stderr, False draws nothing, or a
         fade.measure.runner.RunProgress object that hears of each case.
+    timing_budget_s: models: a case whose timing segments disagree gets further batches of them only while its
+        timing has used less than this many seconds (the first batch always runs); None: no bound.
     dist: the dist suite's selection, keyword arguments of fade.measure.suites.dist.suite.run_dist (nproc,
         collectives, sizes, scaling, strategies, batch, image_size, sequence_length); `dtypes` and
         `timeout_s` (a collective's wait for its peers) apply too.
@@ -216,6 +223,8 @@ def bench(
 
     if suite not in SUITES:
         raise FadeUsageError(f"unknown suite {suite!r}: choose {' or '.join(SUITES)}")
+    if suite != "models" and (not isinstance(device, (str, type(None))) or "," in (device or "")):
+        raise FadeUsageError(f"--device {device!r}: several devices are for `fade bench models`; run {suite} once per device")
     out = DEFAULT_OUTPUTS[suite] if out is None else out
     watcher = _progress(progress)
     if suite == "micro":
@@ -241,8 +250,15 @@ def bench(
     patterns = [part.strip() for part in only.split(",") if part.strip()] if only else None
     run = run_models(device, models=models, batch=batch, mode=mode, variants=variants, quick=quick,
                      image_size=image_size, sequence_length=sequence_length, validate=validate, out=out,
-                     resume=resume, timeout_s=timeout_s, isolate=isolate, progress=watcher, only=patterns)
-    return BenchResult("models", run, summary=model_rows(run.records))
+                     resume=resume, timeout_s=timeout_s, isolate=isolate, progress=watcher, only=patterns,
+                     timing_budget_s=timing_budget_s)
+    result = BenchResult("models", run, summary=model_rows(run.records))
+    if len(run.devices) > 1:  # side by side, as % of the last device listed (the vendor stack)
+        from fade.analyze.compare import compare_devices
+        from fade.results import read_records
+
+        result.comparison = compare_devices(run.out, read_records(run.out).records, run.devices, case_ids=run.case_ids)
+    return result
 
 
 def _bench_dist(device, *, quick, dtypes, out, resume, timeout_s, progress, **selection) -> BenchResult:

@@ -35,6 +35,32 @@ def test_bad_bench_input_is_one_line_and_exit_2(fade, tmp_path, argv, message):
     assert message in one_line(err)
 
 
+@pytest.mark.parametrize("devices, message", [
+    ("cpu,cpu", "'cpu' is the same device as 'cpu'"),
+    ("cpu,,cpu", "an empty entry"),
+])
+def test_a_bad_device_list_is_one_line_and_exit_2_before_any_worker(fade, tmp_path, devices, message):
+    code, _, err = fade("bench", "models", "--quick", "--models", "alexnet", "--device", devices, "-o", tmp_path / "out.jsonl")
+    assert code == ExitCode.USAGE
+    assert message in one_line(err)
+
+
+def test_a_device_list_is_for_the_model_bench_only(fade, tmp_path):
+    code, _, err = fade("bench", "micro", "--quick", "--device", "cpu,ocl:0", "-o", tmp_path / "out.jsonl")
+    assert code == ExitCode.USAGE
+    assert "several devices are for `fade bench models`" in one_line(err)
+
+
+def test_an_absent_device_in_a_list_stops_the_run_before_the_first_device_runs_a_case(fade, tmp_path):
+    """cpu is present, no_such_device is not: exit 2 with one line, and no record of the cpu's cases."""
+    out = tmp_path / "out.jsonl"
+    code, _, err = fade("bench", "models", "--quick", "--models", "alexnet", "--mode", "infer", "--variants", "fp32",
+                        "--device", "cpu,no_such_device:0", "-o", out)
+    assert code == ExitCode.USAGE
+    assert "unknown device 'no_such_device:0'" in one_line(err)
+    assert not out.exists() or out.read_text() == ""
+
+
 def test_bench_models_quick_runs_and_writes_records(fade, tmp_path):
     out = tmp_path / "models.jsonl"
     code, _, _ = fade("bench", "models", "--quick", "--models", "mobilenet_v2", "--mode", "infer", "--image-size", "32",

@@ -310,6 +310,21 @@ def test_a_wandering_step_gets_more_segments_and_a_steady_one_does_not():
     assert calm["segments"] == models_case.TIMING_SEGMENTS and calm["spread_pct"] <= models_case.NOISY_SEGMENT_SPREAD_PCT
 
 
+def test_a_timing_budget_stops_further_batches_but_never_the_first():
+    """--timing-budget: a wandering step gets no further batch once its segments took the budget; the first batch
+    of TIMING_SEGMENTS always runs, and the record says why the timing stopped."""
+    clock = FakeClock()
+    budgeted = {**SHORT_TIMING, models_case.TIMING_BUDGET_KEY: 0.01}  # spent within the first batch
+    _, segments, _ = models_case._timed_segments(_fake_runner(_wandering(clock, [0]), None), 1, "cpu", budgeted,
+                                                 validate=False, clock=clock)  # fmt: skip
+    assert segments["segments"] == models_case.TIMING_SEGMENTS and segments["spread_pct"] > models_case.NOISY_SEGMENT_SPREAD_PCT
+    assert segments["why_stopped"] == "max_timing_s 0.01 s spent"
+    generous = {**SHORT_TIMING, models_case.TIMING_BUDGET_KEY: 1000.0}
+    _, segments, _ = models_case._timed_segments(_fake_runner(_wandering(clock, [0]), None), 1, "cpu", generous,
+                                                 validate=False, clock=clock)  # fmt: skip
+    assert segments["segments"] == models_case.MAX_TIMING_SEGMENTS and segments["why_stopped"] == "max segments"
+
+
 def test_only_fades_own_segments_decide_on_more_and_the_plain_loop_follows_them():
     clock = FakeClock()
     calls = [0]

@@ -10,8 +10,10 @@ from fade.measure.step.conditions import pinned_flags as fp32_math_flags
 from fade.measure.step.config import StepConfig, step_knobs
 from fade.measure.suites.models.variants import (
     Variant,
+    ignored_knobs,
     parse_variant,
     parse_variants,
+    run_as,
     skip_reason,
 )
 
@@ -72,7 +74,8 @@ def test_amp_fp16_and_tf32_are_skipped_on_the_cpu_with_a_reason():
 
 
 def test_a_gpu_knob_in_a_variant_is_skipped_on_the_cpu_with_the_tables_reason():
-    assert "a gpu knob" in skip_reason(parse_variant("cudnn_benchmark=on"), "cpu", CPU_SUPPORT)
+    assert "a gpu knob" in skip_reason(parse_variant("sdpa_backend=flash"), "cpu", CPU_SUPPORT)
+    assert "a gpu knob" in skip_reason(parse_variant("optimizer_impl=fused"), "cpu", CPU_SUPPORT, "train")
     assert skip_reason(parse_variant("cudnn_benchmark=on"), "cuda:0", {}) is None
     assert "changes nothing in infer" in skip_reason(parse_variant("optimizer_impl=fused"), "cuda:0", {}, "infer")
     assert skip_reason(parse_variant("optimizer_impl=fused"), "cuda:0", {}, "train") is None
@@ -185,3 +188,19 @@ def test_flags_are_pinned_and_restored_where_torch_froze_its_global_flags():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
     completed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", ["cpu", "ocl:0"])
+def test_cudnn_benchmark_runs_where_it_is_ignored_as_the_variant_without_it(device):
+    """The fair CUDA side of issue 19 (fp32, TF32 off, cudnn.benchmark on) must pair with a row on the CPU and on
+    fade.ocl: torch ignores the flag without cuDNN, so the variant runs there as fp32 and says so."""
+    vendor = parse_variant("fp32+cudnn_benchmark=on")
+    assert skip_reason(vendor, device, {}, "train") is None
+    assert run_as(vendor, device) == parse_variant("fp32")
+    assert ignored_knobs(vendor, device) == {
+        "cudnn_benchmark=on": f"a gpu knob (data/knobs.toml) that {device.split(':')[0]} ignores: ran at cudnn_benchmark=off"}
+
+
+def test_on_a_gpu_cudnn_benchmark_is_applied_as_asked():
+    vendor = parse_variant("fp32+cudnn_benchmark=on")
+    assert run_as(vendor, "cuda:0") is vendor and ignored_knobs(vendor, "cuda:0") == {}

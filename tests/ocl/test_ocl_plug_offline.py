@@ -73,7 +73,7 @@ def test_micro_plan_for_ocl_runs_fp32_and_says_why_other_dtypes_do_not():
     ("tf32", "tf32: tf32 is a CUDA/ROCm tensor-core mode"),
     ("amp-bf16+channels-last", "amp-bf16: computes it through the CPU fallback"),
     ("compile", "torch.compile has no backend for fade.ocl"),
-    ("cudnn_benchmark=on", "it changes nothing on fade.ocl's OpenCL device"),
+    ("sdpa_backend=flash", "it changes nothing on fade.ocl's OpenCL device"),
 ])
 def test_model_variants_that_do_not_apply_on_ocl_are_skipped_with_reasons(variant, reason):
     assert reason in skip_reason(parse_variant(variant), "ocl:0", OCL_DTYPES, "train")

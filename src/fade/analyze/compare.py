@@ -2,8 +2,15 @@
 rows = networks or cases, columns = train/infer per result set), with noise and regression flags.
 
 Reads result records only. A result set is one results file (or, with `by="variant"`, one model-bench
-variant of a file). Each set keeps the latest record per case. Cells are matched on the row and column
-keys below, never on position.
+variant of a file; with `by="device"`, one torch device over all the files, a later file's record of a case
+replacing an earlier one's). Each set keeps the latest record per case. Cells are matched on the row and
+column keys below, never on position.
+
+Devices (issue 19's "ocl as % of the vendor stack"): `fade bench models --device ocl:0,cuda:0` runs both in
+turn into one file and lays them side by side with compare_devices, whose baseline is the LAST device listed
+(the vendor stack: list the device under test first); `fade compare FILE --by device --baseline cuda:0` gives
+the same numbers. A case whose variant turns a knob the device ignores (cudnn_benchmark on fade.ocl) keeps
+its row, and its note says what ran instead (extra.variant.not_applicable).
 
 Rows and columns: a model-bench record (suite "models") is row "<network> <variant> b<batch>" and column
 "<set> <mode>"; with by="variant" the variant moves from the row to the set. Any other record is row
@@ -26,6 +33,7 @@ from typing import Optional, Sequence
 from fade.errors import FadeUsageError
 from fade.results import FAILED_STATUSES, latest_records, read_records
 
+BY = ("file", "variant", "device")  # what one result set is
 NOISE_FLOOR_PCT = 3.0  # FADE's run-to-run agreement bar (benchmarks/validate_timing.py AGREEMENT_PCT)
 LOWER_IS_BETTER_UNITS = frozenset({"us", "ms", "s"})
 VERDICTS = {
@@ -98,17 +106,22 @@ def load_result_sets(paths: Sequence, *, by: str = "file", suite: Optional[str] 
 
 
 def result_sets(files: Sequence, *, by: str = "file", suite: Optional[str] = None) -> list:
-    """Result sets from (path, records) pairs. `by` is "file" (one set per file and device) or "variant"
-    (one per model-bench variant per file); `suite` keeps only that suite's records. A set holds the latest
-    record per case. FadeUsageError for an unknown `by`."""
-    if by not in ("file", "variant"):
-        raise FadeUsageError(f"--by {by!r}: use file or variant")
+    """Result sets from (path, records) pairs. `by` is "file" (one set per file and device), "variant" (one
+    per model-bench variant per file) or "device" (one per torch device over all files); `suite` keeps only
+    that suite's records. A set holds the latest record per case. FadeUsageError for an unknown `by`."""
+    if by not in BY:
+        raise FadeUsageError(f"--by {by!r}: use {', '.join(BY)}")
     sets: dict = {}
     labels = _file_labels([path for path, _ in files])
     for (path, file_records), file_label in zip(files, labels):
         records = [record for record in latest_records(file_records) if suite is None or record.get("suite") == suite]
         devices = sorted({str(record.get("torch_device")) for record in records})
         for record in records:
+            if by == "device":
+                label = str(record.get("torch_device"))
+                result_set = sets.setdefault(label, ResultSet(label, str(path)))
+                result_set.records[row_and_column(record, by)] = record  # a later file's record replaces
+                continue
             label = file_label
             if len(devices) > 1:
                 label += f" [{record.get('torch_device')}]"
@@ -116,7 +129,9 @@ def result_sets(files: Sequence, *, by: str = "file", suite: Optional[str] = Non
                 variant = _models_params(record).get("variant")
                 if variant is None:
                     continue
-                label = variant if len(files) == 1 else f"{label} {variant}"
+                # one file of one device: the variant alone; else the file (and device) too, so two devices'
+                # records of a case never land in one set
+                label = variant if len(files) == 1 and len(devices) == 1 else f"{label} {variant}"
             result_set = sets.setdefault(label, ResultSet(label, str(path)))
             result_set.records[row_and_column(record, by)] = record
     return list(sets.values())
@@ -194,11 +209,26 @@ def compare_sets(
         if any(cell.status != "missing" for cell in cells):
             comparison.rows.append({"row": row, "cells": cells})
     comparison.units = list(units)
+    comparison.notes += _ran_as_notes(ordered)
     comparison.contended = sum(1 for row in comparison.rows for cell in row["cells"] if cell.contended)
     if len(ordered) > 1 and not any(_shared(row, columns, base.label) for row in comparison.rows):
         comparison.notes.append(f"the result sets share no case with the baseline {base.label!r}: "
                                 "nothing is compared (different suites?)")
     return comparison
+
+
+def _ran_as_notes(sets: list) -> list:
+    """One note per set and variant that ran as another configuration because the device ignores some of its
+    knobs (extra.variant.not_applicable): the row stays, and the reader learns what ran."""
+    notes: dict = {}
+    for result_set in sets:
+        for record in result_set.records.values():
+            variant = (record.get("extra") or {}).get("variant") or {}
+            if variant.get("not_applicable"):
+                knobs = ", ".join(variant["not_applicable"])
+                notes.setdefault(f"{result_set.label}: {variant.get('name')} ran as {variant.get('ran_as')} ({knobs} "
+                                 "is not applicable there)", None)
+    return list(notes)
 
 
 def _shared(row: dict, columns: list, base_label: str) -> bool:
@@ -267,6 +297,9 @@ def _relative_iqr(record: dict) -> float:
 def _note(record: dict) -> Optional[str]:
     if record.get("error"):
         return str(record["error"])
+    variant = (record.get("extra") or {}).get("variant") or {}
+    if variant.get("not_applicable"):
+        return f"ran as {variant.get('ran_as')}: {', '.join(variant['not_applicable'])} not applicable on {record.get('torch_device')}"
     plain = (record.get("extra") or {}).get("plain_loop")
     if plain and plain.get("fade_vs_plain_pct") is not None:
         return f"plain loop {plain['fade_vs_plain_pct']:+.1f}%"
@@ -284,3 +317,23 @@ def compare_files(
     """The common case in one call: read `paths`, compare. Unreadable lines end up in `.problems`."""
     sets, problems = load_result_sets(paths, by=by, suite=suite)
     return compare_sets(sets, baseline=baseline, fail_under=fail_under, problems=problems, by=by)
+
+
+def compare_devices(path, records: Sequence[dict], devices: Sequence[str], *, case_ids: Optional[Sequence[str]] = None,
+                    fail_under: Optional[float] = None) -> Comparison:
+    """One file's records of `devices` (and of `case_ids`, when given) side by side, one set per device, as % of
+    the LAST device listed: what `fade bench models --device ocl:0,cuda:0` prints, and `fade compare path --by
+    device --baseline <last device>` gives the same numbers for those cases."""
+    wanted = set(case_ids) if case_ids is not None else None
+    kept = [record for record in records if str(record.get("torch_device")) in devices
+            and (wanted is None or record.get("case_id") in wanted)]  # fmt: skip
+    sets = result_sets([(path, kept)], by="device")
+    order = {device: position for position, device in enumerate(devices)}
+    sets.sort(key=lambda result_set: order.get(result_set.label, len(order)))
+    if not sets:
+        raise FadeUsageError("no records to compare: the run wrote no record of " + ", ".join(devices))
+    baseline = devices[-1] if any(result_set.label == devices[-1] for result_set in sets) else None
+    comparison = compare_sets(sets, baseline=baseline, fail_under=fail_under, by="device")
+    if baseline is None:
+        comparison.notes.append(f"the baseline device {devices[-1]} has no record: the first set stands in")
+    return comparison

@@ -51,9 +51,13 @@ def add_device_flag(parser, help: str = "torch device: cuda:N, xpu, mps, cpu, oc
     parser.add_argument("--device", help=help, metavar=metavar)
 
 
-def add_run_flags(parser, *, default_output: str) -> None:
-    """The flags of every suite run: --device, -o/--output (JSONL, appended), --resume, --timeout."""
-    add_device_flag(parser)
+def add_run_flags(parser, *, default_output: str, device_help: str | None = None) -> None:
+    """The flags of every suite run: --device (`device_help` replaces its help), -o/--output (JSONL, appended),
+    --resume, --timeout."""
+    if device_help:
+        add_device_flag(parser, help=device_help)
+    else:
+        add_device_flag(parser)
     parser.add_argument("-o", "--output", default=default_output, metavar="FILE", help="JSONL results file (appended)")
     parser.add_argument("--resume", action="store_true", help="skip cases already measured ok in FILE")
     parser.add_argument("--timeout", type=positive_float("--timeout"), metavar="S", help="per-case timeout in seconds")

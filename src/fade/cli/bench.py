@@ -65,9 +65,16 @@ def _add_models(suites) -> None:
                              "1-3 min on 2 CPU cores")  # fmt: skip
     models.add_argument("--image-size", type=positive_int("--image-size"), metavar="PX", help="image side (default 224)")
     models.add_argument("--seq-len", type=positive_int("--seq-len"), metavar="TOKENS", help="sequence length (default 512)")
+    models.add_argument("--timing-budget", type=positive_float("--timing-budget"), metavar="S",
+                        help="a case whose timing segments disagree by > 10%% gets further batches of them only while "
+                             "its timing has used less than S seconds (the first batch, >= 12 timed steps, always "
+                             "runs; default: no bound). For steps of seconds: fade.ocl on a GPU")  # fmt: skip
     models.add_argument("--validate", action="store_true",
                         help="also time each case with a plain event-timed loop (extra.plain_loop)")  # fmt: skip
-    add_run_flags(models, default_output=MODELS_OUTPUT)
+    add_run_flags(models, default_output=MODELS_OUTPUT,
+                  device_help="torch device: cuda:N, xpu, mps, cpu, ocl:N (fade.ocl) (default: cuda:0 if available, "
+                              "else cpu); or several, comma-separated (ocl:0,cuda:0): each runs the cases in turn "
+                              "into FILE, then a table shows each as %% of the LAST one (the vendor stack)")  # fmt: skip
     add_json_flag(models, "the run summary")
     models.set_defaults(func=cmd_bench_models)
 
@@ -103,16 +110,24 @@ def cmd_bench_models(args) -> int:
         result = bench("models", args.device, models=split_list(args.models) or None, batch=args.batch,
                        mode=args.mode, variants=split_list(args.variants) or None, quick=args.quick,
                        image_size=args.image_size, sequence_length=args.seq_len, validate=args.validate,
-                       out=args.output, resume=args.resume, timeout_s=args.timeout, progress=ProgressBar(console))
+                       out=args.output, resume=args.resume, timeout_s=args.timeout, progress=ProgressBar(console),
+                       timing_budget_s=args.timing_budget)
     except RuntimeError as exc:  # the worker could not start on this device: valid request, cannot run here
         print(f"fade: cannot run here: {exc}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
     run = result.run
     render_bench_summary(result.summary, run.to_dict(), console)
-    if run.records:  # this run's variants side by side, against the first variant asked for
+    if result.comparison is not None:  # the devices side by side, as % of the last one listed
+        render_terminal(result.comparison, console)
+        console.print(f"[fade.dim]the same table: fade compare {run.out} --by device --baseline "
+                      f"{result.comparison.baseline}[/]", soft_wrap=True)
+    elif run.records:  # this run's variants side by side, against the first variant asked for
         render_terminal(compare_sets(result_sets([(run.out, run.records)], by="variant"), by="variant"), console)
     if args.json:
-        write_json(run.to_dict(), args.json)
+        summary = run.to_dict()
+        if result.comparison is not None:
+            summary["comparison"] = result.comparison.to_dict()
+        write_json(summary, args.json)
     return report_run_problems(run) or result.exit_status
 
 

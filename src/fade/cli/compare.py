@@ -11,11 +11,12 @@ from fade.errors import ExitCode
 def add_verbs(verbs) -> None:
     compare = verbs.add_parser("compare", help="results files side by side as %% of a baseline, with noise and regressions")
     compare.add_argument("files", nargs="+", metavar="RESULTS.jsonl")
-    compare.add_argument("--baseline", metavar="SET", help="the file (or, with --by variant, the variant) others are %% of; default: the first")
+    compare.add_argument("--baseline", metavar="SET", help="the file (or, with --by variant, the variant; with --by device, the device) others are %% of; default: the first")
     compare.add_argument("--fail-under", type=positive_float("--fail-under"), metavar="PCT",
                          help="exit 1 when a case is below PCT%% of the baseline outside the noise band, or failed where the baseline ran")  # fmt: skip
-    compare.add_argument("--by", default="file", choices=("file", "variant"),
-                         help="a result set per file (default) or per model-bench variant")  # fmt: skip
+    compare.add_argument("--by", default="file", choices=("file", "variant", "device"),
+                         help="a result set per file (default), per model-bench variant, or per torch device "
+                              "(ocl:0 against cuda:0 from one `fade bench models --device ocl:0,cuda:0` file)")  # fmt: skip
     add_json_flag(compare, "the comparison")
     compare.add_argument("--markdown", metavar="FILE", help="also write the table as Markdown")
     compare.set_defaults(func=cmd_compare)

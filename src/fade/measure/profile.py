@@ -364,7 +364,7 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
     from fade.measure.step.runner import TIMED_LEARNING_RATE, WEIGHT_SEED, StepRunner, apply_config, checked_step_count
     from fade.measure.suites.models.case import device_facts, peak_for_flops, time_step
     from fade.measure.suites.models.suite import FULL_TIMING, QUICK_TIMING
-    from fade.measure.suites.models.variants import parse_variant, skip_reason
+    from fade.measure.suites.models.variants import parse_variant, run_as, skip_reason
     from fade.measure.zoo.workload import build_workload
 
     if mode not in ("train", "infer"):
@@ -378,6 +378,7 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
     reason = skip_reason(parsed, device, dtype_support, mode)
     if reason:
         raise FadeUsageError(f"variant {variant!r} cannot run on {device}: {reason}")
+    parsed = run_as(parsed, device)  # as the bench: knobs this device ignores stay at their baselines
     training = mode == "train"
     progress(f"building {model} (batch {batch}) on {device}")
     torch.manual_seed(WEIGHT_SEED)

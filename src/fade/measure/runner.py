@@ -89,6 +89,8 @@ class RunSummary:
     unsupported: dict = field(default_factory=dict)  # reason -> number of cases left out for it
     write_error: Optional[str] = None  # why `out` stopped taking records (a full disk); earlier ones are whole
     stopped: Optional[str] = None  # why the run ended before its last case: the executor's `stop_reason`
+    devices: list = field(default_factory=list)  # a run over several devices (combine_runs): each, in run order
+    case_ids: list = field(default_factory=list)  # the cases asked for (resumed ones included), in order
 
     @property
     def failed(self) -> int:
@@ -112,6 +114,8 @@ class RunSummary:
             "write_error": self.write_error,
             "stopped": self.stopped,
         }
+        if self.devices:
+            data["devices"] = list(self.devices)
         if with_records:
             data["records"] = list(self.records)
         return data
@@ -150,7 +154,8 @@ def run_cases(
         executor.close()
         raise
     device = session["device"]
-    summary = RunSummary(out=str(out), run_id=run_id, device=device, selected=len(cases), resumed=0)
+    summary = RunSummary(out=str(out), run_id=run_id, device=device, selected=len(cases), resumed=0,
+                         case_ids=[case.case_id for case in cases])  # fmt: skip
     finished = set()
     if resume:
         finished, summary.problems = finished_cases(out, device)
@@ -187,6 +192,72 @@ def run_cases(
         if progress is not None:
             progress.finished(summary)  # also when a case raised past the executor: a bar never outlives its run
     return summary
+
+
+def device_list(request) -> list:
+    """`--device` as a list of requests: "ocl:0, cuda:0" or ["ocl:0", "cuda:0"] -> ["ocl:0", "cuda:0"]; None or
+    "" -> [None] (the default device). FadeUsageError for an empty entry or a device named twice ("cuda" and
+    "cuda:0" are one device; start_devices catches two names that resolve to one)."""
+    if request is None or (isinstance(request, str) and not request.strip()):
+        return [None]
+    parts = request.split(",") if isinstance(request, str) else list(request)
+    devices = [str(part).strip() for part in parts]
+    if any(not device for device in devices):
+        raise FadeUsageError(f"--device {','.join(devices)!r}: an empty entry; give devices as ocl:0,cuda:0")
+    seen: dict = {}
+    for device in devices:
+        key = device if ":" in device or device in ("cpu", "mps") else f"{device}:0"
+        if key in seen:
+            raise FadeUsageError(f"--device {','.join(devices)!r}: {device!r} is the same device as {seen[key]!r}; "
+                                 "name each device once")
+        seen[key] = device
+    return devices
+
+
+def start_devices(executors: Sequence) -> list:
+    """Start each executor's worker in turn, as its run would (the worker resolves its device), and close all but
+    the first, which the run then uses: a device that is unknown or absent here (FadeUsageError) or cannot
+    start (WorkerStartError) fails before any case runs on any device. Only one worker holds a device while
+    cases run (a second process on the device would mark the cases contended). Returns the resolved devices;
+    FadeUsageError when two requests resolve to one device."""
+    resolved: list = []
+    try:
+        for position, executor in enumerate(executors):
+            device = executor.start()["device"]
+            if position:
+                executor.close()
+            if device in resolved:
+                raise FadeUsageError(f"--device: {executor.device_request!r} is {device}, listed twice; name each device once")
+            resolved.append(device)
+    except BaseException:
+        for executor in executors:
+            executor.close()
+        raise
+    return resolved
+
+
+def combine_runs(summaries: Sequence[RunSummary]) -> RunSummary:
+    """The runs of one request on several devices, one after the other into one file, as one summary: counts
+    added, records and failures in run order, `device` the devices joined with commas, `devices` each."""
+    first = summaries[0]
+    combined = RunSummary(out=first.out, run_id=first.run_id, device=",".join(str(run.device) for run in summaries),
+                          selected=0, resumed=0, devices=[run.device for run in summaries], case_ids=list(first.case_ids))  # fmt: skip
+    for run in summaries:
+        combined.selected += run.selected
+        combined.resumed += run.resumed
+        for status, count in run.statuses.items():
+            combined.statuses[status] = combined.statuses.get(status, 0) + count
+        for reason, count in run.unsupported.items():
+            combined.unsupported[reason] = combined.unsupported.get(reason, 0) + count
+        combined.failures += run.failures
+        combined.records += run.records
+        combined.problems += [problem for problem in run.problems if problem not in combined.problems]
+        combined.plots += run.plots
+        combined.wall_s += run.wall_s
+        combined.interrupted = combined.interrupted or run.interrupted
+        combined.write_error = combined.write_error or run.write_error
+        combined.stopped = combined.stopped or run.stopped
+    return combined
 
 
 def finished_cases(out, device: str) -> tuple:

@@ -203,12 +203,13 @@ def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> N
     table.add_column("case", no_wrap=wide, overflow="fold")  # ids are what users grep for: fold only if narrow
     for column in ("result", "% of peak", "median ms", "IQR %", "n", "note") if wide else ("result", "% of peak", "IQR %", "note"):
         table.add_column(column, overflow="fold")
+    several_devices = len({row.get("torch_device") for row in rows}) > 1  # a run on ocl:0,cuda:0: say which
     for row in rows:
         status = row.get("status")
+        case = f"{row['case_id']} [{row.get('torch_device')}]" if several_devices else row["case_id"]
         if status != "ok":
             blanks = ("", "", "", "") if wide else ("", "")
-            table.add_row(escape(row["case_id"]), Text(status or "?", style="fade.fail"), *blanks,
-                          escape(row.get("note") or ""))
+            table.add_row(escape(case), Text(status or "?", style="fade.fail"), *blanks, escape(row.get("note") or ""))
             continue
         pct = f"{row['pct_of_peak']:.0f}%" if row.get("pct_of_peak") is not None else "-"
         flags = [f for f, on in (("noisy", row.get("noisy")), ("throttled", row.get("throttled"))) if on]
@@ -218,7 +219,7 @@ def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> N
         iqr = f"{row['iqr_pct']:.1f}" if row.get("iqr_pct") is not None else "-"
         note_text = Text(note, style="fade.warn" if flags else "fade.dim")
         middle = (median, iqr, str(row.get("n") or "")) if wide else (iqr,)
-        table.add_row(escape(row["case_id"]), _figure(row), pct, *middle, note_text)
+        table.add_row(escape(case), _figure(row), pct, *middle, note_text)
     console.print(table)
     statuses = summary.get("statuses") or {}
     line = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
@@ -238,10 +239,10 @@ def model_rows(records: list) -> list:
     plain-loop difference in the note (they live in `extra` for the model suite)."""
     from fade.results import summarize
 
-    extras = {record["case_id"]: record.get("extra") or {} for record in records}
+    extras = {(record["case_id"], record.get("torch_device")): record.get("extra") or {} for record in records}
     rows = summarize(records)
     for row in rows:
-        extra = extras.get(row["case_id"], {})
+        extra = extras.get((row["case_id"], row.get("torch_device")), {})
         flops = extra.get("flops") or {}
         row["pct_of_peak"] = flops.get("pct_of_peak")
         if row["status"] != "ok":
@@ -267,10 +268,10 @@ def dist_rows(records: list) -> list:
     process, efficiency and exposed communication."""
     from fade.results import summarize
 
-    extras = {record["case_id"]: record.get("extra") or {} for record in records}
+    extras = {(record["case_id"], record.get("torch_device")): record.get("extra") or {} for record in records}
     rows = summarize(records)
     for row in rows:
-        extra = extras.get(row["case_id"], {})
+        extra = extras.get((row["case_id"], row.get("torch_device")), {})
         if row["status"] != "ok":
             continue
         if "busbw_gbs" in extra:

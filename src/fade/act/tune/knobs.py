@@ -45,6 +45,7 @@ class Knob:
     attention_only: bool = False
     cuda_torch: Optional[str] = None
     cost: dict = field(default_factory=dict)  # value -> expected trial cost as a multiple of this knob's dearest trial so far
+    ignored_elsewhere: bool = False  # outside `where` torch accepts the flag and it changes nothing (knobs.toml says more)
     note: str = ""
 
     @property
@@ -141,6 +142,7 @@ def _knob_from_row(row: dict, where: str) -> Knob:
         attention_only=bool(row.get("attention_only", False)),
         cuda_torch=row.get("cuda_torch"),
         cost=cost,
+        ignored_elsewhere=bool(row.get("ignored_elsewhere", False)),
         note=row.get("note", ""),
     )
 

@@ -17,7 +17,9 @@ Reference
     second fp32 run from weights perturbed by ROUNDING_PERTURBATION gives the rounding spread. The weights
     are then reset to their initial values. The `fp32` variant is its own reference.
 Variant
-    The variant's flags are pinned (step.config.pinned: fp32 math, cudnn.benchmark), channels-last and
+    A knob the device ignores (variants.ignored_knobs: cudnn_benchmark on the CPU or fade.ocl) is left at its
+    baseline, so `fp32+cudnn_benchmark=on` runs there as `fp32` (and is its own reference); the case id keeps
+    the name asked for, and extra.variant says `not_applicable` and `ran_as`. The variant's flags are pinned (step.config.pinned: fp32 math, cudnn.benchmark), channels-last and
     torch.compile applied (runner.apply_config), a fresh optimizer made, and the same number of steps run
     from STEP_SEED. A non-finite loss makes the case invalid (status "error"). step.numerics.loss_check, the
     tuner's own, judges the last loss: it may differ from fp32's after as many optimizer updates (a
@@ -37,7 +39,11 @@ Timing
     0.6 s, then 17 ms); segments let a plain loop share every part of that wander (below), and
     `extra.timing_segments` shows it. When the first TIMING_SEGMENTS segments' figures lie more than
     NOISY_SEGMENT_SPREAD_PCT apart, further batches of segments run (up to MAX_TIMING_SEGMENTS; not with
-    --quick), so the median spans more of the wander; the rule reads FADE's segments only. The segment
+    --quick), so the median spans more of the wander; the rule reads FADE's segments only. With the
+    run's `max_timing_s` (TIMING_BUDGET_KEY, `fade bench models --timing-budget S`; unset by default) a further
+    batch starts only while the case's segments so far took less than S seconds: a step of seconds (fade.ocl
+    on the H100: 2 s per resnet50 training step) fills 52 s with its first batch, 12 timed steps, and each
+    further one costs 24 s more. The first batch always runs whole. The segment
     logic reads time through an injected clock (time.perf_counter unless a test passes its own). A
     training step is zero_grad(set_to_none) + autocast forward + loss + backward (through a GradScaler for
     amp-fp16) + optimizer.step(); an inference step is a forward pass under torch.inference_mode in eval
@@ -108,7 +114,7 @@ from fade.measure.step.runner import (
     fp32_reference,
     inference_context,
 )
-from fade.measure.suites.models.variants import parse_variant, skip_reason
+from fade.measure.suites.models.variants import ignored_knobs, parse_variant, run_as, skip_reason
 from fade.measure.timing import Timing, measure
 
 # FADE's timing in segments (see "Timing"): 6 segments of <= 0.33 s (2 s budget) are about as short as the
@@ -121,6 +127,7 @@ TIMING_SEGMENTS = 6
 # alone, never on the plain loop's. H100, batch 64, eager: 32 of 40 cases spread under 10% (most under 1%),
 # the launch-bound AMP steps 10-49%.
 NOISY_SEGMENT_SPREAD_PCT = 10.0
+TIMING_BUDGET_KEY = "max_timing_s"  # a timing setting read here, never passed to measure(): see "Timing"
 MAX_TIMING_SEGMENTS = 3 * TIMING_SEGMENTS
 PAIR_ORDER = ("fade", "plain", "plain", "fade")  # repeated: ABBA, so a linear drift cancels within each pair
 PLAIN_WARMUP_STEPS = 2  # once: the model is warm (FADE's first segment ran); a textbook loop still warms up
@@ -148,11 +155,12 @@ def model_case(
     from fade.measure.zoo.workload import build_workload
 
     device = ctx.device
-    parsed = parse_variant(variant)
+    asked = parse_variant(variant)
     peaks, dtype_support = device_facts(device)
-    reason = skip_reason(parsed, device, dtype_support, mode)
+    reason = skip_reason(asked, device, dtype_support, mode)
     if reason:
         raise CaseSkipped(reason)
+    parsed = run_as(asked, device)  # what runs: `asked` less the knobs this device ignores (variants.ignored_knobs)
     training = mode == "train"
     check_steps = checked_step_count(training, ctx.quick)  # inference: forwards repeat, one is checked
 
@@ -207,7 +215,7 @@ def model_case(
     flops_per_step = sum(flops_by_op.values())
     extra = {
         "mode": mode,
-        "variant": parsed.record(),
+        "variant": _variant_facts(asked, parsed, device),
         "in_effect": in_effect,
         "workload": {
             "model": model,
@@ -239,6 +247,16 @@ def model_case(
         work={"flops": flops_per_step, "samples": workload.samples},
         extra=extra,
     )
+
+
+def _variant_facts(asked: StepConfig, ran: StepConfig, device: str) -> dict:
+    """extra.variant: what the variant asks for, plus, where the device ignores some of its knobs, which and why
+    (`not_applicable`) and the configuration that ran (`ran_as`)."""
+    facts = asked.record()
+    ignored = ignored_knobs(asked, device)
+    if ignored:
+        facts.update(not_applicable=ignored, ran_as=ran.name)
+    return facts
 
 
 @functools.lru_cache(maxsize=4)
@@ -360,6 +378,8 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
     fade_segments: list = []
     plain_segments: list = []  # seconds per step of each block, one list per plain segment
     order: list = []
+    budget_s = settings.get(TIMING_BUDGET_KEY)
+    started = clock()
     while True:
         for side in batch:
             order.append(side)
@@ -371,7 +391,14 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
                                                        warmup_steps, clock))  # fmt: skip
         fade_rates = [samples / segment.median_s for segment in fade_segments]
         # another batch only while FADE's own segments disagree (see "Timing")
-        if len(fade_rates) >= max_segments or _spread_pct(fade_rates) <= NOISY_SEGMENT_SPREAD_PCT:
+        if _spread_pct(fade_rates) <= NOISY_SEGMENT_SPREAD_PCT:
+            why_stopped = "segments agree"
+            break
+        if len(fade_rates) >= max_segments:
+            why_stopped = "max segments"
+            break
+        if budget_s is not None and clock() - started >= budget_s:  # the run's timing budget is spent
+            why_stopped = f"{TIMING_BUDGET_KEY} {budget_s:g} s spent"
             break
     timing = _pooled(fade_segments, settings)
     segments = {
@@ -383,6 +410,7 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
         "stop_reasons": [segment.stop_reason for segment in fade_segments],
         "spread_pct": _spread_pct(fade_rates),
         "spread_formula": "100 * (max - min) / median of the segments' samples/s",
+        "why_stopped": why_stopped,  # segments agree, max segments, or the run's timing budget spent
     }
     if not validate:
         return timing, segments, None
@@ -410,18 +438,18 @@ def _timed_segments(runner: StepRunner, samples: int, device: str, settings: dic
 
 
 def time_step(runner: StepRunner, samples: int, device: str, settings: dict, *, validate: bool = False,
-              quick: bool = False) -> tuple:
+              quick: bool = False, clock: Clock = time.perf_counter) -> tuple:
     """The bench's timing of `runner.step` ("Timing" and "Conditions" above): under conditions.gc_frozen,
     batches of TIMING_SEGMENTS measure() calls with `settings` as totals (suite.FULL_TIMING or QUICK_TIMING),
     more batches while they disagree, up to MAX_TIMING_SEGMENTS (TIMING_SEGMENTS when `quick`), and the
     plain loop between them when `validate`. The caller has pinned the flags (step.config.pinned), run the
     checked steps and frozen the weights (runner.freeze_weights), as model_case does; `fade profile` times
-    its unprofiled step here. Returns (pooled Timing, extra.timing_segments, extra.plain_loop or None,
-    extra.gc)."""
+    its unprofiled step here; benchmarks/ocl_vendor_budget.py counts its steps with a simulated `clock`.
+    Returns (pooled Timing, extra.timing_segments, extra.plain_loop or None, extra.gc)."""
     with gc_frozen() as gc_facts:
         max_segments = TIMING_SEGMENTS if quick else MAX_TIMING_SEGMENTS  # --quick: a smoke run, kept short
         timing, segments, plain = _timed_segments(runner, samples, device, settings, validate=validate,
-                                                  max_segments=max_segments)
+                                                  max_segments=max_segments, clock=clock)
     return timing, segments, plain, gc_facts
 
 
@@ -435,7 +463,7 @@ def _segment_settings(settings: dict, first: bool) -> dict:
         "max_samples": engine.MAX_SAMPLES,
         **settings,
     }
-    segment = dict(settings)
+    segment = {name: value for name, value in settings.items() if name != TIMING_BUDGET_KEY}
     segment["budget_s"] = totals["budget_s"] / TIMING_SEGMENTS
     segment["min_run_s"] = totals["min_run_s"] / TIMING_SEGMENTS
     segment["min_samples"] = max(2, math.ceil(totals["min_samples"] / TIMING_SEGMENTS))

@@ -14,8 +14,10 @@ from typing import Optional, Sequence
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case
+from fade.measure.suites.models.case import TIMING_BUDGET_KEY
 from fade.measure.suites.models.variants import Variant, parse_variants
-from fade.measure.runner import RunProgress, RunSummary, check_output_path, make_executor, new_run_id, run_cases
+from fade.measure.runner import (RunProgress, RunSummary, check_output_path, combine_runs, device_list, make_executor,
+                                 new_run_id, run_cases, start_devices)
 from fade.measure.zoo import SEED_NETWORKS, ZOO
 from fade.measure.zoo.workload import import_function, is_user_spec
 
@@ -174,8 +176,15 @@ def run_models(
     progress: Optional[RunProgress] = None,
     run_id: Optional[str] = None,
     only: Optional[Sequence[str]] = None,
+    timing_budget_s: Optional[float] = None,
 ) -> RunSummary:
     """Train and/or run forward each of `models` under each of `variants` on `device`; append records to `out`.
+
+    `device` may list several devices ("ocl:0,cuda:0" or a list): the same cases then run on each in turn,
+    each device in its own worker (one at a time), into the one file under one run id; every device is started
+    first (runner.start_devices), so a bad, absent or repeated device stops the run before any case. The
+    summary is runner.combine_runs' (`devices` in order); fade.analyze.compare.compare_devices lays them side
+    by side against the last device listed.
 
     Defaults: the whole zoo, batch DEFAULT_BATCH, both modes, DEFAULT_VARIANTS, inputs at each network's
     own size (224 px, 512 tokens). `quick` defaults instead to QUICK_MODELS, QUICK_BATCH,
@@ -183,7 +192,9 @@ def run_models(
     (zoo.workload). `validate` re-times every case with a plain event-timed loop (`extra.plain_loop`).
     `only` keeps the cases whose id matches one of its fnmatch patterns (`models/*/train/compile/*`); when
     it keeps none, nothing starts and the summary selects 0 cases. Bad requests raise FadeUsageError before
-    anything runs. `progress` hears of each case (fade.measure.runner.RunProgress). Returns the RunSummary.
+    anything runs. `progress` hears of each case (fade.measure.runner.RunProgress). `timing_budget_s` bounds
+    the further batches of timing segments a case with disagreeing segments gets (case.py "Timing"; the
+    first batch always runs); unset, nothing bounds them. Returns the RunSummary.
     """
     models = list(models or (QUICK_MODELS if quick else ZOO))
     batch = (QUICK_BATCH if quick else DEFAULT_BATCH) if batch is None else batch
@@ -200,10 +211,35 @@ def run_models(
     cases = select_cases(cases, only)
     if not cases:  # no worker to start for nothing
         return RunSummary(out=str(out_path), run_id=run_id or new_run_id(), device=device, selected=0, resumed=0)
-    executor = make_executor(device, isolate=isolate, timeout_s=timeout_s,
+    devices = device_list(device)
+    if len(devices) > 1 and not isolate:
+        raise FadeUsageError("--device: several devices need a worker process each (fade.ocl and CUDA cannot share "
+                             "one process); run them isolated")
+    def executor_for(request):
+        return make_executor(request, isolate=isolate, timeout_s=timeout_s,
                              default_timeout_s=QUICK_CASE_TIMEOUT_S if quick else CASE_TIMEOUT_S)
-    return run_cases(cases, executor=executor, out=out_path, run_id=run_id, quick=quick,
-                     timing=QUICK_TIMING if quick else FULL_TIMING, resume=resume, progress=progress)
+
+    timing = dict(QUICK_TIMING if quick else FULL_TIMING)
+    if timing_budget_s is not None:
+        if not timing_budget_s > 0:
+            raise FadeUsageError(f"--timing-budget {timing_budget_s}: give seconds > 0")
+        timing[TIMING_BUDGET_KEY] = float(timing_budget_s)
+
+    def run_on(executor) -> RunSummary:
+        return run_cases(cases, executor=executor, out=out_path, run_id=run_id, quick=quick, timing=timing,
+                         resume=resume, progress=progress)
+
+    executors = [executor_for(request) for request in devices]
+    if len(devices) == 1:
+        return run_on(executors[0])
+    resolved = start_devices(executors)  # before any case: a bad device stops the run here
+    run_id = run_id or new_run_id()
+    runs = []
+    for position, device_name in enumerate(resolved):
+        runs.append(run_on(executors[0] if position == 0 else executor_for(device_name)))
+        if runs[-1].interrupted or runs[-1].write_error:
+            break
+    return combine_runs(runs)
 
 
 __all__ = ["run_models", "build_cases", "select_cases", "case_id", "SEED_NETWORKS", "DEFAULT_VARIANTS", "SUITE"]

@@ -22,6 +22,7 @@ Precisions (fp32 math is "ieee" or "tf32", pinned by step.config.pinned):
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from typing import Optional
 
@@ -76,15 +77,48 @@ def parse_variants(texts) -> list:
     return list(variants.values())
 
 
+NO_GPU_KNOBS_DEVICE_TYPES = ("cpu", "ocl")  # devices where a knob the table marks for GPUs changes nothing
+
+
+def _outside_where(knob, device_type: str) -> bool:
+    return device_type in NO_GPU_KNOBS_DEVICE_TYPES and knob.where != "any"
+
+
+def ignored_knobs(variant: Variant, device: str) -> dict:
+    """knob id -> why, for the knobs `variant` turns that `device` ignores: a knob outside its `where` whose table
+    row says `ignored_elsewhere` (cudnn_benchmark on the CPU or fade.ocl). The variant runs there as
+    `run_as(variant, device)`, and the record lists these under extra.variant.not_applicable."""
+    device_type = device.split(":", 1)[0]
+    ignored = {}
+    for knob_id, value in variant.changed.items():
+        knob = step_knobs()[knob_id]
+        if knob.ignored_elsewhere and _outside_where(knob, device_type):
+            ignored[f"{knob_id}={value}"] = (f"a {knob.where} knob (data/knobs.toml) that {device_type} ignores: "
+                                             f"ran at {knob_id}={knob.baseline}")
+    return ignored
+
+
+def run_as(variant: Variant, device: str) -> Variant:
+    """The configuration `variant` runs as on `device`: the same, with its ignored knobs (ignored_knobs) at their
+    baselines, so `fp32+cudnn_benchmark=on` runs on fade.ocl as `fp32`, and is there its own fp32 reference."""
+    ignored = {text.split("=", 1)[0] for text in ignored_knobs(variant, device)}
+    if not ignored:
+        return variant
+    return dataclasses.replace(variant, **{knob_id: step_knobs()[knob_id].baseline for knob_id in ignored})
+
+
 def skip_reason(variant: Variant, device: str, dtype_support: dict, mode: Optional[str] = None) -> Optional[str]:
     """Why `variant` cannot run on `device` in `mode` (record it as skipped), or None. `dtype_support` is
     session.supported_dtypes: dtype name -> None or the reason it is unsupported. A knob the table marks
-    for GPUs only, or for the other mode, changes nothing here."""
+    for GPUs only, or for the other mode, changes nothing here; one the table marks `ignored_elsewhere` is no
+    reason to skip (ignored_knobs)."""
     device_type = device.split(":", 1)[0]
     if variant.precision == "amp-fp16" and device_type == "cpu":
         return "amp-fp16 is a GPU configuration: CPU autocast to float16 has no fast kernels and no GradScaler recipe"
     for knob_id, value in variant.changed.items():
         knob = step_knobs()[knob_id]
+        if knob.ignored_elsewhere and _outside_where(knob, device_type):
+            continue
         if device_type == "cpu" and knob.where != "any":
             return f"{knob_id}={value} is a {knob.where} knob (data/knobs.toml): it changes nothing on the cpu"
         if device_type == "ocl" and knob.where != "any":
