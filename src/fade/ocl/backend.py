@@ -500,16 +500,20 @@ META_CACHE_SIZE = 4096
 _meta_cache: dict = {}
 
 
+_KEY_SCALARS = frozenset((bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format))
+
+
 def _meta_key(value):
     """What an elementwise op's meta result depends on: each tensor's geometry and dtype, each scalar's value
     and type (type promotion), or None when an argument is something else (then nothing is cached)."""
+    kind = type(value)
+    if kind in _KEY_SCALARS:
+        return (kind, value)
     if isinstance(value, torch.Tensor):
         return (value.dtype, value.device.type, tuple(value.shape), value.stride())
-    if isinstance(value, (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format)):
-        return (type(value), value)
-    if isinstance(value, (list, tuple)):
-        keys = tuple(_meta_key(item) for item in value)
-        return None if None in keys else (type(value), keys)
+    if kind is list or kind is tuple:
+        keys = tuple(map(_meta_key, value))
+        return None if None in keys else (kind, keys)
     return None
 
 
