@@ -201,6 +201,8 @@ def test_tiny_conv_net_trains_like_the_cpu_with_zero_fallbacks():
     (4, 4, 3, 1, 1, 1, 4, None),  # depthwise: the direct kernels
     (4, 8, 3, 2, 1, 1, 4, None), (3, 3, 3, 1, 2, 2, 3, None),  # depthwise, 2 outputs per channel; dilated
     (3, 4, 3, 1, 1, 1, 1, 1), (4, 6, 3, 2, 0, 1, 2, 8000),  # im2col over 1 image, and 2 then 1, at a time
+    (6, 5, 1, 1, 0, 1, 1, None), (6, 4, 1, 1, 0, 1, 2, None),  # 1x1: the direct GEMMs (FOLD_PIXELS patched)
+    (6, 5, 1, 2, 0, 1, 1, None),  # strided 1x1: im2col
 ])
 def test_conv2d_forward_and_both_backwards(cin, cout, kernel, stride, padding, dilation, groups, workspace,
                                            monkeypatch):
@@ -208,6 +210,8 @@ def test_conv2d_forward_and_both_backwards(cin, cout, kernel, stride, padding, d
 
     if workspace is not None:
         monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", workspace)
+    if kernel == 1:  # these 9 x 8 images are below FOLD_PIXELS: let the 1x1 path take them unfolded
+        monkeypatch.setattr(backend, "FOLD_PIXELS", 1)
     torch.manual_seed(0)
     x = torch.randn(3, cin, 9, 8, requires_grad=True)
     conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups)
@@ -475,3 +479,87 @@ def test_cached_meta_results_follow_dtypes_scalars_and_strides():
     got = t + 1
     assert got.shape == (3, 2) and got.stride() == (f.t() + 1).stride()
     close(got, f.t() + 1)
+
+
+@pytest.mark.parametrize("fold_pixels", [1, 1 << 30])  # every convolution per image; every one folded
+def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels, monkeypatch):
+    """Both GEMM layouts of the im2col convolution (one strided-batched GEMM per image, or every image of a chunk
+    in one GEMM and a permuting copy) and the direct 1x1 one, against the CPU in float64."""
+    from fade.ocl import backend
+
+    monkeypatch.setattr(backend, "FOLD_PIXELS", fold_pixels)
+    monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", 20000)  # chunks of a few images
+    torch.manual_seed(0)
+    for cin, cout, kernel, stride, padding, groups in ((4, 6, 3, 1, 1, 1), (4, 6, 3, 2, 1, 2), (6, 8, 1, 1, 0, 2)):
+        x = torch.randn(5, cin, 7, 6, dtype=torch.float64, requires_grad=True)
+        conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, dtype=torch.float64)
+        y = conv(x)
+        grad = torch.randn_like(y)
+        y.backward(grad)
+        x_ocl = x.detach().to(DEV).requires_grad_()
+        conv_ocl = torch.nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, dtype=torch.float64)
+        conv_ocl.load_state_dict(conv.state_dict())
+        conv_ocl = conv_ocl.to(DEV)
+        y_ocl = conv_ocl(x_ocl)
+        y_ocl.backward(grad.to(DEV))
+        for actual, expected in ((y_ocl, y), (x_ocl.grad, x.grad), (conv_ocl.weight.grad, conv.weight.grad)):
+            close(actual, expected, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_split_k_gemm_equals_the_cpu(dtype, monkeypatch):
+    """A small output with a long k is computed as pieces of k summed by a kernel (a weight gradient's shape);
+    with beta, a transposed operand and a leftover of k that is not a whole piece."""
+    from fade.ocl import backend
+
+    monkeypatch.setattr(backend, "SPLIT_K_CHUNK", 64)
+    torch.manual_seed(0)
+    a, b, c = torch.randn(5, 1000, dtype=dtype), torch.randn(3, 1000, dtype=dtype), torch.randn(5, 3, dtype=dtype)
+    tolerance = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-5}
+    close(a.to(DEV) @ b.to(DEV).t(), a @ b.t(), **tolerance)
+    close(torch.addmm(c.to(DEV), a.to(DEV), b.to(DEV).t(), beta=0.5, alpha=2.0),
+          torch.addmm(c, a, b.t(), beta=0.5, alpha=2.0), **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("training", [True, False])
+def test_fused_batch_norm_equals_the_cpu(dtype, affine, training):
+    """The fused kernels: statistics over N x H x W in parts (the image is larger than one part), running
+    statistics, all three gradients, eval mode from the running statistics; a shifted input (mean 5) checks
+    the variance against cancellation."""
+    torch.manual_seed(0)
+    results = []
+    for device in ("cpu", DEV):
+        bn = torch.nn.BatchNorm2d(3, affine=affine, dtype=dtype)
+        if affine:
+            with torch.no_grad():
+                bn.weight.copy_(torch.tensor([0.5, 1.0, 2.0])), bn.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+        bn.running_mean.fill_(0.5), bn.running_var.fill_(2.0)
+        bn.train(training)
+        bn = bn.to(device)
+        torch.manual_seed(1)
+        x = (torch.randn(4, 3, 70, 60, dtype=dtype) * 3 + 5).to(device).requires_grad_()
+        y = bn(x)
+        y.backward(torch.randn(y.shape, dtype=dtype).to(device))
+        results.append([y, x.grad, bn.running_mean, bn.running_var] +
+                       ([bn.weight.grad, bn.bias.grad] if affine else []))
+    tolerance = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-4}
+    for got, expected in zip(results[1], results[0]):
+        close(got, expected.detach(), **tolerance)
+
+
+def test_kernel_profile_labels_commands_and_sums_device_time():
+    a, b = torch.randn(64, 32).to(DEV), torch.randn(32, 16).to(DEV)
+    ocl.synchronize()
+    with ocl.profile(0, steps=2) as times:
+        for _ in range(2):
+            (a @ b).relu().sum()
+            a.clone()
+    rows = {row["kernel"]: row for row in times.table("kernel")}
+    assert {"Sgemm", "pointwise", "reduce_rows", "copy"} <= set(rows), rows
+    assert rows["Sgemm"]["calls"] == 1 and rows["pointwise"]["calls"] >= 1  # per step
+    assert any(row["kernel"] == "Sgemm NN 64x16x32" for row in times.table())
+    assert times.device_s > 0 and times.wall_s >= times.device_s and 0 <= times.host_bound < 1
+    assert abs(sum(row["share"] for row in times.table()) - 1) < 1e-9
+    assert runtime.device(0).recording is None  # recording stops with the block

@@ -1154,92 +1154,83 @@ def _embedding(op, args, kwargs, bound):
 _CONV_SOURCE = """
 /* FOR_READERS(BODY): BODY for each output (oy, ox) and kernel tap (ki, kj) whose window reads input (iy, ix) */
 #define FOR_READERS(BODY) \\
-    for (long ki = 0; ki < KH; ++ki) { \\
-        long ty = iy + PH - ki * DH; \\
+    for (IDX ki = 0; ki < KH; ++ki) { \\
+        IDX ty = iy + PH - ki * DH; \\
         if (ty < 0 || ty % SH) continue; \\
-        long oy = ty / SH; \\
+        IDX oy = ty / SH; \\
         if (oy >= OH) continue; \\
-        for (long kj = 0; kj < KW; ++kj) { \\
-            long tx = ix + PW - kj * DW; \\
+        for (IDX kj = 0; kj < KW; ++kj) { \\
+            IDX tx = ix + PW - kj * DW; \\
             if (tx < 0 || tx % SW) continue; \\
-            long ox = tx / SW; \\
+            IDX ox = tx / SW; \\
             if (ox >= OW) continue; \\
             BODY; \\
         } \\
     }
-__kernel void im2col(__global const T* x, long x_off, __global T* cols, long CS, long NB, long C, long H, long W, long KH,
-                     long KW, long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
-    /* cols is (C*KH*KW, CS >= NB*OH*OW): the columns of NB images side by side, image-major in a row */
-    long g = get_global_id(0);
-    long L = OH * OW;
-    if (g >= C * KH * KW * NB * L) return;
-    long row = g / (NB * L), rest = g % (NB * L), image = rest / L, l = rest % L;
-    long c = row / (KH * KW), r = row % (KH * KW);
-    long iy = (l / OW) * SH - PH + (r / KW) * DH, ix = (l % OW) * SW - PW + (r % KW) * DW;
-    cols[row * CS + rest] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[x_off + ((image * C + c) * H + iy) * W + ix]
-                                                                    : (T)0;
+__kernel void im2col(__global const T* x, long x_off, __global T* cols, long CS) {
+    /* cols is (C*KH*KW, CS >= images*OH*OW): the columns of a chunk's images side by side, image-major in a row;
+       work item (rest, row): rest = image * OH*OW + pixel. The geometry is compile-time (#defines): constant
+       divisors become multiplications */
+    IDX rest = get_global_id(0), row = get_global_id(1);
+    IDX image = rest / (OH * OW), l = rest % (OH * OW);
+    IDX c = row / (KH * KW), r = row % (KH * KW);
+    IDX iy = (l / OW) * SH - PH + (r / KW) * DH, ix = (l % OW) * SW - PW + (r % KW) * DW;
+    cols[(long)row * CS + rest] = (iy >= 0 && iy < H && ix >= 0 && ix < W)
+        ? x[x_off + ((long)(image * C + c) * H + iy) * W + ix] : (T)0;
 }
-__kernel void col2im(__global const T* cols, __global T* x, long x_off, long CS, long NB, long C, long H, long W, long KH,
-                     long KW, long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW) {
+__kernel void col2im(__global const T* cols, __global T* x, long x_off, long CS, long NB) {
     /* the gather form of col2im: each input element sums the columns that read it, in a fixed order */
-    long g = get_global_id(0);
+    IDX g = get_global_id(0);
     if (g >= NB * C * H * W) return;
-    long image = g / (C * H * W), c = (g / (H * W)) % C, iy = (g / W) % H, ix = g % W;
-    long L = OH * OW;
+    IDX image = g / (C * H * W), c = (g / (H * W)) % C, iy = (g / W) % H, ix = g % W;
     T acc = 0;
-    FOR_READERS(acc += cols[((c * KH + ki) * KW + kj) * CS + image * L + oy * OW + ox]);
+    FOR_READERS(acc += cols[(long)((c * KH + ki) * KW + kj) * CS + image * (OH * OW) + oy * OW + ox]);
     x[x_off + g] = acc;
 }
-__kernel void depthwise(__global const T* x, __global const T* w, __global T* out, long N, long C, long H, long W,
-                        long KH, long KW, long OH, long OW, long SH, long SW, long PH, long PW, long DH, long DW,
-                        long M) {
+__kernel void depthwise(__global const T* x, __global const T* w, __global T* out) {
     /* groups == C: output channel o reads input channel o / M (M outputs per input channel) */
-    long g = get_global_id(0);
+    IDX g = get_global_id(0);
     if (g >= N * C * M * OH * OW) return;
-    long ox = g % OW, oy = (g / OW) % OH, o = (g / (OH * OW)) % (C * M), n = g / (C * M * OH * OW);
+    IDX ox = g % OW, oy = (g / OW) % OH, o = (g / (OH * OW)) % (C * M), n = g / (C * M * OH * OW);
     __global const T* plane = x + (n * C + o / M) * H * W;
     T acc = 0;
-    for (long ki = 0; ki < KH; ++ki) {
-        long iy = oy * SH - PH + ki * DH;
+    for (IDX ki = 0; ki < KH; ++ki) {
+        IDX iy = oy * SH - PH + ki * DH;
         if (iy < 0 || iy >= H) continue;
-        for (long kj = 0; kj < KW; ++kj) {
-            long ix = ox * SW - PW + kj * DW;
+        for (IDX kj = 0; kj < KW; ++kj) {
+            IDX ix = ox * SW - PW + kj * DW;
             if (ix < 0 || ix >= W) continue;
             acc += plane[iy * W + ix] * w[(o * KH + ki) * KW + kj];
         }
     }
     out[g] = acc;
 }
-__kernel void depthwise_grad_input(__global const T* grad, __global const T* w, __global T* gx, long N, long C,
-                                   long H, long W, long KH, long KW, long OH, long OW, long SH, long SW, long PH,
-                                   long PW, long DH, long DW, long M) {
-    long g = get_global_id(0);
+__kernel void depthwise_grad_input(__global const T* grad, __global const T* w, __global T* gx) {
+    IDX g = get_global_id(0);
     if (g >= N * C * H * W) return;
-    long ix = g % W, iy = (g / W) % H, c = (g / (H * W)) % C, n = g / (C * H * W);
+    IDX ix = g % W, iy = (g / W) % H, c = (g / (H * W)) % C, n = g / (C * H * W);
     T acc = 0;
-    for (long m = 0; m < M; ++m) {
-        long o = c * M + m;
+    for (IDX m = 0; m < M; ++m) {
+        IDX o = c * M + m;
         __global const T* plane = grad + (n * C * M + o) * OH * OW;
         FOR_READERS(acc += plane[oy * OW + ox] * w[(o * KH + ki) * KW + kj]);
     }
     gx[g] = acc;
 }
-__kernel void depthwise_grad_weight(__global const T* grad, __global const T* x, __global T* partial, long N,
-                                    long C, long H, long W, long KH, long KW, long OH, long OW, long SH, long SW,
-                                    long PH, long PW, long DH, long DW, long M) {
+__kernel void depthwise_grad_weight(__global const T* grad, __global const T* x, __global T* partial) {
     /* partial[(o * KH * KW + r) * N + n]: one image's share of one weight's gradient; summed over n after */
-    long g = get_global_id(0);
+    IDX g = get_global_id(0);
     if (g >= C * M * KH * KW * N) return;
-    long n = g % N, r = (g / N) % (KH * KW), o = g / (N * KH * KW);
-    long ki = r / KW, kj = r % KW;
+    IDX n = g % N, r = (g / N) % (KH * KW), o = g / (N * KH * KW);
+    IDX ki = r / KW, kj = r % KW;
     __global const T* gplane = grad + (n * C * M + o) * OH * OW;
     __global const T* xplane = x + (n * C + o / M) * H * W;
     ACC acc = 0;
-    for (long oy = 0; oy < OH; ++oy) {
-        long iy = oy * SH - PH + ki * DH;
+    for (IDX oy = 0; oy < OH; ++oy) {
+        IDX iy = oy * SH - PH + ki * DH;
         if (iy < 0 || iy >= H) continue;
-        for (long ox = 0; ox < OW; ++ox) {
-            long ix = ox * SW - PW + kj * DW;
+        for (IDX ox = 0; ox < OW; ++ox) {
+            IDX ix = ox * SW - PW + kj * DW;
             if (ix < 0 || ix >= W) continue;
             acc += gplane[oy * OW + ox] * xplane[iy * W + ix];
         }
@@ -1247,6 +1238,7 @@ __kernel void depthwise_grad_weight(__global const T* grad, __global const T* x,
     partial[g] = acc;
 }
 """
+FOLD_PIXELS = 1024  # output pixels per image below which a convolution's GEMM spans all of a chunk's images
 CONV_WORKSPACE_BYTES = 256 << 20  # the im2col columns of as many images as fit are built at once
 
 
@@ -1276,36 +1268,44 @@ def _convolution(op, args, kwargs, bound):
     coutg = cout // groups
     dev = _dev(x)
     wide = "double" if x.dtype == torch.float64 or dev.info.fp64 else "float"
-    source = f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n" + _CONV_SOURCE
-    geometry = [np.int64(v) for v in (c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw)]
+    # the geometry is compiled in (one program per convolution shape, built once, cached on disk by pyopencl):
+    # the kernels' divisions by constants become multiplications, and indices are 32-bit where they fit
+    fits = max(n * c * h * w, n * cout * oh * ow, c * kh * kw * n * length) < 2**31
+    names = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "M")
+    values = (n, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, coutg)
+    source = (f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n#define IDX {'int' if fits else 'long'}\n" +
+              "".join(f"#define {name} {value}{'' if fits else 'L'}\n" for name, value in zip(names, values)) + _CONV_SOURCE)
     index = x.device.index
     forward = _base(op) == "convolution"
     if not forward:
         grad = _contiguous(bound["grad_output"])
         mask = bound["output_mask"]
     if cg == 1 and groups == c and groups > 1:
-        depthwise = [np.int64(n)] + geometry + [np.int64(coutg)]
         if forward:
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             if out.numel():
                 dev.launch(dev.kernel("depthwise", source), (out.numel(),), None, _block(x).buffer,
-                                                 _block(weight).buffer, _block(out).buffer, *depthwise)
+                           _block(weight).buffer, _block(out).buffer)
             return _conv_bias(out, bound, cout)
         grad_input = grad_weight = None
         if mask[0]:
             grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, index)
             if grad_input.numel():
                 dev.launch(dev.kernel("depthwise_grad_input", source), (grad_input.numel(),), None, _block(grad).buffer,
-                                                            _block(weight).buffer, _block(grad_input).buffer, *depthwise)
+                           _block(weight).buffer, _block(grad_input).buffer)
         if mask[1]:
             partial = empty([cout * kh * kw, n], [n, 1], x.dtype, index)
             if partial.numel():
                 dev.launch(dev.kernel("depthwise_grad_weight", source), (partial.numel(),), None, _block(grad).buffer,
-                                                             _block(x).buffer, _block(partial).buffer, *depthwise)
+                           _block(x).buffer, _block(partial).buffer)
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             reduce_rows("sum", partial, grad_weight.view(-1))
         return grad_input, grad_weight, _conv_grad_bias(grad, mask)
-    direct = (kh, kw, sh, sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)  # 1x1: x is its own im2col matrix
+    # small images: every image of a chunk in one GEMM (n = images x pixels) and a permuting copy, instead of a
+    # strided-batched GEMM per image whose n is a few dozen pixels (CLBlast ran resnet50's 512 x 49 x 4608 x 64
+    # images at 11 TFLOP/s on the H100)
+    fold = length < FOLD_PIXELS
+    direct = (kh, kw, sh, sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1) and not fold  # x is its own columns
     if forward and direct:  # out[i]_g = W_g @ x[i]_g, every image in one strided-batched GEMM per group
         out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
         if n and length and out.numel():
@@ -1322,17 +1322,25 @@ def _convolution(op, args, kwargs, bound):
     cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
 
     def im2col(first: int, count: int) -> None:
-        dev.launch(dev.kernel("im2col", source), (c * kh * kw * count * length,), None, _block(x).buffer,
-                                     np.int64(x.storage_offset() + first * c * h * w), _block(cols).buffer,
-                                     np.int64(chunk * length), np.int64(count), *geometry)
+        dev.launch(dev.kernel("im2col", source), (count * length, c * kh * kw), None, _block(x).buffer,
+                   np.int64(x.storage_offset() + first * c * h * w), _block(cols).buffer, np.int64(chunk * length))
 
     if forward:
         out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
+        folded = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index) if fold else None
         for first in range(0, n, chunk):
             count = min(chunk, n - first)
             if not cols.numel() or not out.numel():
                 break
             im2col(first, count)
+            if fold:  # out_g (coutg x count*L) = W_g @ cols_g, then out[image, channel] = folded[channel, image]
+                for group in range(groups):
+                    _mm_into(folded[group * coutg:(group + 1) * coutg, :count * length],
+                             w2d[group * coutg:(group + 1) * coutg], cols[group * kk:(group + 1) * kk, :count * length],
+                             1.0, 0.0)
+                pointwise("a", out[first:first + count].view(count, cout, length).permute(1, 0, 2),
+                          [folded[:, :count * length].view(cout, count, length)])
+                continue
             plane = out[first].view(cout, length)
             for group in range(groups):  # out[i] (coutg x L) = W_g (coutg x kk) @ cols_g[:, image i]
                 _mm_into(plane[group * coutg:(group + 1) * coutg], w2d[group * coutg:(group + 1) * coutg],
@@ -1355,27 +1363,34 @@ def _convolution(op, args, kwargs, bound):
         grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
         pointwise("0", grad_weight, [])
         gw = grad_weight.view(cout, kk)
+    if mask[1] or (mask[0] and fold):  # grad with the chunk's images side by side: (cout, count * L)
         grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
     for first in range(0, n, chunk):
         count = min(chunk, n - first)
         if not cols.numel() or not length:
             break
         plane = grad[first].view(cout, length)
-        if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
-            im2col(first, count)
+        if mask[1] or (mask[0] and fold):
             pointwise("a", grad_t[:, :count * length].view(cout, count, length),
                       [grad[first:first + count].view(count, cout, length).permute(1, 0, 2)])
+        if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
+            im2col(first, count)
             for group in range(groups):
                 _mm_into(gw[group * coutg:(group + 1) * coutg], grad_t[group * coutg:(group + 1) * coutg, :count * length],
                          cols[group * kk:(group + 1) * kk, :count * length].t(), 1.0, 1.0)
         if mask[0] and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
             for group in range(groups):
+                if fold:  # all the chunk's images in one GEMM
+                    _mm_into(grad_cols[group * kk:(group + 1) * kk, :count * length],
+                             w2d[group * coutg:(group + 1) * coutg].t(),
+                             grad_t[group * coutg:(group + 1) * coutg, :count * length], 1.0, 0.0)
+                    continue
                 _mm_into(grad_cols[group * kk:(group + 1) * kk, :length], w2d[group * coutg:(group + 1) * coutg].t(),
                          plane[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=count,
                          strides=(0, cout * length, length))
             dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, _block(grad_cols).buffer,
-                                         _block(grad_input).buffer, np.int64(first * c * h * w),
-                                         np.int64(chunk * length), np.int64(count), *geometry)
+                       _block(grad_input).buffer, np.int64(first * c * h * w), np.int64(chunk * length),
+                       np.int64(count))
     if mask[0] and not (cols.numel() and length) and not (direct and n and length):
         pointwise("0", grad_input, [])
     return grad_input, grad_weight, _conv_grad_bias(grad, mask)
