@@ -27,6 +27,7 @@ import os
 import random
 import time
 import tomllib
+import zlib
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Optional
@@ -44,6 +45,7 @@ DTYPE_BYTES = 4
 BLOCK_S = 0.02  # a timed block: long enough that the host clock and one finish() are < 1% of it on a GPU
 MAX_CALLS_PER_BLOCK = 64  # tiny GEMMs: a block of 64 launches measures the launch-bound rate well enough
 REPEATS = 5  # blocks per shape; the median of 5 ignores one disturbed block
+SEARCH_REPEATS = 3  # blocks per shape while searching (a winner is measured again with REPEATS, and confirmed)
 MIN_GAIN = 0.02  # a change must win by 2% at least: smaller gains did not survive a fresh process
 GEMM_RTOL = 1e-3  # fp32 GEMMs blocked differently differ by ~sqrt(k)*eps relative (5e-6 at k=8192); a wrong tile is O(1)
 CHECK_ELEMENTS = 1 << 16  # C elements compared per shape (evenly strided, plus the last): all of C when smaller
@@ -85,6 +87,11 @@ class GemmShape:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def shape_seed(shape: GemmShape) -> int:
+    """The seed of a shape's A and B data: the same in every process (CRC-32 of its label)."""
+    return zlib.crc32(shape.label().encode())
 
 
 def shapes_from_calls(calls) -> list:
@@ -261,7 +268,7 @@ class ShapeBench:
         runtime.gemm(self.dev, torch.float32, shape.trans_a, shape.trans_b, shape.m, shape.n, shape.k, 1.0, a, 0,
                      lda, b, 0, ldb, 0.0, c, 0, shape.n, batch=shape.batch, strides=strides)
 
-    def measure(self, shape: GemmShape, seed: int) -> dict:
+    def measure(self, shape: GemmShape, seed: int, repeats: int = REPEATS) -> dict:
         """{median_s, relative_iqr, calls_per_block, sample}: seconds per call, and C's checked elements."""
         buffers = self._buffers(shape, seed)
         queue = self.dev.queue
@@ -273,7 +280,7 @@ class ShapeBench:
         one_call_s = max(self.clock() - started, 1e-9)  # the 1e-9 floor: a coarse clock may read 0
         calls = max(1, min(MAX_CALLS_PER_BLOCK, math.ceil(BLOCK_S / one_call_s)))
         per_call = []
-        for _ in range(REPEATS):
+        for _ in range(repeats):
             started = self.clock()
             for _ in range(calls):
                 self.call(shape, buffers)
@@ -311,13 +318,18 @@ def noise_floor(rows: list) -> float:
     return max(MIN_GAIN, sum(row["weight_s"] * row["relative_iqr"] for row in rows) / total)
 
 
-def measure_shapes(dev, shapes: list, bench: Optional[ShapeBench] = None, reference: Optional[dict] = None) -> dict:
+def measure_shapes(dev, shapes: list, bench: Optional[ShapeBench] = None, reference: Optional[dict] = None, *,
+                   repeats: int = REPEATS, give_up_above_s: Optional[float] = None) -> dict:
     """{rows: per shape {shape, median_s, gflops, relative_iqr, weight_s, rel_diff}, total_s, worst_rel_diff,
-    samples}: the current parameters on `shapes` (weight_s = calls per step x seconds per call)."""
+    samples, abandoned}: the current parameters on `shapes` (weight_s = calls per step x seconds per call).
+    With `give_up_above_s`, measuring stops (abandoned: True) once the shapes so far already sum to more."""
     bench = bench or ShapeBench(dev)
     rows, samples, worst = [], {}, 0.0
-    for index, shape in enumerate(shapes):
-        timing = bench.measure(shape, seed=index)
+    for shape in shapes:
+        if give_up_above_s is not None and sum(row["weight_s"] for row in rows) > give_up_above_s:
+            return {"rows": rows, "total_s": math.inf, "worst_rel_diff": worst, "samples": samples,
+                    "abandoned": True}
+        timing = bench.measure(shape, seed=shape_seed(shape), repeats=repeats)
         row = {"shape": shape.as_dict(), "label": shape.label(), "median_s": timing["median_s"],
                "relative_iqr": timing["relative_iqr"], "gflops": shape.flops / timing["median_s"] / 1e9,
                "weight_s": shape.calls * timing["median_s"]}
@@ -327,7 +339,7 @@ def measure_shapes(dev, shapes: list, bench: Optional[ShapeBench] = None, refere
             worst = max(worst, row["rel_diff"])
         rows.append(row)
     return {"rows": rows, "total_s": sum(row["weight_s"] for row in rows), "worst_rel_diff": worst,
-            "samples": samples}
+            "samples": samples, "abandoned": False}
 
 
 def device_limits(dev) -> dict:
@@ -349,7 +361,11 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
          clock: Callable[[], float] = time.perf_counter, seed: int = 0, max_candidates: int = 400) -> dict:
     """Search CLBlast parameters for `shapes` on `dev` (a runtime.Device opened with CLBlast's own parameters)
     within `budget_s`; returns {chosen, default, tuned, noise, stages, rejected, elapsed_s}. `chosen` holds only
-    the kernels whose change won by more than the noise; {} keeps CLBlast's defaults."""
+    the kernels whose change won by more than the noise; {} keeps CLBlast's defaults.
+
+    Candidates are measured with SEARCH_REPEATS blocks, the heaviest shapes first, and abandoned as soon as
+    their partial total passes the best so far; a candidate is not started when the last one's cost would
+    overrun its stage's share of the budget (STAGE_BUDGET_SHARE)."""
     started = clock()
     progress = progress or (lambda message: None)
     shapes = [shape for shape in shapes if shape.dtype == TUNED_DTYPE]
@@ -359,51 +375,58 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
     default = measure_shapes(dev, shapes, bench)
     reference = default.pop("samples")
     noise = noise_floor(default["rows"])
+    weights = {shape: row["weight_s"] for shape, row in zip(shapes, default["rows"])}
+    order = sorted(shapes, key=lambda shape: -weights[shape])
     progress(f"CLBlast defaults: {default['total_s'] * 1e3:.3f} ms of GEMM per step over {len(shapes)} shapes "
              f"(noise {100 * noise:.1f}%)")
     limits = device_limits(dev)
     chosen, best_total, stages, rejected = {}, default["total_s"], [], []
+    cost_s = clock() - started  # what the last measurement of every shape took (builds included)
     for stage in STAGES:
-        left = budget_s - (clock() - started)
-        stage_deadline = clock() + left * STAGE_BUDGET_SHARE[stage]
+        stage_deadline = clock() + (budget_s - (clock() - started)) * STAGE_BUDGET_SHARE[stage]
         if stage == "GemmRoutine":
             offered = threshold_candidates(shapes)
         else:
             offered = candidates(stage, vendor=dev.info.vendor, limits=limits, count=max_candidates, seed=seed)
-        tried, winner = 0, None
+        tried, abandoned, winner = 0, 0, None
         for label, parameters in offered:
-            if clock() > stage_deadline:
+            if clock() + cost_s > stage_deadline:
                 break
             tried += 1
-            trial = {**chosen, stage: parameters}
+            trial_started = clock()
             try:
-                apply(dev, trial)
-                result = measure_shapes(dev, shapes, bench, reference)
+                apply(dev, {**chosen, stage: parameters})
+                result = measure_shapes(dev, order, bench, reference, repeats=SEARCH_REPEATS,
+                                        give_up_above_s=best_total)
             except Exception as error:  # noqa: BLE001 - a build or launch failure rejects the candidate only
                 rejected.append({"kernel": stage, "parameters": parameters, "reason": str(error).splitlines()[0]})
                 continue
+            finally:
+                cost_s = clock() - trial_started
             if result["worst_rel_diff"] > GEMM_RTOL:
                 rejected.append({"kernel": stage, "parameters": parameters,
                                  "reason": f"result differs from the default by {result['worst_rel_diff']:.2e} "
                                            f"relative (> {GEMM_RTOL:g})"})
                 continue
+            abandoned += result["abandoned"]
             if result["total_s"] < best_total * (1 - noise):
                 best_total, winner = result["total_s"], (label, parameters)
-                progress(f"{stage}: {label}: {result['total_s'] * 1e3:.3f} ms ({default['total_s'] / result['total_s']:.2f}x)")
+                progress(f"{stage}: {label}: {result['total_s'] * 1e3:.3f} ms "
+                         f"({default['total_s'] / result['total_s']:.2f}x the defaults)")
         if winner is not None:
             chosen[stage] = winner[1]
-        stages.append({"kernel": stage, "offered": len(offered), "tried": tried,
+        stages.append({"kernel": stage, "offered": len(offered), "tried": tried, "abandoned_slower": abandoned,
                        "chosen": None if winner is None else {"label": winner[0], "parameters": winner[1]}})
+    tuned = None
     if chosen:
         apply(dev, chosen)
         tuned = measure_shapes(dev, shapes, bench, reference)
         tuned.pop("samples")
-    else:
-        tuned = None
     return {"chosen": chosen, "default": default, "tuned": tuned, "noise": noise, "stages": stages,
             "rejected": rejected, "elapsed_s": clock() - started, "budget_s": budget_s,
-            "method": {"block_s": BLOCK_S, "repeats": REPEATS, "min_gain": MIN_GAIN, "gemm_rtol": GEMM_RTOL,
-                       "check_elements": CHECK_ELEMENTS, "statistic": "median seconds per call"}}
+            "method": {"block_s": BLOCK_S, "repeats": REPEATS, "search_repeats": SEARCH_REPEATS,
+                       "min_gain": MIN_GAIN, "gemm_rtol": GEMM_RTOL, "check_elements": CHECK_ELEMENTS,
+                       "statistic": "median seconds per call"}}
 
 
 # the fingerprint and the persisted parameters
