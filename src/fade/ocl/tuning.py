@@ -11,8 +11,9 @@ timed with the host clock (injectable); the statistic is the median seconds per 
 Data: uniform in [-1, 1) from a per-shape seed (non-zero), alpha 1, beta 0, tight row-major layouts.
 Numerics: a candidate's C is compared with the default parameters' C on CHECK_ELEMENTS sampled elements; a
 relative difference above GEMM_RTOL rejects it. Decision: the time-weighted total (calls per step x seconds per
-call, summed over the shapes) must beat the best so far by more than the noise (`noise_floor`), per stage:
-Xgemm, then the threshold, then XgemmDirect. CLBlast keeps one parameter set per device and precision, so one
+call, summed over the heaviest shapes, SEARCH_WEIGHT_SHARE of the defaults' time) must beat the best so far by
+more than the noise (`noise_floor`), per stage: Xgemm, then the threshold, then XgemmDirect; the choice must
+then still win on every shape. CLBlast keeps one parameter set per device and precision, so one
 configuration serves every shape. Only float32 shapes are tuned (the candidates are single-precision entries).
 """
 
@@ -46,6 +47,8 @@ BLOCK_S = 0.02  # a timed block: long enough that the host clock and one finish(
 MAX_CALLS_PER_BLOCK = 64  # tiny GEMMs: a block of 64 launches measures the launch-bound rate well enough
 REPEATS = 5  # blocks per shape; the median of 5 ignores one disturbed block
 SEARCH_REPEATS = 3  # blocks per shape while searching (a winner is measured again with REPEATS, and confirmed)
+SEARCH_WEIGHT_SHARE = 0.9  # the search times the heaviest shapes that make up 90% of the defaults' GEMM time; the
+# chosen parameters are then measured on every shape (and confirmed on every shape in fresh processes)
 MIN_GAIN = 0.02  # a change must win by 2% at least: smaller gains did not survive a fresh process
 GEMM_RTOL = 1e-3  # fp32 GEMMs blocked differently differ by ~sqrt(k)*eps relative (5e-6 at k=8192); a wrong tile is O(1)
 CHECK_ELEMENTS = 1 << 16  # C elements compared per shape (evenly strided, plus the last): all of C when smaller
@@ -363,9 +366,10 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
     within `budget_s`; returns {chosen, default, tuned, noise, stages, rejected, elapsed_s}. `chosen` holds only
     the kernels whose change won by more than the noise; {} keeps CLBlast's defaults.
 
-    Candidates are measured with SEARCH_REPEATS blocks, the heaviest shapes first, and abandoned as soon as
-    their partial total passes the best so far; a candidate is not started when the last one's cost would
-    overrun its stage's share of the budget (STAGE_BUDGET_SHARE)."""
+    Candidates are measured with SEARCH_REPEATS blocks on the heaviest shapes (SEARCH_WEIGHT_SHARE of the
+    defaults' time), heaviest first, and abandoned as soon as their partial total passes the best so far; a
+    candidate is not started when the last one's cost would overrun its stage's share of the budget
+    (STAGE_BUDGET_SHARE). The choice is then measured on every shape and dropped unless it still wins there."""
     started = clock()
     progress = progress or (lambda message: None)
     shapes = [shape for shape in shapes if shape.dtype == TUNED_DTYPE]
@@ -376,16 +380,21 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
     reference = default.pop("samples")
     noise = noise_floor(default["rows"])
     weights = {shape: row["weight_s"] for shape, row in zip(shapes, default["rows"])}
-    order = sorted(shapes, key=lambda shape: -weights[shape])
+    searched, covered = [], 0.0
+    for shape in sorted(shapes, key=lambda shape: -weights[shape]):  # the heaviest first
+        if covered >= SEARCH_WEIGHT_SHARE * default["total_s"]:
+            break
+        searched.append(shape)
+        covered += weights[shape]
     progress(f"CLBlast defaults: {default['total_s'] * 1e3:.3f} ms of GEMM per step over {len(shapes)} shapes "
-             f"(noise {100 * noise:.1f}%)")
+             f"(noise {100 * noise:.1f}%); searching on the {len(searched)} heaviest")
     limits = device_limits(dev)
-    chosen, best_total, stages, rejected = {}, default["total_s"], [], []
+    chosen, best_total, stages, rejected = {}, covered, [], []
     cost_s = clock() - started  # what the last measurement of every shape took (builds included)
     for stage in STAGES:
         stage_deadline = clock() + (budget_s - (clock() - started)) * STAGE_BUDGET_SHARE[stage]
         if stage == "GemmRoutine":
-            offered = threshold_candidates(shapes)
+            offered = threshold_candidates(searched)
         else:
             offered = candidates(stage, vendor=dev.info.vendor, limits=limits, count=max_candidates, seed=seed)
         tried, abandoned, winner = 0, 0, None
@@ -396,7 +405,7 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
             trial_started = clock()
             try:
                 apply(dev, {**chosen, stage: parameters})
-                result = measure_shapes(dev, order, bench, reference, repeats=SEARCH_REPEATS,
+                result = measure_shapes(dev, searched, bench, reference, repeats=SEARCH_REPEATS,
                                         give_up_above_s=best_total)
             except Exception as error:  # noqa: BLE001 - a build or launch failure rejects the candidate only
                 rejected.append({"kernel": stage, "parameters": parameters, "reason": str(error).splitlines()[0]})
@@ -411,21 +420,26 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
             abandoned += result["abandoned"]
             if result["total_s"] < best_total * (1 - noise):
                 best_total, winner = result["total_s"], (label, parameters)
-                progress(f"{stage}: {label}: {result['total_s'] * 1e3:.3f} ms "
-                         f"({default['total_s'] / result['total_s']:.2f}x the defaults)")
+                progress(f"{stage}: {label}: {result['total_s'] * 1e3:.3f} ms on the searched shapes "
+                         f"({covered / result['total_s']:.2f}x the defaults)")
         if winner is not None:
             chosen[stage] = winner[1]
         stages.append({"kernel": stage, "offered": len(offered), "tried": tried, "abandoned_slower": abandoned,
                        "chosen": None if winner is None else {"label": winner[0], "parameters": winner[1]}})
-    tuned = None
+    tuned, note = None, None
     if chosen:
         apply(dev, chosen)
         tuned = measure_shapes(dev, shapes, bench, reference)
         tuned.pop("samples")
-    return {"chosen": chosen, "default": default, "tuned": tuned, "noise": noise, "stages": stages,
+        if not tuned["total_s"] < default["total_s"] * (1 - noise) or tuned["worst_rel_diff"] > GEMM_RTOL:
+            note = (f"dropped: on every shape the choice took {tuned['total_s'] * 1e3:.3f} ms against the defaults' "
+                    f"{default['total_s'] * 1e3:.3f} ms (noise {100 * noise:.1f}%)")
+            chosen = {}
+    return {"note": note, "chosen": chosen, "default": default, "tuned": tuned, "noise": noise, "stages": stages,
+            "searched_shapes": [shape.label() for shape in searched],
             "rejected": rejected, "elapsed_s": clock() - started, "budget_s": budget_s,
             "method": {"block_s": BLOCK_S, "repeats": REPEATS, "search_repeats": SEARCH_REPEATS,
-                       "min_gain": MIN_GAIN, "gemm_rtol": GEMM_RTOL, "check_elements": CHECK_ELEMENTS,
+                       "min_gain": MIN_GAIN, "search_weight_share": SEARCH_WEIGHT_SHARE, "gemm_rtol": GEMM_RTOL, "check_elements": CHECK_ELEMENTS,
                        "statistic": "median seconds per call"}}
 
 

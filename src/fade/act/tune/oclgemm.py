@@ -88,6 +88,10 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
                 confirmed = candidate["total_s"] < default["total_s"] * (1 - tuned.get("noise", 0.0))
                 verdict = "tuned" if confirmed and candidate["worst_rel_diff"] <= tuned["method"]["gemm_rtol"] \
                     else "not-confirmed"
+    if not gemm:  # nothing confirmed: the search's own figures for CLBlast's parameters, no tuned column
+        gemm = [{"label": row["label"], "shape": row["shape"], "calls": row["shape"]["calls"],
+                 "default_gflops": row["gflops"], "tuned_gflops": None, "default_relative_iqr": row["relative_iqr"],
+                 "tuned_relative_iqr": None, "speedup": None} for row in (tuned.get("default") or {}).get("rows", [])]
     kept = chosen if verdict == "tuned" else {}
     cache = open_cache(tuned["fingerprint"], base=cache_base)
     notes += cache.messages
