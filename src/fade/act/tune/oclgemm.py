@@ -106,7 +106,7 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
         before_s, after_s = row["before"].get("median_step_s"), row["after"].get("median_step_s")
         row["step_speedup"] = before_s / after_s if before_s and after_s else None
     return {"schema_version": 1, "fade_version": __version__, "device": tuned["fingerprint"], "workloads": rows,
-            "shapes": shape_list, "tune": {key: tuned.get(key) for key in ("chosen", "stages", "noise", "elapsed_s",
+            "shapes": shape_list, "tune": {key: tuned.get(key) for key in ("chosen", "note", "searched_shapes", "stages", "noise", "elapsed_s",
                                                                         "budget_s", "method", "rejected")},
             "gemm": gemm, "verdict": verdict, "persisted": str(persisted), "cache_dir": str(cache.root),
             "notes": notes}
