@@ -26,7 +26,7 @@ def dev():
 @pytest.fixture(scope="module")
 def bench_and_default(dev):
     bench = tuning.ShapeBench(dev)
-    return bench, bench.measure(SHAPE, tuning.shape_seed(SHAPE))["sample"]
+    return bench, bench.measure(SHAPE)["sample"]
 
 
 def test_an_override_reaches_the_kernel_an_illegal_one_breaks_it_and_the_checker_rejects_it(dev, bench_and_default):
@@ -36,12 +36,12 @@ def test_an_override_reaches_the_kernel_an_illegal_one_breaks_it_and_the_checker
     assert tuning.violations("Xgemm", ILLEGAL, **tuning.device_limits(dev))
     tuning.apply(dev, {**INDIRECT, "Xgemm": ILLEGAL})
     try:
-        broken = tuning.relative_difference(numpy, bench.measure(SHAPE, tuning.shape_seed(SHAPE), 1)["sample"], default)
+        broken = tuning.relative_difference(numpy, bench.measure(SHAPE, 1)["sample"], default)
     except runtime.OclError:
         broken = float("inf")  # a CLBlast error is the override at work too
     assert broken > tuning.GEMM_RTOL
     tuning.apply(dev, {"Xgemm": LEGAL})
-    assert tuning.relative_difference(numpy, bench.measure(SHAPE, tuning.shape_seed(SHAPE), 1)["sample"],
+    assert tuning.relative_difference(numpy, bench.measure(SHAPE, 1)["sample"],
                                       default) <= tuning.GEMM_RTOL
 
 
@@ -70,3 +70,21 @@ def test_the_recorder_captures_a_tiny_models_step_and_nothing_outside():
     assert shapes == {(5, 16, 8, False, True), (5, 4, 16, False, True), (5, 16, 4, False, False),
                       (4, 16, 5, True, False), (16, 8, 5, True, False)}
     assert len(calls) == 5 and ocl.clblast_tuning(0)["reason"]
+
+
+def test_device_data_matches_the_host_copy_and_a_checked_gemm(dev):
+    """The hashed A and B on the device equal uniform_host's; C's sampled elements equal a float64 host GEMM."""
+    shape = tuning.GemmShape(33, 20, 17, trans_a=True, batch=2)
+    bench = tuning.ShapeBench(dev)
+    a, b, c = bench._buffers(shape)
+    seed_a, seed_b = tuning.operand_seeds(shape)
+    device_a = numpy.empty(33 * 17 * 2, numpy.float32)
+    dev.cl.enqueue_copy(dev.queue, device_a, a)
+    assert numpy.array_equal(device_a, tuning.uniform_host(numpy, seed_a, device_a.size))
+    assert numpy.all(device_a != 0) and -1 <= device_a.min() and device_a.max() < 1
+    host_a = device_a.astype(numpy.float64).reshape(2, 17, 33).transpose(0, 2, 1)
+    host_b = tuning.uniform_host(numpy, seed_b, 17 * 20 * 2).astype(numpy.float64).reshape(2, 17, 20)
+    expected = (host_a @ host_b).reshape(-1)
+    sample = bench.measure(shape, 1)["sample"]
+    stride, _ = tuning.sample_positions(expected.size)
+    assert tuning.relative_difference(numpy, sample, numpy.concatenate([expected[::stride], expected[-1:]])) < 1e-5

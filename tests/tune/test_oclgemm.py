@@ -15,7 +15,8 @@ LIMITS = {"local_memory_bytes": 48 * 1024, "max_work_group_size": 1024}  # an NV
 GOOD_XGEMM = {"GEMMK": 0, "KREG": 1, "KWG": 32, "KWI": 2, "MDIMA": 16, "MDIMC": 16, "MWG": 64, "NDIMB": 16,
               "NDIMC": 16, "NWG": 64, "SA": 1, "SB": 1, "STRM": 0, "STRN": 0, "VWM": 4, "VWN": 4}  # NVIDIA default
 FINGERPRINT = {"backend": "ocl", "name": "NVIDIA H100 80GB HBM3", "arch": "NVIDIA CUDA", "torch": None, "cuda": None,
-               "hip": None, "cudnn": None, "miopen": None, "driver": "570.1 | OpenCL 3.0 CUDA | libclblast.so.1.5.3 sha256:1"}
+               "hip": None, "cudnn": None, "miopen": None,
+               "driver": "570.1 | OpenCL 3.0 CUDA | libclblast.so.1.5.3 sha256:1"}
 
 
 def test_clblasts_nvidia_default_is_legal():
@@ -75,7 +76,8 @@ def _fake_search(monkeypatch, totals: dict, wrong: set = frozenset()):
     """tune() against fake measurements: the total per step depends on the last Xgemm label applied."""
     state = {"label": "default"}
     labels = {json.dumps(GOOD_XGEMM, sort_keys=True): "default"}
-    offered = [(name, {**GOOD_XGEMM, "KWG": 16 * (index + 3)}) for index, name in enumerate(totals) if name != "default"]
+    offered = [(name, {**GOOD_XGEMM, "KWG": 16 * (index + 3)}) for index, name in enumerate(totals)
+               if name != "default"]
     labels.update({json.dumps(parameters, sort_keys=True): name for name, parameters in offered})
 
     def apply(dev, parameters):
@@ -121,7 +123,8 @@ def test_the_search_starts_no_candidate_past_its_budget(monkeypatch):
 # the persisted parameters
 def _fake_device(name="NVIDIA H100 80GB HBM3", driver="570.1"):
     info = SimpleNamespace(name=name, platform="NVIDIA CUDA", driver_version=driver)
-    return SimpleNamespace(index=0, info=info, cl_device=SimpleNamespace(platform=SimpleNamespace(version="OpenCL 3.0 CUDA")))
+    platform = SimpleNamespace(version="OpenCL 3.0 CUDA")
+    return SimpleNamespace(index=0, info=info, cl_device=SimpleNamespace(platform=platform))
 
 
 @pytest.fixture

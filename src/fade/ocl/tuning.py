@@ -8,7 +8,8 @@ the tuner's constraints and the device's local memory and work-group size (`viol
 Method (`measure_shapes`): per shape, one warm-up call (it builds CLBlast's program for the parameters), one
 sizing call, then REPEATS blocks of calls sized to BLOCK_S each, synchronized with the queue's finish() and
 timed with the host clock (injectable); the statistic is the median seconds per call and the IQR of the blocks.
-Data: uniform in [-1, 1) from a per-shape seed (non-zero), alpha 1, beta 0, tight row-major layouts.
+Data: uniform in [-1, 1), hashed on the device from a per-shape seed (uniform_host makes the same on the host),
+alpha 1, beta 0, tight row-major layouts.
 Numerics: a candidate's C is compared with the default parameters' C on CHECK_ELEMENTS sampled elements; a
 relative difference above GEMM_RTOL rejects it. Decision: the time-weighted total (calls per step x seconds per
 call, summed over the heaviest shapes, SEARCH_WEIGHT_SHARE of the defaults' time) must beat the best so far by
@@ -50,7 +51,7 @@ SEARCH_REPEATS = 3  # blocks per shape while searching (a winner is measured aga
 SEARCH_WEIGHT_SHARE = 0.9  # the search times the heaviest shapes that make up 90% of the defaults' GEMM time; the
 # chosen parameters are then measured on every shape (and confirmed on every shape in fresh processes)
 MIN_GAIN = 0.02  # a change must win by 2% at least: smaller gains did not survive a fresh process
-GEMM_RTOL = 1e-3  # fp32 GEMMs blocked differently differ by ~sqrt(k)*eps relative (5e-6 at k=8192); a wrong tile is O(1)
+GEMM_RTOL = 1e-3  # fp32 GEMMs blocked differently: ~sqrt(k)*eps relative (5e-6 at k=8192); a wrong tile: O(1)
 CHECK_ELEMENTS = 1 << 16  # C elements compared per shape (evenly strided, plus the last): all of C when smaller
 DEVICE_BUFFER_FRACTION = 0.5  # of the device's memory, for the shapes' A, B and C kept between candidates
 DISABLE_ENV = "FADE_OCL_CLBLAST_TUNED"  # "0": fade.ocl opens devices with CLBlast's own parameters
@@ -90,11 +91,6 @@ class GemmShape:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-def shape_seed(shape: GemmShape) -> int:
-    """The seed of a shape's A and B data: the same in every process (CRC-32 of its label)."""
-    return zlib.crc32(shape.label().encode())
 
 
 def shapes_from_calls(calls) -> list:
@@ -226,8 +222,50 @@ def threshold_candidates(shapes: list) -> list:
 
 
 # measuring
+FILL_SOURCE = """
+__kernel void fade_fill_uniform(__global float *out, const uint seed, const uint count) {
+    uint i = get_global_id(0);
+    if (i >= count) return;
+    uint x = i * 0x9E3779B9u + seed;  /* lowbias32 (C. Wellons): one hash per element, the same on the host */
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    out[i] = (float)(x >> 8) * (1.0f / 8388608.0f) - 1.0f;
+}
+__kernel void fade_gather_strided(__global const float *c, __global float *out, const ulong stride,
+                                  const uint strided, const ulong last) {
+    uint i = get_global_id(0);
+    if (i < strided) out[i] = c[i * stride];
+    else if (i == strided) out[i] = c[last];
+}
+"""
+B_SEED_SALT = 0x5BD1E995  # B's stream differs from A's
+
+
+def operand_seeds(shape: GemmShape) -> tuple:
+    """The seeds of A's and B's data: the same in every process (CRC-32 of the shape's label)."""
+    seed = zlib.crc32(shape.label().encode())
+    return seed, seed ^ B_SEED_SALT
+
+
+def uniform_host(numpy, seed: int, count: int):
+    """fade_fill_uniform on the host: float32 uniform in [-1, 1) in steps of 2^-23 (zero with probability 2^-24)."""
+    x = numpy.arange(count, dtype=numpy.uint32) * numpy.uint32(0x9E3779B9) + numpy.uint32(seed)
+    x ^= x >> numpy.uint32(16)
+    x *= numpy.uint32(0x7FEB352D)
+    x ^= x >> numpy.uint32(15)
+    x *= numpy.uint32(0x846CA68B)
+    x ^= x >> numpy.uint32(16)
+    return (x >> numpy.uint32(8)).astype(numpy.float32) * numpy.float32(1.0 / 8388608.0) - numpy.float32(1.0)
+
+
+def sample_positions(size: int) -> tuple:
+    """(stride, strided count) of C's checked elements: every stride-th element, then the last one."""
+    stride = max(1, size // CHECK_ELEMENTS)
+    return stride, -(-size // stride)
+
+
 class ShapeBench:
-    """A, B and C buffers for the shapes on one device, kept while they fit DEVICE_BUFFER_FRACTION."""
+    """A, B and C buffers for the shapes on one device, kept while they fit DEVICE_BUFFER_FRACTION; A and B are
+    filled on the device (fade_fill_uniform), C zeroed (beta 0 still reads C: garbage NaN would survive)."""
 
     def __init__(self, dev, clock: Callable[[], float] = time.perf_counter):
         import numpy
@@ -238,23 +276,21 @@ class ShapeBench:
         self.buffers: dict = {}
         self.held_bytes = 0
 
-    def _buffers(self, shape: GemmShape, seed: int):
+    def _buffers(self, shape: GemmShape):
         if shape in self.buffers:
             return self.buffers[shape]
         sizes = (shape.m * shape.k * shape.batch, shape.k * shape.n * shape.batch, shape.m * shape.n * shape.batch)
         nbytes = DTYPE_BYTES * sum(sizes)
         if self.held_bytes + nbytes > self.dev.info.global_memory_bytes * DEVICE_BUFFER_FRACTION:
-            self.buffers.clear()  # released when their last reference goes; the shapes re-upload when next used
+            self.buffers.clear()  # released with their last reference; the shapes are filled again when next used
             self.held_bytes = 0
-        cl, rng = self.dev.cl, self.numpy.random.default_rng(seed)
-        made = []
-        for index, size in enumerate(sizes):
-            buffer = cl.Buffer(self.dev.context, cl.mem_flags.READ_WRITE, DTYPE_BYTES * size)
-            data = rng.uniform(-1.0, 1.0, size).astype(self.numpy.float32) if index < 2 else \
-                self.numpy.zeros(size, self.numpy.float32)
-            cl.enqueue_copy(self.dev.queue, buffer, data)
-            made.append(buffer)
-        self.dev.queue.finish()
+        cl, numpy, queue = self.dev.cl, self.numpy, self.dev.queue
+        fill = self.dev.kernel("fade_fill_uniform", FILL_SOURCE)
+        made = [cl.Buffer(self.dev.context, cl.mem_flags.READ_WRITE, DTYPE_BYTES * size) for size in sizes]
+        for buffer, size, seed in zip(made, sizes, operand_seeds(shape)):
+            fill(queue, (-(-size // 256) * 256,), (256,), buffer, numpy.uint32(seed), numpy.uint32(size))
+        cl.enqueue_fill_buffer(queue, made[2], numpy.float32(0), 0, DTYPE_BYTES * sizes[2])
+        queue.finish()
         self.buffers[shape] = made
         self.held_bytes += nbytes
         return made
@@ -271,9 +307,9 @@ class ShapeBench:
         runtime.gemm(self.dev, torch.float32, shape.trans_a, shape.trans_b, shape.m, shape.n, shape.k, 1.0, a, 0,
                      lda, b, 0, ldb, 0.0, c, 0, shape.n, batch=shape.batch, strides=strides)
 
-    def measure(self, shape: GemmShape, seed: int, repeats: int = REPEATS) -> dict:
+    def measure(self, shape: GemmShape, repeats: int = REPEATS) -> dict:
         """{median_s, relative_iqr, calls_per_block, sample}: seconds per call, and C's checked elements."""
-        buffers = self._buffers(shape, seed)
+        buffers = self._buffers(shape)
         queue = self.dev.queue
         self.call(shape, buffers)  # warm-up: builds CLBlast's program for the current parameters
         queue.finish()
@@ -292,11 +328,17 @@ class ShapeBench:
         return {**spread(per_call), "calls_per_block": calls, "sample": self.sample(shape, buffers[2])}
 
     def sample(self, shape: GemmShape, buffer):
+        """C's checked elements (sample_positions), gathered on the device: one small read, not all of C."""
+        cl, numpy = self.dev.cl, self.numpy
         size = shape.m * shape.n * shape.batch
-        result = self.numpy.empty(size, self.numpy.float32)
-        self.dev.cl.enqueue_copy(self.dev.queue, result, buffer)
-        stride = max(1, size // CHECK_ELEMENTS)
-        return self.numpy.concatenate([result[::stride], result[-1:]])
+        stride, strided = sample_positions(size)
+        out = cl.Buffer(self.dev.context, cl.mem_flags.READ_WRITE, DTYPE_BYTES * (strided + 1))
+        gather = self.dev.kernel("fade_gather_strided", FILL_SOURCE)
+        gather(self.dev.queue, (-(-(strided + 1) // 256) * 256,), (256,), buffer, out, numpy.uint64(stride),
+               numpy.uint32(strided), numpy.uint64(size - 1))
+        result = numpy.empty(strided + 1, numpy.float32)
+        cl.enqueue_copy(self.dev.queue, result, out)
+        return result
 
 
 def spread(samples: list) -> dict:
@@ -332,7 +374,7 @@ def measure_shapes(dev, shapes: list, bench: Optional[ShapeBench] = None, refere
         if give_up_above_s is not None and sum(row["weight_s"] for row in rows) > give_up_above_s:
             return {"rows": rows, "total_s": math.inf, "worst_rel_diff": worst, "samples": samples,
                     "abandoned": True}
-        timing = bench.measure(shape, seed=shape_seed(shape), repeats=repeats)
+        timing = bench.measure(shape, repeats=repeats)
         row = {"shape": shape.as_dict(), "label": shape.label(), "median_s": timing["median_s"],
                "relative_iqr": timing["relative_iqr"], "gflops": shape.flops / timing["median_s"] / 1e9,
                "weight_s": shape.calls * timing["median_s"]}
@@ -439,7 +481,8 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
             "searched_shapes": [shape.label() for shape in searched],
             "rejected": rejected, "elapsed_s": clock() - started, "budget_s": budget_s,
             "method": {"block_s": BLOCK_S, "repeats": REPEATS, "search_repeats": SEARCH_REPEATS,
-                       "min_gain": MIN_GAIN, "search_weight_share": SEARCH_WEIGHT_SHARE, "gemm_rtol": GEMM_RTOL, "check_elements": CHECK_ELEMENTS,
+                       "min_gain": MIN_GAIN, "search_weight_share": SEARCH_WEIGHT_SHARE, "gemm_rtol": GEMM_RTOL,
+                       "check_elements": CHECK_ELEMENTS,
                        "statistic": "median seconds per call"}}
 
 

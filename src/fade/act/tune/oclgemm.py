@@ -29,6 +29,7 @@ from fade.act.tune.pretune import run_child_json
 MODULE = "fade.act.tune.oclgemm"
 STEPS_TIMED = 3  # after the first (building) step: the median of 3 ignores one disturbed step
 DEFAULTS_ENV = {"FADE_OCL_CLBLAST_TUNED": "0"}  # fade.ocl.tuning.DISABLE_ENV: CLBlast's own parameters
+TUNE_FIELDS = ("chosen", "note", "searched_shapes", "stages", "noise", "elapsed_s", "budget_s", "method", "rejected")
 CHILD_OVERHEAD_S = 300.0  # a tune child's time beyond its budget: model-free, but the last candidate and the
 # final measurement of every shape run after the budget's check
 
@@ -106,8 +107,7 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
         before_s, after_s = row["before"].get("median_step_s"), row["after"].get("median_step_s")
         row["step_speedup"] = before_s / after_s if before_s and after_s else None
     return {"schema_version": 1, "fade_version": __version__, "device": tuned["fingerprint"], "workloads": rows,
-            "shapes": shape_list, "tune": {key: tuned.get(key) for key in ("chosen", "note", "searched_shapes", "stages", "noise", "elapsed_s",
-                                                                        "budget_s", "method", "rejected")},
+            "shapes": shape_list, "tune": {key: tuned.get(key) for key in TUNE_FIELDS},
             "gemm": gemm, "verdict": verdict, "persisted": str(persisted), "cache_dir": str(cache.root),
             "notes": notes}
 
@@ -201,15 +201,15 @@ def _check_against_defaults(dev, samples: dict) -> float:
     for shape, sample in samples.items():
         if shape.m * shape.n * shape.k * shape.batch > 1 << 30:  # the host GEMM would cost seconds: skipped
             continue
-        rng = numpy.random.default_rng(tuning.shape_seed(shape))
-        a = rng.uniform(-1.0, 1.0, shape.m * shape.k * shape.batch).astype(numpy.float32).astype(numpy.float64)
-        b = rng.uniform(-1.0, 1.0, shape.k * shape.n * shape.batch).astype(numpy.float32).astype(numpy.float64)
+        seed_a, seed_b = tuning.operand_seeds(shape)
+        a = tuning.uniform_host(numpy, seed_a, shape.m * shape.k * shape.batch).astype(numpy.float64)
+        b = tuning.uniform_host(numpy, seed_b, shape.k * shape.n * shape.batch).astype(numpy.float64)
         a = a.reshape(shape.batch, shape.k, shape.m).transpose(0, 2, 1) if shape.trans_a else \
             a.reshape(shape.batch, shape.m, shape.k)
         b = b.reshape(shape.batch, shape.n, shape.k).transpose(0, 2, 1) if shape.trans_b else \
             b.reshape(shape.batch, shape.k, shape.n)
         full = (a @ b).reshape(-1)
-        stride = max(1, full.size // tuning.CHECK_ELEMENTS)
+        stride, _ = tuning.sample_positions(full.size)
         reference = numpy.concatenate([full[::stride], full[-1:]])
         worst = max(worst, tuning.relative_difference(numpy, sample.astype(numpy.float64), reference))
     return worst
