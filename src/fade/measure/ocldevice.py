@@ -73,6 +73,10 @@ def ocl_truth_and_peaks(index: int) -> tuple:
                 .splitlines()[0]}, None
     record = {"type": DEVICE_TYPE, **info}
     peaks, record["peaks_note"] = peaks_for_ocl(info["name"])
+    try:  # whether tuned CLBlast parameters apply to this run's GEMMs (fade tune --device ocl --pretune)
+        record["clblast_tuning"] = ocl.clblast_tuning(index)
+    except Exception as error:  # noqa: BLE001 - the record goes on without it
+        record["clblast_tuning"] = {"applied": False, "reason": f"{type(error).__name__}: {error}".splitlines()[0]}
     return record, peaks
 
 

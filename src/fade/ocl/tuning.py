@@ -50,7 +50,8 @@ REPEATS = 5  # blocks per shape; the median of 5 ignores one disturbed block
 SEARCH_REPEATS = 3  # blocks per shape while searching (a winner is measured again with REPEATS, and confirmed)
 SEARCH_WEIGHT_SHARE = 0.9  # the search times the heaviest shapes that make up 90% of the defaults' GEMM time; the
 # chosen parameters are then measured on every shape (and confirmed on every shape in fresh processes)
-MIN_GAIN = 0.02  # a change must win by 2% at least: smaller gains did not survive a fresh process
+MIN_GAIN = 0.02  # the noise's floor: a change must win by 2% at least, because the search's blocks and the
+# fresh processes' are minutes apart (clock and thermal drift); an assumption until the H100 run measures the spread
 GEMM_RTOL = 1e-3  # fp32 GEMMs blocked differently: ~sqrt(k)*eps relative (5e-6 at k=8192); a wrong tile: O(1)
 CHECK_ELEMENTS = 1 << 16  # C elements compared per shape (evenly strided, plus the last): all of C when smaller
 DEVICE_BUFFER_FRACTION = 0.5  # of the device's memory, for the shapes' A, B and C kept between candidates
