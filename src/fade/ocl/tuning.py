@@ -550,11 +550,12 @@ def _apply_from_cache(dev, environ, cache_base) -> dict:
     from fade.act.tune import cache as tune_cache
     from fade.act.tune import device as device_facts
 
-    current = fingerprint(dev)
+    identity = {"backend": "ocl", "name": dev.info.name, "arch": dev.info.platform}  # fingerprint()'s identity
     base = Path(cache_base) if cache_base is not None else tune_cache.default_base(environ)
-    root = base / device_facts.identity_hash(current)
-    if not (root / CACHE_FILE).exists():  # nothing tuned: no directory is made on a plain device open
+    root = base / device_facts.identity_hash(identity)
+    if not (root / CACHE_FILE).exists():  # nothing tuned: no directory made, CLBlast not loaded on a plain open
         return {"reason": "no tuned CLBlast parameters for this device (fade tune MODEL --device ocl --pretune)"}
+    current = fingerprint(dev)
     cache = tune_cache.open_cache(current, base=base, environ=environ)  # a stack change moves the file aside
     record = read_persisted(cache)
     if record is None:
