@@ -44,9 +44,9 @@ def check_ocl_index(request: str) -> str:
         raise FadeUsageError(f"unknown device {request!r}: use ocl or ocl:N (N an OpenCL device index)")
     index = int(index_text or 0)
     try:
-        from fade.ocl import runtime
+        import fade.ocl as ocl
 
-        count = len(runtime.devices())
+        count = len(ocl.devices())
     except (ImportError, RuntimeError) as error:  # no pyopencl, torch or numpy; OclError: no platform
         raise unavailable(request, error) from None
     if index >= count:
