@@ -55,6 +55,8 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
         rows.append({**workload, "before": before})
         if "error" in before:
             raise RuntimeError(f"{_name(workload)} on {device}: {before['error']}")
+        progress(f"{_name(workload)}: median step {_seconds(before.get('median_step_s'))} (first "
+                 f"{_seconds(before.get('first_step_s'))}), {len(before.get('shapes', []))} GEMM shapes")
         for shape in before.get("shapes", []):
             key = json.dumps({**shape, "calls": 0}, sort_keys=True)
             shapes[key] = {**shape, "calls": shapes.get(key, {}).get("calls", 0) + shape["calls"]}
@@ -72,6 +74,8 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
         if "error" in tuned:
             raise RuntimeError(f"tuning CLBlast on {device}: {tuned['error']}")
         chosen = tuned.get("chosen") or {}
+        progress(f"search done in {tuned.get('elapsed_s', 0):.0f} s: chose {', '.join(chosen) or 'nothing'}"
+                 + (f" ({tuned['note']})" if tuned.get("note") else ""))
         gemm, verdict = [], "kept-defaults"
         if chosen:
             progress("confirming in fresh processes: CLBlast's parameters, then the chosen ones")
@@ -86,6 +90,8 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
                 verdict = "not-confirmed"
             else:
                 gemm = compare_rows(default["rows"], candidate["rows"])
+                progress(f"confirmation: {default['total_s'] * 1e3:.4g} ms of GEMM per step with CLBlast's "
+                         f"parameters, {candidate['total_s'] * 1e3:.4g} ms with the chosen ones")
                 confirmed = candidate["total_s"] < default["total_s"] * (1 - tuned.get("noise", 0.0))
                 verdict = "tuned" if confirmed and candidate["worst_rel_diff"] <= tuned["method"]["gemm_rtol"] \
                     else "not-confirmed"
@@ -106,6 +112,8 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
         row["after"] = run_child({}, ["step", *_step_arguments(row, device)], module=MODULE)
         before_s, after_s = row["before"].get("median_step_s"), row["after"].get("median_step_s")
         row["step_speedup"] = before_s / after_s if before_s and after_s else None
+        progress(f"{_name(row)}: median step {_seconds(before_s)} before, {_seconds(after_s)} after "
+                 f"({(row['after'].get('clblast') or {}).get('reason')})")
     return {"schema_version": 1, "fade_version": __version__, "device": tuned["fingerprint"], "workloads": rows,
             "shapes": shape_list, "tune": {key: tuned.get(key) for key in TUNE_FIELDS},
             "gemm": gemm, "verdict": verdict, "persisted": str(persisted), "cache_dir": str(cache.root),
@@ -118,6 +126,10 @@ def compare_rows(default_rows: list, tuned_rows: list) -> list:
              "default_gflops": old["gflops"], "tuned_gflops": new["gflops"],
              "default_relative_iqr": old["relative_iqr"], "tuned_relative_iqr": new["relative_iqr"],
              "speedup": old["median_s"] / new["median_s"]} for old, new in zip(default_rows, tuned_rows)]
+
+
+def _seconds(value) -> str:
+    return "-" if value is None else f"{value:.4g} s"
 
 
 def _name(workload: dict) -> str:
