@@ -188,13 +188,14 @@ def test_pretune_records_tunes_confirms_persists_and_measures_the_step_again(tmp
     runs, child = _fake_children()
     workloads = [{"model": "resnet18", "mode": "train", "batch": 2, "size": 32}]
     result = run_ocl_pretune(workloads, budget_s=30, cache_base=tmp_path, run_child=child,
-                             extra_shapes=[{"m": 8192, "n": 8192, "k": 8192}])
+                             extra_shapes=[{"m": 8192, "n": 8192, "k": 8192}, {"m": 64, "n": 64, "k": 64}])
     verbs = [arguments[0] for _, arguments in runs]
     assert verbs == ["step", "tune", "measure", "measure", "step"]
     assert all(env == DEFAULTS_ENV for env, _ in runs[:4]) and runs[4][0] == {}  # after: the cache applies
     assert "--record" in runs[0][1] and "--record" not in runs[4][1]
     assert result["verdict"] == "tuned" and result["workloads"][0]["step_speedup"] == 2.0
     assert result["gemm"][0]["speedup"] == 2.0 and len(result["shapes"]) == 2
+    assert result["shapes"][0]["calls"] == 3  # the step's 2 calls of 64x64x64 and the extra one
     record = json.loads(open(result["persisted"]).read())
     assert record["parameters"] == {"Xgemm": GOOD_XGEMM} and record["fingerprint"] == FINGERPRINT
 

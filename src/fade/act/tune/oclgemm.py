@@ -62,7 +62,8 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
             shapes[key] = {**shape, "calls": shapes.get(key, {}).get("calls", 0) + shape["calls"]}
     for shape in extra_shapes:
         checked = shape_from_dict(dict(shape)).as_dict()
-        shapes[json.dumps({**checked, "calls": 0}, sort_keys=True)] = checked
+        key = json.dumps({**checked, "calls": 0}, sort_keys=True)
+        shapes[key] = {**checked, "calls": shapes.get(key, {}).get("calls", 0) + checked["calls"]}
     shape_list = list(shapes.values())
     with tempfile.TemporaryDirectory(prefix="fade-oclgemm-") as work:
         shapes_file = os.path.join(work, "shapes.json")
