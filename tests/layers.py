@@ -39,6 +39,8 @@ PRINTS_ALLOWED = {
     "fade.collect.torch_probe": "`python -m fade.collect.torch_probe` prints its JSON for the parent",
     "fade.measure.suites.quick": "`python -m fade.measure.suites.quick` prints its JSON for the parent",
     "fade.act.tune.pretune": "`python -m fade.act.tune.pretune` is the child the parent reads",
+    "fade.act.tune.oclgemm": "`python -m fade.act.tune.oclgemm` is the child the parent reads (JSON on stdout, the "
+                             "tuner's progress on stderr)",
     "fade.measure.suites.dist.rank": "one torchrun rank's entry (main): its exit status is the rank's result, and "
                                      "after a collective timed out os._exit skips a teardown a hung peer would block",
 }

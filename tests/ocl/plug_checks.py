@@ -44,6 +44,8 @@ def test_session_describes_the_opencl_device():
     assert (described["dtypes"]["fp16"] is None) == info.fp16
     if described["peaks"] is None:  # PoCL and unknown GPUs: no table row, and the record says so
         assert "no spec-table row" in described["device_info"]["peaks_note"]
+    tuning = described["device_info"]["clblast_tuning"]  # whether tuned CLBlast parameters apply, and why
+    assert isinstance(tuning["applied"], bool) and tuning["reason"]
 
 
 def test_a_bad_ocl_index_is_one_usage_line():

@@ -83,8 +83,37 @@ def _pretune(args) -> int:
 
     if not args.model:
         raise FadeUsageError("fade tune --pretune: give MODEL")
+    if args.device and args.device.split(":", 1)[0] == "ocl":
+        return _pretune_ocl(args)
     result = run_pretune(args.model, mode=args.mode, batch=args.batch, device=args.device, size=args.size)
     print(json.dumps(result, indent=2))
+    return ExitCode.OK
+
+
+def _pretune_ocl(args) -> int:
+    """CLBlast's GEMM parameters for the model's step on fade.ocl, within --budget minutes (fade.act.tune.oclgemm)."""
+    from fade.act.tune.oclgemm import run_ocl_pretune
+    from fade.act.tune.tuner import check_request
+    from fade.measure.ocldevice import check_ocl_index
+
+    check_request(args.model, mode=args.mode, batch=args.batch, budget_min=args.budget)
+    device = check_ocl_index(args.device)  # FadeUsageError: a malformed or missing ocl:N, exit 2
+
+    def progress(message: str) -> None:
+        print(f"fade tune: {message}", file=sys.stderr)
+
+    workload = {"model": args.model, "mode": args.mode, "batch": args.batch, "size": args.size}
+    try:
+        result = run_ocl_pretune([workload], device=device, budget_s=60.0 * args.budget, progress=progress)
+    except RuntimeError as error:  # a child could not run the step or the tuning here
+        print(f"fade: cannot run here: {error}", file=sys.stderr)
+        return ExitCode.CANNOT_RUN
+    print(json.dumps(result, indent=2))
+    for row in result["workloads"]:
+        before, after = row["before"].get("median_step_s"), row["after"].get("median_step_s")
+        if before and after:
+            print(f"fade tune: {row['model']} step {before * 1e3:.1f} ms -> {after * 1e3:.1f} ms "
+                  f"(x{before / after:.2f}); CLBlast: {result['verdict']}", file=sys.stderr)
     return ExitCode.OK
 
 
@@ -133,5 +162,6 @@ def add_verbs(verbs) -> None:
     tune.add_argument("--show", metavar="PROFILE", help="print a profile (checked against this device) instead of tuning")
     tune.add_argument("--env", action="store_true", help="with --show: only the export lines, for eval")
     tune.add_argument("--json", action="store_true", help="with --show: the profile as JSON")
-    tune.add_argument("--pretune", action="store_true", help="exhaustive find/tuning of one step's shapes into the cache (ROCm)")
+    tune.add_argument("--pretune", action="store_true", help="exhaustive find/tuning of one step's shapes into the cache (ROCm; --device ocl: CLBlast's GEMM "
+                      "parameters within --budget)")
     tune.set_defaults(func=cmd_tune)

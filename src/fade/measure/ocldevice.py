@@ -26,6 +26,19 @@ def is_ocl(device: Optional[str]) -> bool:
 def resolve_ocl(request: str) -> str:
     """"ocl" / "ocl:N" -> "ocl:N", with fade.ocl registered in this process. FadeUsageError (one line) when
     pyopencl is missing, there is no OpenCL platform or device N, or PrivateUse1 already has another name."""
+    device = check_ocl_index(request)
+    try:
+        import fade.ocl as ocl
+
+        ocl.register()
+    except (ImportError, RuntimeError) as error:  # fade.ocl needs numpy; OclError: PrivateUse1 taken
+        raise unavailable(request, error) from None
+    return device
+
+
+def check_ocl_index(request: str) -> str:
+    """"ocl" / "ocl:N" -> "ocl:N" when fade.ocl sees device N, without registering it in this process (the work
+    runs in children). FadeUsageError (one line) otherwise."""
     _, _, index_text = request.partition(":")
     if index_text and not index_text.isdigit():
         raise FadeUsageError(f"unknown device {request!r}: use ocl or ocl:N (N an OpenCL device index)")
@@ -33,16 +46,20 @@ def resolve_ocl(request: str) -> str:
     try:
         import fade.ocl as ocl
 
-        found = ocl.devices()
-        ocl.register()
-    except ImportError as error:  # fade.ocl itself needs numpy
-        raise FadeUsageError(f"device {request!r} is not available here: fade.ocl cannot be imported ({error}); "
-                             "pip install 'fade[ocl]'") from None
-    except RuntimeError as error:  # OclError: no pyopencl, no platform, PrivateUse1 taken
-        raise FadeUsageError(f"device {request!r} is not available here: {str(error).splitlines()[0]}") from None
-    if index >= len(found):
-        raise FadeUsageError(f"device {request!r} does not exist: fade.ocl sees {len(found)} OpenCL device(s)")
+        count = len(ocl.devices())
+    except (ImportError, RuntimeError) as error:  # no pyopencl, torch or numpy; OclError: no platform
+        raise unavailable(request, error) from None
+    if index >= count:
+        raise FadeUsageError(f"device {request!r} does not exist: fade.ocl sees {count} OpenCL device(s)")
     return f"{DEVICE_TYPE}:{index}"
+
+
+def unavailable(request: str, error: Exception) -> FadeUsageError:
+    """The one-line error for an ocl device this process cannot use."""
+    if isinstance(error, ImportError):
+        return FadeUsageError(f"device {request!r} is not available here: fade.ocl cannot be imported ({error}); "
+                              "pip install 'fade[ocl]'")
+    return FadeUsageError(f"device {request!r} is not available here: {str(error).splitlines()[0]}")
 
 
 def ocl_truth_and_peaks(index: int) -> tuple:
@@ -56,6 +73,10 @@ def ocl_truth_and_peaks(index: int) -> tuple:
                 .splitlines()[0]}, None
     record = {"type": DEVICE_TYPE, **info}
     peaks, record["peaks_note"] = peaks_for_ocl(info["name"])
+    try:  # whether tuned CLBlast parameters apply to this run's GEMMs (fade tune --device ocl --pretune)
+        record["clblast_tuning"] = ocl.clblast_tuning(index)
+    except Exception as error:  # noqa: BLE001 - the record goes on without it
+        record["clblast_tuning"] = {"applied": False, "reason": f"{type(error).__name__}: {error}".splitlines()[0]}
     return record, peaks
 
 

@@ -14,7 +14,8 @@ from fade.ocl.runtime import DeviceInfo, OclError, OutOfMemoryError
 
 __all__ = ["register", "is_registered", "devices", "device_count", "fallback_counts", "reset_fallback_counts",
            "synchronize", "empty_cache", "manual_seed", "memory_allocated", "DeviceInfo", "OclError",
-           "OutOfMemoryError", "add_fallback_listener", "remove_fallback_listener", "profile", "KernelTimes"]
+           "OutOfMemoryError", "add_fallback_listener", "remove_fallback_listener", "profile", "KernelTimes",
+           "clblast_tuning"]
 
 register = backend.register
 is_registered = backend.is_registered
@@ -51,3 +52,12 @@ def manual_seed(seed: int) -> None:
 def memory_allocated() -> int:
     """Bytes held by live ocl tensors' buffers (rounded to the allocator's sizes)."""
     return backend.BackendModule().memory_allocated()
+
+
+def clblast_tuning(index: int = 0) -> dict:
+    """What fade.ocl did with tuned CLBlast parameters when it opened ocl:`index` (opening it if needed):
+    {applied, kernels, cache, reason}. FADE_OCL_CLBLAST_TUNED=0 turns the tuned parameters off."""
+    from fade.ocl import tuning
+
+    runtime.device(index)
+    return dict(tuning.applied[index])

@@ -9,6 +9,7 @@ Debian's `libclblast1` installs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
@@ -259,6 +260,9 @@ def device(index: int) -> Device:
             if not 0 <= index < count:
                 raise OclError(f"ocl:{index} does not exist; there are {count} OpenCL devices")
             _devices[index] = Device(index)
+            from fade.ocl import tuning  # CLBlast parameters `fade tune --device ocl --pretune` persisted
+
+            tuning.apply_persisted(_devices[index])
         return _devices[index]
 
 
@@ -270,6 +274,8 @@ def active_devices() -> list[Device]:
 _CLBLAST_NAMES = ("libclblast.so.1", "libclblast.so")
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 _GEMM = {torch.float32: ("CLBlastSgemm", ctypes.c_float), torch.float64: ("CLBlastDgemm", ctypes.c_double)}
+CLBLAST_PRECISION = {torch.float32: 32, torch.float64: 64}  # CLBlastPrecision: kSingle, kDouble
+_gemm_recorders: list = []  # the lists record_gemms() is filling; empty (the default), gemm() records nothing
 
 
 @functools.lru_cache(maxsize=1)
@@ -291,6 +297,9 @@ def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: in
     strided-batched GEMM: one call, one launch)."""
     if dtype not in _GEMM:
         raise OclError(f"CLBlast GEMM for {dtype} is not wired in fade.ocl")
+    if _gemm_recorders:
+        for calls in _gemm_recorders:
+            calls.append((dev.index, str(dtype).removeprefix("torch."), trans_a, trans_b, m, n, k, batch))
     name, scalar = _GEMM[dtype]
     size = ctypes.c_size_t
     queue = ctypes.c_void_p(dev.queue.int_ptr)
@@ -312,3 +321,29 @@ def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: in
     if event is not None and event.value:
         shape = f"{'T' if trans_a else 'N'}{'T' if trans_b else 'N'} {m}x{n}x{k}" + (f" x{batch}" if batch > 1 else "")
         dev.record(f"{name[7:]} {shape}", dev.cl.Event.from_int_ptr(event.value, retain=False))
+
+
+@contextlib.contextmanager
+def record_gemms():
+    """Collect every gemm() call made inside the block as (device index, dtype name, trans_a, trans_b, m, n, k,
+    batch) tuples, in call order: the shapes a model step needs (fade.ocl.tuning tunes them)."""
+    calls: list = []
+    _gemm_recorders.append(calls)
+    try:
+        yield calls
+    finally:
+        _gemm_recorders.remove(calls)
+
+
+def override_parameters(dev: Device, kernel: str, dtype, parameters: dict) -> None:
+    """CLBlastOverrideParameters: CLBlast's routines use `parameters` (every parameter of `kernel`, by CLBlast's
+    names) for `kernel` ("Xgemm", "XgemmDirect", "GemmRoutine", ...) on this device and precision from the
+    next call on; the routine's program is rebuilt for them (CLBlast keys its compiled programs by the values)."""
+    names = (ctypes.c_char_p * len(parameters))(*[name.encode() for name in parameters])
+    values = (ctypes.c_size_t * len(parameters))(*[int(value) for value in parameters.values()])
+    status = clblast().CLBlastOverrideParameters(ctypes.c_void_p(dev.cl_device.int_ptr), kernel.encode(),
+                                                 ctypes.c_int(CLBLAST_PRECISION[dtype]),
+                                                 ctypes.c_size_t(len(parameters)), names, values)
+    if status != 0:  # -2050 kMissingOverrideParameter: a parameter of the kernel is not given
+        raise OclError(f"CLBlastOverrideParameters({kernel}) failed with status {status} on ocl:{dev.index} "
+                       f"({dev.info.name})")

@@ -57,7 +57,7 @@ def run_pretune(
     check_request(model, mode=mode, batch=batch, budget_min=1.0)
     fingerprint = fingerprint or worker_fingerprint(device)
     cache = open_cache(fingerprint, base=cache_base)
-    run_child = run_child or _run_child
+    run_child = run_child or run_child_json
     arguments = ["--model", model, "--mode", mode, "--batch", str(batch), "--device", device or "cuda"]
     if size is not None:
         arguments += ["--size", str(size)]
@@ -81,14 +81,16 @@ def run_pretune(
     }  # fmt: skip
 
 
-def _run_child(env: dict, arguments: list) -> dict:
-    """One fresh process: {first_step_s, second_step_s, steps, process_s} or {error}."""
+def run_child_json(env: dict, arguments: list, *, module: str = "fade.act.tune.pretune",
+                   timeout_s: float = CHILD_TIMEOUT_S) -> dict:
+    """One fresh process, `python -m module *arguments` with `env` added, whose last stdout line is a JSON object:
+    that object plus process_s, or {error} (a timeout, or the exit status and the last stderr line)."""
     started = time.monotonic()
     try:
-        completed = subprocess.run([sys.executable, "-m", "fade.act.tune.pretune", *arguments], env={**os.environ, **env},
-                                   capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)  # fmt: skip
+        completed = subprocess.run([sys.executable, "-m", module, *arguments], env={**os.environ, **env},
+                                   capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
     except subprocess.TimeoutExpired:
-        return {"error": f"no result within {CHILD_TIMEOUT_S:g} s"}
+        return {"error": f"no result within {timeout_s:g} s"}
     if completed.returncode != 0:
         tail = (completed.stderr.strip().splitlines() or ["no stderr"])[-1]
         return {"error": f"exit {completed.returncode}: {tail}"}
