@@ -563,3 +563,28 @@ def test_kernel_profile_labels_commands_and_sums_device_time():
     assert times.device_s > 0 and times.wall_s >= times.device_s and 0 <= times.host_bound < 1
     assert abs(sum(row["share"] for row in times.table()) - 1) < 1e-9
     assert runtime.device(0).recording is None  # recording stops with the block
+
+
+def test_convolution_layout_is_measured_once_per_shape_and_cached(monkeypatch):
+    """With CONV_BENCHMARK on, the first call of a shape times both GEMM layouts and keeps the faster; the
+    result is the CPU's whichever won, and the next call of the shape reuses the choice."""
+    from fade.ocl import backend
+
+    monkeypatch.setattr(backend, "CONV_BENCHMARK", "on")
+    monkeypatch.setattr(backend, "_conv_layouts", {})
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1, dtype=torch.float64)
+    x = torch.randn(3, 4, 8, 8, dtype=torch.float64)
+    conv_ocl = torch.nn.Conv2d(4, 6, 3, padding=1, dtype=torch.float64)
+    conv_ocl.load_state_dict(conv.state_dict())
+    conv_ocl = conv_ocl.to(DEV)
+    x_ocl = x.to(DEV).requires_grad_()
+    y_ocl = conv_ocl(x_ocl)
+    y_ocl.sum().backward()
+    assert len(backend._conv_layouts) == 2  # the forward and the backward shape, each measured once
+    layouts = dict(backend._conv_layouts)
+    close(conv_ocl(x_ocl), conv(x), atol=1e-12, rtol=1e-10)
+    assert backend._conv_layouts == layouts
+    x_cpu = x.clone().requires_grad_()
+    conv(x_cpu).sum().backward()
+    close(x_ocl.grad, x_cpu.grad, atol=1e-12, rtol=1e-10)

@@ -12,8 +12,10 @@ import collections
 import contextlib
 import dataclasses
 import math
+import os
 import re
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -1301,99 +1303,131 @@ def _convolution(op, args, kwargs, bound):
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             reduce_rows("sum", partial, grad_weight.view(-1))
         return grad_input, grad_weight, _conv_grad_bias(grad, mask)
-    # small images: every image of a chunk in one GEMM (n = images x pixels) and a permuting copy, instead of a
-    # strided-batched GEMM per image whose n is a few dozen pixels (CLBlast ran resnet50's 512 x 49 x 4608 x 64
-    # images at 11 TFLOP/s on the H100)
-    fold = length < FOLD_PIXELS
-    direct = (kh, kw, sh, sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1) and not fold  # x is its own columns
-    if forward and direct:  # out[i]_g = W_g @ x[i]_g, every image in one strided-batched GEMM per group
-        out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
-        if n and length and out.numel():
-            for group in range(groups):
-                _mm_into(out[0].view(cout, length)[group * coutg:(group + 1) * coutg],
-                         weight.view(cout, kk)[group * coutg:(group + 1) * coutg],
-                         x[0].view(c, length)[group * cg:(group + 1) * cg], 1.0, 0.0, batch=n,
-                         strides=(0, c * length, cout * length))
-        return _conv_bias(out, bound, cout)
-    per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
-    budget = min(CONV_WORKSPACE_BYTES, dev.info.max_allocation_bytes // 2)
-    chunk = max(1, min(n, budget // max(per_image, 1)))
-    w2d = weight.view(cout, kk)
-    cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
+    # The GEMM layout, per shape: every image of a chunk in one GEMM (n = images x pixels) and a permuting copy
+    # ("folded"), or one strided-batched GEMM call over the images (n = one image's pixels; a 1x1 convolution
+    # then needs no im2col: x is its own columns). Measured per shape on GPUs (CONV_BENCHMARK, like
+    # cudnn.benchmark); else folded below FOLD_PIXELS (CLBlast ran resnet50's 512 x 49 x 4608 per image x 64 at
+    # 11 TFLOP/s on the H100).
+    one_by_one = (kh, kw, sh, sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
+    def gemm_convolution(fold: bool, direct: bool):
+        if forward and direct:  # out[i]_g = W_g @ x[i]_g, every image in one strided-batched GEMM per group
+            out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
+            if n and length and out.numel():
+                for group in range(groups):
+                    _mm_into(out[0].view(cout, length)[group * coutg:(group + 1) * coutg],
+                             weight.view(cout, kk)[group * coutg:(group + 1) * coutg],
+                             x[0].view(c, length)[group * cg:(group + 1) * cg], 1.0, 0.0, batch=n,
+                             strides=(0, c * length, cout * length))
+            return _conv_bias(out, bound, cout)
+        per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
+        budget = min(CONV_WORKSPACE_BYTES, dev.info.max_allocation_bytes // 2)
+        chunk = max(1, min(n, budget // max(per_image, 1)))
+        w2d = weight.view(cout, kk)
+        cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
 
-    def im2col(first: int, count: int) -> None:
-        dev.launch(dev.kernel("im2col", source), (count * length, c * kh * kw), None, _block(x).buffer,
-                   np.int64(x.storage_offset() + first * c * h * w), _block(cols).buffer, np.int64(chunk * length))
+        def im2col(first: int, count: int) -> None:
+            dev.launch(dev.kernel("im2col", source), (count * length, c * kh * kw), None, _block(x).buffer,
+                       np.int64(x.storage_offset() + first * c * h * w), _block(cols).buffer, np.int64(chunk * length))
 
-    if forward:
-        out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
-        folded = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index) if fold else None
+        if forward:
+            out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
+            folded = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index) if fold else None
+            for first in range(0, n, chunk):
+                count = min(chunk, n - first)
+                if not cols.numel() or not out.numel():
+                    break
+                im2col(first, count)
+                if fold:  # out_g (coutg x count*L) = W_g @ cols_g, then out[image, channel] = folded[channel, image]
+                    for group in range(groups):
+                        _mm_into(folded[group * coutg:(group + 1) * coutg, :count * length],
+                                 w2d[group * coutg:(group + 1) * coutg], cols[group * kk:(group + 1) * kk, :count * length],
+                                 1.0, 0.0)
+                    pointwise("a", out[first:first + count].view(count, cout, length).permute(1, 0, 2),
+                              [folded[:, :count * length].view(cout, count, length)])
+                    continue
+                plane = out[first].view(cout, length)
+                for group in range(groups):  # out[i] (coutg x L) = W_g (coutg x kk) @ cols_g[:, image i]
+                    _mm_into(plane[group * coutg:(group + 1) * coutg], w2d[group * coutg:(group + 1) * coutg],
+                             cols[group * kk:(group + 1) * kk, :length], 1.0, 0.0, batch=count,
+                             strides=(0, length, cout * length))
+            return _conv_bias(out, bound, cout)
+        grad_input = grad_weight = None
+        if mask[0]:
+            grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, index)
+            if direct:  # grad_x[i]_g = W_g^T @ grad[i]_g straight into grad_input: no columns, no col2im
+                for group in range(groups):
+                    if n and length:
+                        _mm_into(grad_input[0].view(c, length)[group * cg:(group + 1) * cg],
+                                 w2d[group * coutg:(group + 1) * coutg].t(),
+                                 grad[0].view(cout, length)[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=n,
+                                 strides=(0, cout * length, c * length))
+            else:
+                grad_cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
+        if mask[1]:
+            grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
+            pointwise("0", grad_weight, [])
+            gw = grad_weight.view(cout, kk)
+        if mask[1] or (mask[0] and fold):  # grad with the chunk's images side by side: (cout, count * L)
+            grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
         for first in range(0, n, chunk):
             count = min(chunk, n - first)
-            if not cols.numel() or not out.numel():
+            if not cols.numel() or not length:
                 break
-            im2col(first, count)
-            if fold:  # out_g (coutg x count*L) = W_g @ cols_g, then out[image, channel] = folded[channel, image]
+            plane = grad[first].view(cout, length)
+            if mask[1] or (mask[0] and fold):
+                pointwise("a", grad_t[:, :count * length].view(cout, count, length),
+                          [grad[first:first + count].view(count, cout, length).permute(1, 0, 2)])
+            if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
+                im2col(first, count)
                 for group in range(groups):
-                    _mm_into(folded[group * coutg:(group + 1) * coutg, :count * length],
-                             w2d[group * coutg:(group + 1) * coutg], cols[group * kk:(group + 1) * kk, :count * length],
-                             1.0, 0.0)
-                pointwise("a", out[first:first + count].view(count, cout, length).permute(1, 0, 2),
-                          [folded[:, :count * length].view(cout, count, length)])
-                continue
-            plane = out[first].view(cout, length)
-            for group in range(groups):  # out[i] (coutg x L) = W_g (coutg x kk) @ cols_g[:, image i]
-                _mm_into(plane[group * coutg:(group + 1) * coutg], w2d[group * coutg:(group + 1) * coutg],
-                         cols[group * kk:(group + 1) * kk, :length], 1.0, 0.0, batch=count,
-                         strides=(0, length, cout * length))
-        return _conv_bias(out, bound, cout)
-    grad_input = grad_weight = None
-    if mask[0]:
-        grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, index)
-        if direct:  # grad_x[i]_g = W_g^T @ grad[i]_g straight into grad_input: no columns, no col2im
-            for group in range(groups):
-                if n and length:
-                    _mm_into(grad_input[0].view(c, length)[group * cg:(group + 1) * cg],
-                             w2d[group * coutg:(group + 1) * coutg].t(),
-                             grad[0].view(cout, length)[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=n,
-                             strides=(0, cout * length, c * length))
-        else:
-            grad_cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
-    if mask[1]:
-        grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
-        pointwise("0", grad_weight, [])
-        gw = grad_weight.view(cout, kk)
-    if mask[1] or (mask[0] and fold):  # grad with the chunk's images side by side: (cout, count * L)
-        grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
-    for first in range(0, n, chunk):
-        count = min(chunk, n - first)
-        if not cols.numel() or not length:
-            break
-        plane = grad[first].view(cout, length)
-        if mask[1] or (mask[0] and fold):
-            pointwise("a", grad_t[:, :count * length].view(cout, count, length),
-                      [grad[first:first + count].view(count, cout, length).permute(1, 0, 2)])
-        if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
-            im2col(first, count)
-            for group in range(groups):
-                _mm_into(gw[group * coutg:(group + 1) * coutg], grad_t[group * coutg:(group + 1) * coutg, :count * length],
-                         cols[group * kk:(group + 1) * kk, :count * length].t(), 1.0, 1.0)
-        if mask[0] and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
-            for group in range(groups):
-                if fold:  # all the chunk's images in one GEMM
-                    _mm_into(grad_cols[group * kk:(group + 1) * kk, :count * length],
-                             w2d[group * coutg:(group + 1) * coutg].t(),
-                             grad_t[group * coutg:(group + 1) * coutg, :count * length], 1.0, 0.0)
-                    continue
-                _mm_into(grad_cols[group * kk:(group + 1) * kk, :length], w2d[group * coutg:(group + 1) * coutg].t(),
-                         plane[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=count,
-                         strides=(0, cout * length, length))
-            dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, _block(grad_cols).buffer,
-                       _block(grad_input).buffer, np.int64(first * c * h * w), np.int64(chunk * length),
-                       np.int64(count))
-    if mask[0] and not (cols.numel() and length) and not (direct and n and length):
-        pointwise("0", grad_input, [])
-    return grad_input, grad_weight, _conv_grad_bias(grad, mask)
+                    _mm_into(gw[group * coutg:(group + 1) * coutg], grad_t[group * coutg:(group + 1) * coutg, :count * length],
+                             cols[group * kk:(group + 1) * kk, :count * length].t(), 1.0, 1.0)
+            if mask[0] and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
+                for group in range(groups):
+                    if fold:  # all the chunk's images in one GEMM
+                        _mm_into(grad_cols[group * kk:(group + 1) * kk, :count * length],
+                                 w2d[group * coutg:(group + 1) * coutg].t(),
+                                 grad_t[group * coutg:(group + 1) * coutg, :count * length], 1.0, 0.0)
+                        continue
+                    _mm_into(grad_cols[group * kk:(group + 1) * kk, :length], w2d[group * coutg:(group + 1) * coutg].t(),
+                             plane[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=count,
+                             strides=(0, cout * length, length))
+                dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, _block(grad_cols).buffer,
+                           _block(grad_input).buffer, np.int64(first * c * h * w), np.int64(chunk * length),
+                           np.int64(count))
+        if mask[0] and not (cols.numel() and length) and not (direct and n and length):
+            pointwise("0", grad_input, [])
+        return grad_input, grad_weight, _conv_grad_bias(grad, mask)
+
+    key = (dev.index, forward, None if forward else tuple(mask), tuple(x.shape), tuple(weight.shape),
+           (sh, sw, ph, pw, dh, dw), groups, x.dtype)
+    fold = _conv_layout(dev, key, length < FOLD_PIXELS, gemm_convolution)
+    return gemm_convolution(fold, one_by_one and not fold)
+
+
+CONV_BENCHMARK = os.environ.get("FADE_OCL_CONV_BENCHMARK", "auto")  # on | off | auto (GPUs only)
+_conv_layouts: dict = {}  # convolution key -> folded (True) or per image (False), as measured
+
+
+def _conv_layout(dev: runtime.Device, key: tuple, default: bool, run) -> bool:
+    """Whether a convolution runs folded: measured once per shape (each layout run twice, the second timed
+    with the queue finished on both sides; the faster kept for the process), or `default` when not measuring."""
+    measuring = CONV_BENCHMARK == "on" or (CONV_BENCHMARK == "auto" and dev.info.kind == "gpu")
+    if not measuring:
+        return default
+    chosen = _conv_layouts.get(key)
+    if chosen is None:
+        one_by_one = key[5] == (1, 1, 0, 0, 1, 1) and key[4][2:] == (1, 1)
+        seconds = {}
+        for fold in (True, False):
+            run(fold, one_by_one and not fold)
+            dev.queue.finish()
+            start = time.perf_counter()
+            run(fold, one_by_one and not fold)
+            dev.queue.finish()
+            seconds[fold] = time.perf_counter() - start
+        chosen = _conv_layouts[key] = seconds[True] <= seconds[False]
+    return chosen
 
 
 def _conv_bias(out: torch.Tensor, bound: dict, cout: int) -> torch.Tensor:
