@@ -588,3 +588,33 @@ def test_convolution_layout_is_measured_once_per_shape_and_cached(monkeypatch):
     x_cpu = x.clone().requires_grad_()
     conv(x_cpu).sum().backward()
     close(x_ocl.grad, x_cpu.grad, atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_foreach_inplace_ops_run_as_multi_tensor_kernels_and_equal_the_cpu(dtype, monkeypatch):
+    """SGD's in-place foreach ops over many tensors of mixed sizes (more than one launch's width, empty ones
+    among them) as multi-tensor kernels (forced on: by default only GPUs use them); a non-contiguous tensor
+    sends the op the per-tensor way."""
+    from fade.ocl import backend
+
+    monkeypatch.setattr(backend, "FOREACH_FUSED", "on")
+    torch.manual_seed(0)
+    sizes = [(3,), (5, 7), (100,), (1,), (0,), (33, 3, 3)] * 4
+    for contiguous in (True, False):
+        host = [torch.randn(size, dtype=dtype) for size in sizes]
+        other = [torch.randn_like(t) for t in host]
+        dev_host, dev_other = [t.to(DEV) for t in host], [t.to(DEV) for t in other]
+        if not contiguous:
+            host[1], dev_host[1] = host[1].t(), dev_host[1].t()
+            other[1], dev_other[1] = other[1].t(), dev_other[1].t()
+        ocl.synchronize()
+        with ocl.profile() as times:
+            for tensors, others in ((host, other), (dev_host, dev_other)):
+                torch._foreach_add_(tensors, others, alpha=0.3)
+                torch._foreach_mul_(tensors, 0.9)
+                torch._foreach_add_(tensors, 1.5)
+                torch._foreach_mul_(tensors, others)
+        launches = sum(1 for label, _ in times.commands if label.startswith("foreach"))
+        assert launches == (4 * 2 if contiguous else 0)  # 20 non-empty tensors: 2 launches of 16 per op
+        for got, expected in zip(dev_host, host):
+            close(got, expected, atol=1e-6, rtol=1e-6)
