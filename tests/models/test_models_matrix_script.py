@@ -1,23 +1,19 @@
 """benchmarks/models_matrix.py without a GPU: its summary and Markdown from hand-made records (the run
 itself needs a GPU), and its reference figures from benchmarks/reference.toml."""
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
+from tests.cliutil import load_benchmark
+
 from .records import model_record
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 H100_NAME = "NVIDIA H100 80GB HBM3"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("models_matrix", BENCHMARKS / "models_matrix.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("models_matrix")
 
 
 def with_plain_loop(record, plain_samples_per_s):

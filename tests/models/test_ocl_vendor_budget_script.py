@@ -1,20 +1,16 @@
 """benchmarks/ocl_vendor_budget.py: issue 19's ocl:0,cuda:0 run costed from the bench's own timing code on a
 simulated clock (no waiting): what a slow step costs, and that --timing-budget bounds the ocl cases only."""
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.cliutil import load_benchmark
+
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("ocl_vendor_budget", BENCHMARKS / "ocl_vendor_budget.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ocl_vendor_budget")
 
 
 def test_a_step_slower_than_a_segment_gets_two_samples_per_segment(script):

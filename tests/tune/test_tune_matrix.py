@@ -1,26 +1,22 @@
 """benchmarks/tune_matrix.py without a GPU: its CPU path (--smoke) end to end with a fake search and real
 side-by-side trials in a worker, and its bars on hand-made results."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+
+from tests.cliutil import load_benchmark
 
 from fade.act.tune.profile import build_profile
 from fade.act.tune.search import search
 from tests.tune.fakes import FakeTimer, knob
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 CPU = {"backend": "cpu", "name": "cpu", "arch": "x86_64", "torch": "2.13.0"}
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("tune_matrix", BENCHMARKS / "tune_matrix.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("tune_matrix")
 
 
 def fake_tune(model, *, mode, batch, budget_min, output, **kwargs):
