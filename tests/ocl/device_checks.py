@@ -618,3 +618,23 @@ def test_foreach_inplace_ops_run_as_multi_tensor_kernels_and_equal_the_cpu(dtype
         assert launches == (4 * 2 if contiguous else 0)  # 20 non-empty tensors: 2 launches of 16 per op
         for got, expected in zip(dev_host, host):
             close(got, expected, atol=1e-6, rtol=1e-6)
+
+
+def test_a_training_step_reads_nothing_back_to_the_host():
+    """No hidden sync: cross-entropy's backward divides by its total weight on the device (it used to read it
+    back each step), so a whole SGD step enqueues no device-to-host copy."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)).to(DEV)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, target = torch.randn(5, 6).to(DEV), torch.tensor([0, 2, 1, 1, 0]).to(DEV)
+
+    def step():
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), target).backward()
+        optimizer.step()
+
+    step()
+    with ocl.profile() as times:
+        step()
+    labels = {label for label, _ in times.commands}
+    assert "copy device-to-host" not in labels and any(label.startswith("nll") for label in labels), labels

@@ -746,12 +746,14 @@ __kernel void nll_rows(__global const T* x, long x_off, __global const long* tar
     weight[r] = skip ? (T)0 : (T)1;
 }
 __kernel void nll_grad(__global T* grad, __global const long* target, long t_off, __global const T* scale,
-                       long s_off, long s_stride, T divisor, long rows, long classes, long ignore) {
+                       long s_off, long s_stride, __global const T* total_weight, long w_off, int mean, long rows,
+                       long classes, long ignore) {
+    /* "mean" divides by total_weight read here, on the device: no host read (and so no sync) per step */
     long r = get_global_id(0);
     if (r >= rows) return;
     long t = target[t_off + r];
     if (t == ignore || t < 0 || t >= classes) return;
-    grad[r * classes + t] = -scale[s_off + r * s_stride] / divisor;
+    grad[r * classes + t] = -scale[s_off + r * s_stride] / (mean ? total_weight[w_off] : (T)1);
 }
 """
 _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
@@ -775,7 +777,8 @@ def _nll(op, args, kwargs, bound):
         loss = empty([rows], [1], x.dtype, index)
         weight = empty([rows], [1], x.dtype, index)
         if rows:
-            dev.launch(dev.kernel("nll_rows", program_source), (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(target).buffer,
+            dev.launch(dev.kernel("nll_rows", program_source), (rows,), None,
+                _block(x).buffer, np.int64(x.storage_offset()), _block(target).buffer,
                 np.int64(target.storage_offset()), _block(loss).buffer, _block(weight).buffer, np.int64(rows),
                 np.int64(classes), ignore)
         total_weight = aten.sum.default(weight)
@@ -788,13 +791,15 @@ def _nll(op, args, kwargs, bound):
     grad_output, total_weight = bound["grad_output"], bound["total_weight"]
     grad = empty([rows, classes], [classes, 1], x.dtype, index)
     pointwise("0", grad, [])
-    divisor = download(total_weight).item() if reduction == "mean" else 1.0
+    if total_weight.dtype != x.dtype or total_weight.device != x.device:
+        raise _NoKernel("nll_loss total_weight of another dtype or device")
     scale_stride = 0 if grad_output.dim() == 0 else grad_output.stride(0)
     if rows:
-        dev.launch(dev.kernel("nll_grad", program_source), (rows,), None, _block(grad).buffer, _block(target).buffer, np.int64(target.storage_offset()),
+        dev.launch(dev.kernel("nll_grad", program_source), (rows,), None,
+            _block(grad).buffer, _block(target).buffer, np.int64(target.storage_offset()),
             _block(grad_output).buffer, np.int64(grad_output.storage_offset()), np.int64(scale_stride),
-            (np.float64 if x.dtype == torch.float64 else np.float32)(divisor), np.int64(rows), np.int64(classes),
-            ignore)
+            _block(total_weight).buffer, np.int64(total_weight.storage_offset()), np.int32(reduction == "mean"),
+            np.int64(rows), np.int64(classes), ignore)
     return _finish(op, bound, grad)
 
 
@@ -1141,7 +1146,8 @@ def _embedding(op, args, kwargs, bound):
         if bound["scale_grad_by_freq"]:
             raise _NoKernel("scale_grad_by_freq")
         if count and width:
-            dev.launch(dev.kernel("scatter_add_rows", source), (width,), None, _block(grad).buffer, _block(index).buffer, np.int64(index.storage_offset()),
+            dev.launch(dev.kernel("scatter_add_rows", source), (width,), None,
+                _block(grad).buffer, _block(index).buffer, np.int64(index.storage_offset()),
                 _block(out).buffer, np.int64(count), np.int64(width), np.int64(rows), np.int64(bound["padding_idx"]))
         return out
     weight = weight if weight.is_contiguous() else aten.clone.default(weight, memory_format=torch.contiguous_format)
@@ -1150,7 +1156,8 @@ def _embedding(op, args, kwargs, bound):
     shape = (list(index.shape) if base == "embedding" else [count]) + row_shape
     out = empty(shape, _contiguous_strides(shape), weight.dtype, weight.device.index)
     if count and width:
-        dev.launch(dev.kernel("gather_rows", source), (count * width,), None, _block(weight).buffer, np.int64(weight.storage_offset()),
+        dev.launch(dev.kernel("gather_rows", source), (count * width,), None,
+            _block(weight).buffer, np.int64(weight.storage_offset()),
             np.int64(width), _block(index).buffer, np.int64(index.storage_offset()), _block(out).buffer,
             np.int64(count), np.int64(width))
     return out
@@ -1279,7 +1286,8 @@ def _convolution(op, args, kwargs, bound):
     names = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "M")
     values = (n, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, coutg)
     source = (f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n#define IDX {'int' if fits else 'long'}\n" +
-              "".join(f"#define {name} {value}{'' if fits else 'L'}\n" for name, value in zip(names, values)) + _CONV_SOURCE)
+              "".join(f"#define {name} {value}{'' if fits else 'L'}\n" for name, value in zip(names, values)) +
+              _CONV_SOURCE)
     index = x.device.index
     forward = _base(op) == "convolution"
     if not forward:
@@ -1343,7 +1351,8 @@ def _convolution(op, args, kwargs, bound):
                 if fold:  # out_g (coutg x count*L) = W_g @ cols_g, then out[image, channel] = folded[channel, image]
                     for group in range(groups):
                         _mm_into(folded[group * coutg:(group + 1) * coutg, :count * length],
-                                 w2d[group * coutg:(group + 1) * coutg], cols[group * kk:(group + 1) * kk, :count * length],
+                                 w2d[group * coutg:(group + 1) * coutg],
+                                 cols[group * kk:(group + 1) * kk, :count * length],
                                  1.0, 0.0)
                     pointwise("a", out[first:first + count].view(count, cout, length).permute(1, 0, 2),
                               [folded[:, :count * length].view(cout, count, length)])
@@ -1383,7 +1392,8 @@ def _convolution(op, args, kwargs, bound):
             if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
                 im2col(first, count)
                 for group in range(groups):
-                    _mm_into(gw[group * coutg:(group + 1) * coutg], grad_t[group * coutg:(group + 1) * coutg, :count * length],
+                    _mm_into(gw[group * coutg:(group + 1) * coutg],
+                             grad_t[group * coutg:(group + 1) * coutg, :count * length],
                              cols[group * kk:(group + 1) * kk, :count * length].t(), 1.0, 1.0)
             if mask[0] and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
                 for group in range(groups):
@@ -1392,7 +1402,8 @@ def _convolution(op, args, kwargs, bound):
                                  w2d[group * coutg:(group + 1) * coutg].t(),
                                  grad_t[group * coutg:(group + 1) * coutg, :count * length], 1.0, 0.0)
                         continue
-                    _mm_into(grad_cols[group * kk:(group + 1) * kk, :length], w2d[group * coutg:(group + 1) * coutg].t(),
+                    _mm_into(grad_cols[group * kk:(group + 1) * kk, :length],
+                             w2d[group * coutg:(group + 1) * coutg].t(),
                              plane[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=count,
                              strides=(0, cout * length, length))
                 dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, _block(grad_cols).buffer,
@@ -1506,14 +1517,16 @@ def _max_pool(op, args, kwargs, bound):
         index = empty_like_meta(meta_result[1], x.device.index)
         oh, ow = out.shape[-2:]
         if out.numel():
-            dev.launch(dev.kernel("max_pool2d", source), (out.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+            dev.launch(dev.kernel("max_pool2d", source), (out.numel(),), None,
+                _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
                 _block(index).buffer, *[np.int64(v) for v in (planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)])
         return _finish(op, bound, (out, index))
     grad, index = _contiguous(bound["grad_output"]), _contiguous(bound["indices"])
     out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
     pointwise("0", out, [])
     if planes and grad.numel():
-        dev.launch(dev.kernel("max_pool2d_backward", source), (planes,), None, _block(grad).buffer, _block(index).buffer, _block(out).buffer,
+        dev.launch(dev.kernel("max_pool2d_backward", source), (planes,), None,
+            _block(grad).buffer, _block(index).buffer, _block(out).buffer,
             np.int64(planes), np.int64(h * w), np.int64(grad.shape[-1] * grad.shape[-2]))
     return _finish(op, bound, out)
 
