@@ -1,6 +1,7 @@
 """The ocl device against the CPU, on whatever OpenCL device is present (PoCL in CI); run by test_ocl_device.py
 in a child process, because PrivateUse1 can be named once per process and the guard's tests name it "standin"."""
 
+import copy
 import io
 import warnings
 
@@ -213,20 +214,27 @@ def test_conv2d_forward_and_both_backwards(cin, cout, kernel, stride, padding, d
     if kernel == 1:  # these 9 x 8 images are below FOLD_PIXELS: let the 1x1 path take them unfolded
         monkeypatch.setattr(backend, "FOLD_PIXELS", 1)
     torch.manual_seed(0)
-    x = torch.randn(3, cin, 9, 8, requires_grad=True)
-    conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups)
+    conv_matches_the_cpu(torch.randn(3, cin, 9, 8), torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation,
+                                                                     groups), atol=1e-4, rtol=1e-4)
+
+
+def conv_matches_the_cpu(x, conv, **tolerance):
+    """`conv` (a CPU module) and its copy on ocl, forward and both backwards from `x` with one random output
+    gradient: output, input, weight and bias gradients equal within `tolerance`. Returns (ocl module, ocl x)."""
+    conv_ocl = copy.deepcopy(conv).to(DEV)
+    x = x.clone().requires_grad_()
     y = conv(x)
     grad = torch.randn_like(y)
     y.backward(grad)
     x_ocl = x.detach().to(DEV).requires_grad_()
-    conv_ocl = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups)
-    conv_ocl.load_state_dict(conv.state_dict())
-    conv_ocl = conv_ocl.to(DEV)
     y_ocl = conv_ocl(x_ocl)
     y_ocl.backward(grad.to(DEV))
-    for actual, expected in ((y_ocl, y), (x_ocl.grad, x.grad), (conv_ocl.weight.grad, conv.weight.grad),
-                             (conv_ocl.bias.grad, conv.bias.grad)):
-        close(actual, expected, atol=1e-4, rtol=1e-4)
+    pairs = [(y_ocl, y), (x_ocl.grad, x.grad), (conv_ocl.weight.grad, conv.weight.grad)]
+    if conv.bias is not None:
+        pairs.append((conv_ocl.bias.grad, conv.bias.grad))
+    for actual, expected in pairs:
+        close(actual, expected.detach(), **tolerance)
+    return conv_ocl, x_ocl
 
 
 def test_fallback_warns_once_per_op_counts_and_keeps_aliasing():
@@ -491,19 +499,9 @@ def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels,
     monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", 20000)  # chunks of a few images
     torch.manual_seed(0)
     for cin, cout, kernel, stride, padding, groups in ((4, 6, 3, 1, 1, 1), (4, 6, 3, 2, 1, 2), (6, 8, 1, 1, 0, 2)):
-        x = torch.randn(5, cin, 7, 6, dtype=torch.float64, requires_grad=True)
-        conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, dtype=torch.float64)
-        y = conv(x)
-        grad = torch.randn_like(y)
-        y.backward(grad)
-        x_ocl = x.detach().to(DEV).requires_grad_()
-        conv_ocl = torch.nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, dtype=torch.float64)
-        conv_ocl.load_state_dict(conv.state_dict())
-        conv_ocl = conv_ocl.to(DEV)
-        y_ocl = conv_ocl(x_ocl)
-        y_ocl.backward(grad.to(DEV))
-        for actual, expected in ((y_ocl, y), (x_ocl.grad, x.grad), (conv_ocl.weight.grad, conv.weight.grad)):
-            close(actual, expected, atol=1e-12, rtol=1e-10)
+        conv_matches_the_cpu(torch.randn(5, cin, 7, 6, dtype=torch.float64),
+                             torch.nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, dtype=torch.float64),
+                             atol=1e-12, rtol=1e-10)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -575,19 +573,11 @@ def test_convolution_layout_is_measured_once_per_shape_and_cached(monkeypatch):
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(4, 6, 3, padding=1, dtype=torch.float64)
     x = torch.randn(3, 4, 8, 8, dtype=torch.float64)
-    conv_ocl = torch.nn.Conv2d(4, 6, 3, padding=1, dtype=torch.float64)
-    conv_ocl.load_state_dict(conv.state_dict())
-    conv_ocl = conv_ocl.to(DEV)
-    x_ocl = x.to(DEV).requires_grad_()
-    y_ocl = conv_ocl(x_ocl)
-    y_ocl.sum().backward()
+    conv_ocl, x_ocl = conv_matches_the_cpu(x, conv, atol=1e-12, rtol=1e-10)
     assert len(backend._conv_layouts) == 2  # the forward and the backward shape, each measured once
     layouts = dict(backend._conv_layouts)
-    close(conv_ocl(x_ocl), conv(x), atol=1e-12, rtol=1e-10)
+    close(conv_ocl(x_ocl), conv(x).detach(), atol=1e-12, rtol=1e-10)
     assert backend._conv_layouts == layouts
-    x_cpu = x.clone().requires_grad_()
-    conv(x_cpu).sum().backward()
-    close(x_ocl.grad, x_cpu.grad, atol=1e-12, rtol=1e-10)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -450,17 +450,21 @@ __kernel void softmax_rows(__global const {t}* xs, long x_off, __global {t}* out
 
 
 # ops
-_schemas: dict = {}  # op -> ((name, positional, default) per argument, names of the arguments it writes)
+_schemas: dict = {}  # op -> _schema_of(op)
 
 
 def _schema_of(op) -> tuple:
-    """The op's arguments as plain tuples, read from its schema once (schema objects are slow to walk)."""
+    """What dispatch asks of an op's schema, read from it once (schema objects are slow to walk): (name,
+    positional, default) per argument, the names of the arguments it writes, whether it has out= arguments,
+    whether it is a view op (every return aliases an input without writing it)."""
     found = _schemas.get(op)
     if found is None:
-        arguments = op._schema.arguments
+        arguments, returns = op._schema.arguments, op._schema.returns
         found = _schemas[op] = (
             tuple((a.name, not a.kwarg_only, a.default_value if a.has_default_value() else None) for a in arguments),
-            tuple(a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write))
+            tuple(a.name for a in arguments if a.alias_info is not None and a.alias_info.is_write),
+            any(a.is_out for a in arguments),
+            bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns))
     return found
 
 
@@ -1018,8 +1022,7 @@ def _view_by_meta(op, args, kwargs):
 
 
 def _is_view_op(op) -> bool:
-    returns = op._schema.returns
-    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+    return _schema_of(op)[3]
 
 
 def _copy_from(op, args, kwargs):
@@ -1415,8 +1418,10 @@ def _convolution(op, args, kwargs, bound):
 
     key = (dev.index, forward, None if forward else tuple(mask), tuple(x.shape), tuple(weight.shape),
            (sh, sw, ph, pw, dh, dw), groups, x.dtype)
-    fold = _conv_layout(dev, key, length < FOLD_PIXELS, gemm_convolution)
-    return gemm_convolution(fold, one_by_one and not fold)
+    def run(fold: bool):
+        return gemm_convolution(fold, one_by_one and not fold)
+
+    return run(_conv_layout(dev, key, length < FOLD_PIXELS, run))
 
 
 CONV_BENCHMARK = os.environ.get("FADE_OCL_CONV_BENCHMARK", "auto")  # on | off | auto (GPUs only)
@@ -1431,13 +1436,12 @@ def _conv_layout(dev: runtime.Device, key: tuple, default: bool, run) -> bool:
         return default
     chosen = _conv_layouts.get(key)
     if chosen is None:
-        one_by_one = key[5] == (1, 1, 0, 0, 1, 1) and key[4][2:] == (1, 1)
         seconds = {}
         for fold in (True, False):
-            run(fold, one_by_one and not fold)
+            run(fold)
             dev.queue.finish()
             start = time.perf_counter()
-            run(fold, one_by_one and not fold)
+            run(fold)
             dev.queue.finish()
             seconds[fold] = time.perf_counter() - start
         chosen = _conv_layouts[key] = seconds[True] <= seconds[False]
@@ -2002,7 +2006,7 @@ __kernel void foreach_inplace({ct} alpha{params}) {{
 
 
 def _written_outs(op) -> bool:
-    return any(a.is_out for a in op._schema.arguments)
+    return _schema_of(op)[2]
 
 
 _HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, kwargs, bound)

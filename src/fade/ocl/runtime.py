@@ -182,8 +182,7 @@ class Device:
                 reclaim(False)
                 free = self.pool.get(size)
             if not free and self.fresh_bytes > FULL_SWEEP_BYTES:
-                reclaim(True)
-                self.fresh_bytes = 0
+                self._reclaim_all(reclaim)
                 free = self.pool.get(size)
             if free:
                 self.pooled_bytes -= size
@@ -191,8 +190,7 @@ class Device:
             # Drivers that allocate lazily (NVIDIA's) accept any clCreateBuffer and fail the first kernel that
             # touches memory they cannot back, so the pool is emptied before the total would pass the device.
             if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
-                reclaim(True)
-                self.fresh_bytes = 0
+                self._reclaim_all(reclaim)
                 self.empty_cache()
                 if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
                     raise OutOfMemoryError(
@@ -210,6 +208,11 @@ class Device:
             self.held_bytes += size
             self.fresh_bytes += size
             return buffer
+
+    def _reclaim_all(self, reclaim) -> None:
+        """Every dead tensor's buffer back to the pool: a full sweep, which restarts the count to the next."""
+        reclaim(True)
+        self.fresh_bytes = 0
 
     def release(self, buffer) -> None:
         with self.lock:
