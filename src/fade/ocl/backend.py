@@ -65,11 +65,31 @@ def register() -> None:
         extra_ops=("native_layer_norm.default", "native_layer_norm_backward.default",
                    # these have a composite per-tensor kernel that would win over the fallback: registered, they
                    # reach _foreach as one call (multi-tensor kernels, _foreach_fused)
-                   *[f"_foreach_{key}" for key in _FOREACH_FUSED]))
+                   *[f"_foreach_{key}" for key in _FOREACH_FUSED], *_structured_ops()))
     # torch.load restores a storage with torch.UntypedStorage(n, device="ocl"), which needs a C++ allocator
     # (PrivateUse1 from Python has none: it crashes). Restore "ocl:N" storages through this allocator instead.
     torch.serialization.register_package(1, lambda obj: None, _restore_storage)
     _library = libraries
+
+
+def _structured_ops() -> list[str]:
+    """The functional and in-place overloads of the ops with kernels here that torch runs, on a backend without
+    its own kernel for them, through a composite that computes the meta result in C++ and then dispatches
+    empty + the out= overload: two trips into Python. Registered per op, they reach `_dispatch` once (a
+    functional add: 101 -> 62 us on PoCL)."""
+    found = []
+    for base in sorted(set(POINTWISE) | set(_HANDLERS)):
+        for name in (base, base + "_"):
+            packet = getattr(aten, name, None)
+            for overload in packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ():
+                try:  # TorchScript-only overloads (add.t) are not in the dispatcher
+                    structured = torch._C._dispatch_has_kernel_for_dispatch_key(
+                        getattr(packet, overload).name(), "CompositeExplicitAutogradNonFunctional")
+                except RuntimeError:
+                    continue
+                if structured:
+                    found.append(f"{name}.{overload}")
+    return found
 
 
 def _restore_storage(storage, location: str):
@@ -526,9 +546,10 @@ def _meta_key(value):
     return None
 
 
-def _elementwise_meta(op, args, kwargs):
-    """The meta result of an elementwise op, cached by its arguments' geometry, dtypes and scalars: running
-    torch's meta kernel is about half of a small op's Python dispatch cost."""
+def _meta(op, args, kwargs):
+    """An op's meta result (a tensor or a tuple of them), cached by its arguments' geometry, dtypes and scalars:
+    torch's meta kernels are about half of a small op's Python dispatch cost, and some (max_pool2d_with_indices)
+    run Python decompositions of a millisecond. Only the result's geometry is ever read."""
     key = _meta_key((args, tuple(sorted(kwargs.items()))))
     if key is not None:
         key = (op, key)
@@ -536,7 +557,8 @@ def _elementwise_meta(op, args, kwargs):
         if cached is not None:
             return cached
     meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
-    if key is not None and isinstance(meta_result, torch.Tensor):
+    if key is not None and (isinstance(meta_result, torch.Tensor) or (
+            isinstance(meta_result, tuple) and all(isinstance(r, torch.Tensor) for r in meta_result))):
         if len(_meta_cache) >= META_CACHE_SIZE:
             _meta_cache.clear()
         _meta_cache[key] = meta_result
@@ -546,7 +568,7 @@ def _elementwise_meta(op, args, kwargs):
 def _output_for(op, args, kwargs, bound) -> tuple:
     """(the tensor the op writes, the meta result): its in-place/out= argument, or a fresh tensor shaped as
     the op's meta result."""
-    meta_result = _elementwise_meta(op, args, kwargs)
+    meta_result = _meta(op, args, kwargs)
     written = _written(op, bound)
     if written:
         target = written[0]
@@ -687,7 +709,7 @@ def _reduction(op, args, kwargs, bound):
     if x.dtype not in (torch.float32, torch.float64, torch.int64, torch.int32) + (
             (torch.bool, torch.uint8) if logical else ()):
         raise _NoKernel(f"reduction over {x.dtype}")
-    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    meta_result = _meta(op, args, kwargs)
     dim = bound.get("dim")
     dims = list(range(x.dim())) if dim is None or dim == [] else ([dim] if isinstance(dim, int) else list(dim))
     kind = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
@@ -807,37 +829,77 @@ def _nll(op, args, kwargs, bound):
     return _finish(op, bound, grad)
 
 
-def _gemm_layout(t: torch.Tensor):
-    """(transposed, leading dimension) of a 2-D device tensor CLBlast can read in place, or None."""
-    rows, cols = t.shape
-    if t.stride(1) == 1 and t.stride(0) >= max(cols, 1):
-        return False, t.stride(0)
-    if t.stride(0) == 1 and t.stride(1) >= max(rows, 1):
-        return True, t.stride(1)
+@dataclasses.dataclass(frozen=True)
+class _Mat:
+    """A 2-D matrix inside a device tensor's storage, described without a torch view: each view of an ocl tensor
+    is a full trip through dispatch (25-30 us on the H100's host), and a convolution's backward took a dozen."""
+
+    base: torch.Tensor  # a tensor on the storage (its buffer and dtype)
+    offset: int  # in elements, from the storage's start
+    rows: int
+    cols: int
+    row_stride: int
+    col_stride: int = 1
+
+    @property
+    def shape(self) -> tuple:
+        return self.rows, self.cols
+
+    def t(self) -> "_Mat":
+        return _Mat(self.base, self.offset, self.cols, self.rows, self.col_stride, self.row_stride)
+
+    def row_range(self, start: int, stop: int) -> "_Mat":
+        return dataclasses.replace(self, offset=self.offset + start * self.row_stride, rows=stop - start)
+
+    def col_range(self, start: int, stop: int) -> "_Mat":
+        return dataclasses.replace(self, offset=self.offset + start * self.col_stride, cols=stop - start)
+
+    def tensor(self) -> torch.Tensor:
+        return _table.view_of(self.base, self.base.dtype, self.offset, (self.rows, self.cols),
+                              (self.row_stride, self.col_stride))
+
+
+def _mat(t: torch.Tensor, rows: int | None = None, cols: int | None = None, start: int = 0) -> _Mat:
+    """A 2-D tensor as a _Mat; or, given rows and cols, the row-major rows x cols matrix `start` elements after
+    the (contiguous) tensor's first element."""
+    if rows is None:
+        return _Mat(t, t.storage_offset(), t.shape[0], t.shape[1], t.stride(0), t.stride(1))
+    return _Mat(t, t.storage_offset() + start, rows, cols, cols)
+
+
+def _gemm_layout(m: _Mat):
+    """(transposed, leading dimension) of a matrix CLBlast can read in place, or None."""
+    if m.col_stride == 1 and m.row_stride >= max(m.cols, 1):
+        return False, m.row_stride
+    if m.row_stride == 1 and m.col_stride >= max(m.rows, 1):
+        return True, m.col_stride
     return None
 
 
-def _gemm_operand(t: torch.Tensor) -> tuple:
-    """(tensor, transposed, leading dimension) of a 2-D device tensor, copying it if neither layout fits."""
-    layout = _gemm_layout(t)
+def _gemm_operand(m: _Mat) -> tuple:
+    """(matrix, transposed, leading dimension), copying the matrix if neither layout fits."""
+    layout = _gemm_layout(m)
     if layout is not None:
-        return (t,) + layout
-    rows, cols = t.shape
-    dense = empty(t.shape, _contiguous_strides(t.shape), t.dtype, t.device.index)
-    pointwise("a", dense, [t])
-    return dense, False, max(cols, 1)
+        return (m,) + layout
+    dense = empty([m.rows, m.cols], [m.cols, 1], m.base.dtype, m.base.device.index)
+    pointwise("a", dense, [m.tensor()])
+    return _mat(dense), False, max(m.cols, 1)
 
 
-def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, beta: float, batch: int = 1,
-             strides: tuple = (0, 0, 0)) -> None:
-    """out = alpha * a @ b + beta * out for 2-D device tensors; with `batch` > 1, that many products whose a, b
-    and out start `strides` elements after the previous ones (the 2-D tensors given are the first)."""
+def _mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0)) -> None:
+    """out = alpha * a @ b + beta * out for 2-D device tensors or _Mats (out row-major); with `batch` > 1, that
+    many products whose a, b and out start `strides` elements after the previous ones (those given are the
+    first)."""
+    out, a, b = (x if isinstance(x, _Mat) else _mat(x) for x in (out, a, b))
     m, k = a.shape
-    n = b.shape[1]
+    n = b.cols
     if m == 0 or n == 0 or batch == 0:
         return
+    if out.col_stride != 1 and out.rows > 1 and out.cols > 1:
+        raise ValueError("a GEMM's output must be row-major")
     if k == 0 and batch == 1:
-        pointwise("a * beta", out, [out], scalars={"beta": beta}) if beta else pointwise("0", out, [])
+        target = out.tensor()
+        pointwise("a * beta", target, [target], scalars={"beta": beta}) if beta else pointwise("0", target, [])
         return
     if batch > 1 and (_gemm_layout(a) is None or _gemm_layout(b) is None):
         raise ValueError("a batched GEMM operand must be readable in place")  # callers pass strided views
@@ -846,9 +908,9 @@ def _mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, alpha: float, 
     pieces = min(k // SPLIT_K_CHUNK, SPLIT_K_PARTIALS // max(m * n, 1)) if batch == 1 else 0
     if pieces >= 2:
         return _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces)
-    runtime.gemm(_dev(out), out.dtype, trans_a, trans_b, m, n, k, alpha, _block(a).buffer, a.storage_offset(), lda,
-                 _block(b).buffer, b.storage_offset(), ldb, beta, _block(out).buffer, out.storage_offset(),
-                 out.stride(0), batch=batch, strides=strides)
+    runtime.gemm(_dev(out.base), out.base.dtype, trans_a, trans_b, m, n, k, alpha, _block(a.base).buffer, a.offset,
+                 lda, _block(b.base).buffer, b.offset, ldb, beta, _block(out.base).buffer, out.offset,
+                 max(out.row_stride, n), batch=batch, strides=strides)
 
 
 SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...
@@ -862,17 +924,17 @@ def _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces) -> N
     kernel sums them into out (accumulating in double where the device has fp64); the leftover of k, if any,
     is one more GEMM added to out."""
     m, k = a.shape
-    n = b.shape[1]
+    n = b.cols
     chunk = k // pieces
-    dev = _dev(out)
-    partial = empty([pieces, m, n], _contiguous_strides([pieces, m, n]), out.dtype, out.device.index)
+    dtype, dev = out.base.dtype, _dev(out.base)
+    partial = empty([pieces, m, n], _contiguous_strides([pieces, m, n]), dtype, out.base.device.index)
     step_a = chunk * (lda if trans_a else 1)  # one slice of k further along a (m x k) and b (k x n)
     step_b = chunk * (1 if trans_b else ldb)
-    runtime.gemm(dev, out.dtype, trans_a, trans_b, m, n, chunk, alpha, _block(a).buffer, a.storage_offset(), lda,
-                 _block(b).buffer, b.storage_offset(), ldb, 0.0, _block(partial).buffer, 0, n, batch=pieces,
+    runtime.gemm(dev, dtype, trans_a, trans_b, m, n, chunk, alpha, _block(a.base).buffer, a.offset, lda,
+                 _block(b.base).buffer, b.offset, ldb, 0.0, _block(partial).buffer, 0, n, batch=pieces,
                  strides=(step_a, step_b, m * n))
-    wide = "double" if out.dtype == torch.float64 or dev.info.fp64 else "float"
-    source = f"""#define T {_cl_type(out.dtype)}
+    wide = "double" if dtype == torch.float64 or dev.info.fp64 else "float"
+    source = f"""#define T {_cl_type(dtype)}
 #define ACC {wide}
 __kernel void sum_pieces(__global const T* partial, long pieces, long m, long n, __global T* out, long out_off,
                          long ldc, T beta) {{
@@ -883,19 +945,19 @@ __kernel void sum_pieces(__global const T* partial, long pieces, long m, long n,
     long o = out_off + (i / n) * ldc + i % n;
     out[o] = (T)(beta != 0 ? acc + (ACC)beta * (ACC)out[o] : acc);
 }}"""
-    scalar = np.float64 if out.dtype == torch.float64 else np.float32
+    scalar = np.float64 if dtype == torch.float64 else np.float32
     dev.launch(dev.kernel("sum_pieces", source), (m * n,), None, _block(partial).buffer, np.int64(pieces),
-               np.int64(m), np.int64(n), _block(out).buffer, np.int64(out.storage_offset()), np.int64(out.stride(0)),
+               np.int64(m), np.int64(n), _block(out.base).buffer, np.int64(out.offset), np.int64(out.row_stride),
                scalar(beta))
     if k > pieces * chunk:
-        _mm_into(out, a[:, pieces * chunk:], b[pieces * chunk:, :], alpha, 1.0)
+        _mm_into(out, a.col_range(pieces * chunk, k), b.row_range(pieces * chunk, k), alpha, 1.0)
 
 
 def _matmul(op, args, kwargs, bound):
     base = _base(op)
     if bound["self"].dtype not in (torch.float32, torch.float64):
         raise _NoKernel("a GEMM variant without CLBlast")
-    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    meta_result = _meta(op, args, kwargs)
     index = bound["self"].device.index
     written = _written(op, bound)
     if written and written[0].dtype == meta_result.dtype:  # mm.out (torch.mm's path): GEMM straight into it
@@ -921,8 +983,8 @@ def _matmul(op, args, kwargs, bound):
             for batch in range(out.shape[0]):
                 _mm_into(out[batch], a[batch], b[batch], 1.0, 0.0)
         else:
-            a = a if _gemm_layout(a[0]) is not None else _contiguous(a)
-            b = b if _gemm_layout(b[0]) is not None else _contiguous(b)
+            a = a if _gemm_layout(_mat(a[0])) is not None else _contiguous(a)
+            b = b if _gemm_layout(_mat(b[0])) is not None else _contiguous(b)
             if a.shape[2] == 0:
                 pointwise("0", out, [])
             else:
@@ -1257,6 +1319,11 @@ FOLD_PIXELS = 1024  # output pixels per image below which a convolution's GEMM s
 CONV_WORKSPACE_BYTES = 256 << 20  # the im2col columns of as many images as fit are built at once
 
 
+def _strided(t: torch.Tensor, start: int, size, stride) -> torch.Tensor:
+    """A view of t's storage `start` elements after t's first element, made without a trip through dispatch."""
+    return _table.view_of(t, t.dtype, t.storage_offset() + start, size, stride)
+
+
 def _contiguous(t: torch.Tensor) -> torch.Tensor:
     if t.is_contiguous():
         return t
@@ -1323,21 +1390,26 @@ def _convolution(op, args, kwargs, bound):
     # cudnn.benchmark); else folded below FOLD_PIXELS (CLBlast ran resnet50's 512 x 49 x 4608 per image x 64 at
     # 11 TFLOP/s on the H100).
     one_by_one = (kh, kw, sh, sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
+    def w_group(group: int) -> _Mat:  # the group's weights as (coutg x kk)
+        return _mat(weight, coutg, kk, group * coutg * kk)
+
     def gemm_convolution(fold: bool, direct: bool):
         if forward and direct:  # out[i]_g = W_g @ x[i]_g, every image in one strided-batched GEMM per group
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             if n and length and out.numel():
                 for group in range(groups):
-                    _mm_into(out[0].view(cout, length)[group * coutg:(group + 1) * coutg],
-                             weight.view(cout, kk)[group * coutg:(group + 1) * coutg],
-                             x[0].view(c, length)[group * cg:(group + 1) * cg], 1.0, 0.0, batch=n,
+                    _mm_into(_mat(out, coutg, length, group * coutg * length), w_group(group),
+                             _mat(x, cg, length, group * cg * length), 1.0, 0.0, batch=n,
                              strides=(0, c * length, cout * length))
             return _conv_bias(out, bound, cout)
         per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
         budget = min(CONV_WORKSPACE_BYTES, dev.info.max_allocation_bytes // 2)
         chunk = max(1, min(n, budget // max(per_image, 1)))
-        w2d = weight.view(cout, kk)
         cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
+        cols_m = _mat(cols)
+
+        def columns(group: int, width: int) -> _Mat:  # group's rows of the columns, the first `width` of them
+            return cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, width)
 
         def im2col(first: int, count: int) -> None:
             dev.launch(dev.kernel("im2col", source), (count * length, c * kh * kw), None, _block(x).buffer,
@@ -1346,6 +1418,7 @@ def _convolution(op, args, kwargs, bound):
         if forward:
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             folded = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index) if fold else None
+            folded_m = _mat(folded) if fold else None
             for first in range(0, n, chunk):
                 count = min(chunk, n - first)
                 if not cols.numel() or not out.numel():
@@ -1353,18 +1426,16 @@ def _convolution(op, args, kwargs, bound):
                 im2col(first, count)
                 if fold:  # out_g (coutg x count*L) = W_g @ cols_g, then out[image, channel] = folded[channel, image]
                     for group in range(groups):
-                        _mm_into(folded[group * coutg:(group + 1) * coutg, :count * length],
-                                 w2d[group * coutg:(group + 1) * coutg],
-                                 cols[group * kk:(group + 1) * kk, :count * length],
-                                 1.0, 0.0)
-                    pointwise("a", out[first:first + count].view(count, cout, length).permute(1, 0, 2),
-                              [folded[:, :count * length].view(cout, count, length)])
+                        _mm_into(folded_m.row_range(group * coutg, (group + 1) * coutg).col_range(0, count * length),
+                                 w_group(group), columns(group, count * length), 1.0, 0.0)
+                    pointwise("a", _strided(out, first * cout * length, (cout, count, length),
+                                            (length, cout * length, 1)),
+                              [_strided(folded, 0, (cout, count, length), (chunk * length, length, 1))])
                     continue
-                plane = out[first].view(cout, length)
+                plane = _mat(out, cout, length, first * cout * length)
                 for group in range(groups):  # out[i] (coutg x L) = W_g (coutg x kk) @ cols_g[:, image i]
-                    _mm_into(plane[group * coutg:(group + 1) * coutg], w2d[group * coutg:(group + 1) * coutg],
-                             cols[group * kk:(group + 1) * kk, :length], 1.0, 0.0, batch=count,
-                             strides=(0, length, cout * length))
+                    _mm_into(plane.row_range(group * coutg, (group + 1) * coutg), w_group(group),
+                             columns(group, length), 1.0, 0.0, batch=count, strides=(0, length, cout * length))
             return _conv_bias(out, bound, cout)
         grad_input = grad_weight = None
         if mask[0]:
@@ -1372,43 +1443,44 @@ def _convolution(op, args, kwargs, bound):
             if direct:  # grad_x[i]_g = W_g^T @ grad[i]_g straight into grad_input: no columns, no col2im
                 for group in range(groups):
                     if n and length:
-                        _mm_into(grad_input[0].view(c, length)[group * cg:(group + 1) * cg],
-                                 w2d[group * coutg:(group + 1) * coutg].t(),
-                                 grad[0].view(cout, length)[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=n,
+                        _mm_into(_mat(grad_input, cg, length, group * cg * length), w_group(group).t(),
+                                 _mat(grad, coutg, length, group * coutg * length), 1.0, 0.0, batch=n,
                                  strides=(0, cout * length, c * length))
             else:
                 grad_cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
+                grad_cols_m = _mat(grad_cols)
         if mask[1]:
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             pointwise("0", grad_weight, [])
-            gw = grad_weight.view(cout, kk)
+            gw = _mat(grad_weight, cout, kk)
         if mask[1] or (mask[0] and fold):  # grad with the chunk's images side by side: (cout, count * L)
             grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
+            grad_t_m = _mat(grad_t)
         for first in range(0, n, chunk):
             count = min(chunk, n - first)
             if not cols.numel() or not length:
                 break
-            plane = grad[first].view(cout, length)
+            plane = _mat(grad, cout, length, first * cout * length)
             if mask[1] or (mask[0] and fold):
-                pointwise("a", grad_t[:, :count * length].view(cout, count, length),
-                          [grad[first:first + count].view(count, cout, length).permute(1, 0, 2)])
+                pointwise("a", _strided(grad_t, 0, (cout, count, length), (chunk * length, length, 1)),
+                          [_strided(grad, first * cout * length, (cout, count, length), (length, cout * length, 1))])
             if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
                 im2col(first, count)
                 for group in range(groups):
-                    _mm_into(gw[group * coutg:(group + 1) * coutg],
-                             grad_t[group * coutg:(group + 1) * coutg, :count * length],
-                             cols[group * kk:(group + 1) * kk, :count * length].t(), 1.0, 1.0)
+                    _mm_into(gw.row_range(group * coutg, (group + 1) * coutg),
+                             grad_t_m.row_range(group * coutg, (group + 1) * coutg).col_range(0, count * length),
+                             columns(group, count * length).t(), 1.0, 1.0)
             if mask[0] and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
                 for group in range(groups):
                     if fold:  # all the chunk's images in one GEMM
-                        _mm_into(grad_cols[group * kk:(group + 1) * kk, :count * length],
-                                 w2d[group * coutg:(group + 1) * coutg].t(),
-                                 grad_t[group * coutg:(group + 1) * coutg, :count * length], 1.0, 0.0)
+                        _mm_into(grad_cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, count * length),
+                                 w_group(group).t(),
+                                 grad_t_m.row_range(group * coutg, (group + 1) * coutg).col_range(0, count * length),
+                                 1.0, 0.0)
                         continue
-                    _mm_into(grad_cols[group * kk:(group + 1) * kk, :length],
-                             w2d[group * coutg:(group + 1) * coutg].t(),
-                             plane[group * coutg:(group + 1) * coutg], 1.0, 0.0, batch=count,
-                             strides=(0, cout * length, length))
+                    _mm_into(grad_cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, length),
+                             w_group(group).t(), plane.row_range(group * coutg, (group + 1) * coutg), 1.0, 0.0,
+                             batch=count, strides=(0, cout * length, length))
                 dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, _block(grad_cols).buffer,
                            _block(grad_input).buffer, np.int64(first * c * h * w), np.int64(chunk * length),
                            np.int64(count))
@@ -1506,7 +1578,7 @@ def _max_pool(op, args, kwargs, bound):
     x = bound["self"]
     if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64):
         raise _NoKernel("max pool beyond 2-D float")
-    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    meta_result = _meta(op, args, kwargs)
     x = _contiguous(x)
     h, w = x.shape[-2:]
     planes = math.prod(x.shape[:-2])
@@ -1611,7 +1683,7 @@ def _adaptive_avg_pool(op, args, kwargs, bound):
 def _arange(op, args, kwargs, bound):
     """arange(start, end, step, out=): out[i] = start + i * step, computed in double (long for integer
     outputs) as torch's CPU kernel does."""
-    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    meta_result = _meta(op, args, kwargs)
     out = empty_like_meta(meta_result, _index_of(args, kwargs))
     if out.numel():
         dev = _dev(out)
@@ -1657,7 +1729,7 @@ __kernel void triangle(__global const {t}* x, long x_off, __global {t}* out, lon
 def _cat(op, args, kwargs, bound):
     """cat: each input copied into its slice of the result (torch's type promotion; 1-D empty inputs skipped,
     as torch does)."""
-    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    meta_result = _meta(op, args, kwargs)
     out = empty_like_meta(meta_result, _index_of(args, kwargs))
     dim = bound["dim"] % max(out.dim(), 1)
     offset = 0
