@@ -13,6 +13,7 @@ import itertools
 import threading
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef  # torch imports it already
 
 aten = torch.ops.aten
 
@@ -61,6 +62,9 @@ def map_nested(function, value):
 
 
 _SET_ = aten.set_.source_Storage_storage_offset
+# An entry keeps torch's StorageWeakRef (it frees the weak reference when dropped) and its handle, which is
+# tested with the storage class's _expired directly: the table asks on every op and every allocation.
+_expired = torch.UntypedStorage._expired
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
@@ -82,12 +86,11 @@ class StorageTable:
     def new_tensor(self, backing, address: int, nbytes: int, device: torch.device, dtype, offset: int, size,
                    stride) -> torch.Tensor:
         """A device tensor on a fresh storage of `nbytes` at `address`, remembered as backed by `backing`."""
-        from torch.multiprocessing.reductions import StorageWeakRef
-
         storage = torch._C._construct_storage_from_data_pointer(address, device, nbytes)
         tensor = set_geometry(torch._C._acc.create_empty_tensor((0,), dtype), storage, offset, size, stride)
+        ref = StorageWeakRef(tensor.untyped_storage())
         with self._lock:
-            self._entries[storage._cdata] = (StorageWeakRef(tensor.untyped_storage()), backing)
+            self._entries[storage._cdata] = (ref, backing, ref.cdata)
         return tensor
 
     def view_of(self, base: torch.Tensor, dtype, offset: int, size, stride) -> torch.Tensor:
@@ -100,7 +103,7 @@ class StorageTable:
         storage = tensor_or_storage.untyped_storage() if isinstance(tensor_or_storage, torch.Tensor) \
             else tensor_or_storage
         entry = self._entries.get(storage._cdata)
-        if entry is None or entry[0].expired():
+        if entry is None or _expired(entry[2]):
             raise RuntimeError(f"this {self.device_type} tensor has no memory behind it (made outside FADE?)")
         return entry[1]
 
@@ -110,13 +113,14 @@ class StorageTable:
         costs about a microsecond per live storage, and a training step holds a thousand)."""
         with self._lock:
             keys = self._entries if young is None else list(itertools.islice(reversed(self._entries), young))
-            dead = [key for key in keys if self._entries[key][0].expired()]
+            entries = self._entries
+            dead = [key for key in keys if _expired(entries[key][2])]
             return [self._entries.pop(key)[1] for key in dead]
 
     def live(self) -> list:
         """The backing objects of the storages still alive."""
         with self._lock:
-            return [backing for ref, backing in self._entries.values() if not ref.expired()]
+            return [backing for _, backing, weak in self._entries.values() if not _expired(weak)]
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -181,8 +181,9 @@ def _raw(tensor: torch.Tensor) -> np.ndarray:
     return tensor.reshape(-1).view(torch.uint8).numpy()
 
 
-def upload(host: torch.Tensor, target: torch.Tensor) -> None:
-    """Copy a host tensor into a device tensor (any strides, any dtypes)."""
+def upload(host: torch.Tensor, target: torch.Tensor, owned: bool = False) -> None:
+    """Copy a host tensor into a device tensor (any strides, any dtypes), without waiting for the queue: the
+    data is first copied to a private array unless `owned` (the caller never touches `host` again)."""
     host = host.detach().to(target.dtype).expand(target.shape)
     if target.numel() == 0:
         return
@@ -191,10 +192,9 @@ def upload(host: torch.Tensor, target: torch.Tensor) -> None:
         upload(host, staging)
         pointwise("a", target, [staging])
         return
-    dev = _dev(target)
-    data = np.ascontiguousarray(_raw(host.contiguous()))
-    dev.record("copy host-to-device", dev.cl.enqueue_copy(dev.queue, _block(target).buffer, data,
-                                                          dst_offset=target.storage_offset() * target.element_size()))
+    data = _raw(host.contiguous())
+    data = np.ascontiguousarray(data) if owned else np.array(data, copy=True)
+    _dev(target).write(_block(target).buffer, data, target.storage_offset() * target.element_size())
 
 
 def download(source: torch.Tensor) -> torch.Tensor:
@@ -223,11 +223,11 @@ def _storage_to_host(tensor: torch.Tensor) -> torch.UntypedStorage:
     return host
 
 
-def _storage_from_host(host: torch.UntypedStorage, tensor: torch.Tensor) -> None:
+def _storage_from_host(host: torch.UntypedStorage, tensor: torch.Tensor, owned: bool = False) -> None:
+    """Write a host storage into a device tensor's buffer; copied first unless `owned` (see upload)."""
     if host.nbytes():
-        dev = _dev(tensor)
-        dev.record("copy host-to-device", dev.cl.enqueue_copy(
-            dev.queue, _block(tensor).buffer, torch.empty(0, dtype=torch.uint8).set_(host).numpy()))
+        data = torch.empty(0, dtype=torch.uint8).set_(host).numpy()
+        _dev(tensor).write(_block(tensor).buffer, data if owned else data.copy(), 0)
 
 
 # kernels
@@ -260,6 +260,9 @@ def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalar
                                    (x.numel() == 1 or (list(x.shape) == shape and x.is_contiguous()))
                                    for x in operands):
         return _pointwise_flat(expr, out, operands, compute, ct, ot, scalars)
+    if all(not isinstance(x, torch.Tensor) or x.device.type == NAME for x in operands) and \
+            _pointwise_strided(expr, out, operands, compute, ct, ot, scalars):
+        return
     meta = [out.numel(), len(shape)] + shape + [0] * (MAX_DIMS - len(shape))
     meta += [out.storage_offset()] + list(out.stride()) + [0] * (MAX_DIMS - len(shape))
     params, loads, args, letters = [], [], [], "abcdefgh"
@@ -368,6 +371,99 @@ __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' +
     args += [np_ct(v) if isinstance(v, (int, float, bool)) else v for v in scalars.values()]
     _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
                      np.int64(out.numel()), *args, label=f"pointwise {expr}")
+
+
+def _collapse(shape, stride_lists) -> tuple:
+    """(shape, stride lists) with size-1 dimensions dropped and neighbours merged where every tensor steps
+    through them as one (a permuted copy of [n, c, l] stays 3-D, an expanded row becomes 2-D)."""
+    kept = [d for d, size in enumerate(shape) if size != 1]
+    sizes = [shape[d] for d in kept]
+    strides = [[st[d] for d in kept] for st in stride_lists]
+    d = len(sizes) - 1
+    while d > 0:
+        if all(st[d - 1] == st[d] * sizes[d] for st in strides):
+            sizes[d - 1] *= sizes[d]
+            for st in strides:
+                st[d - 1] = st[d]
+                del st[d]
+            del sizes[d]
+        d -= 1
+    return sizes, strides
+
+
+def _broadcast_strides(x: torch.Tensor, shape) -> list:
+    """x's strides when broadcast to `shape` (what x.expand(shape).stride() says, without a view op)."""
+    lead = len(shape) - x.dim()
+    return [0] * lead + [0 if size == 1 and shape[lead + d] != 1 else st
+                         for d, (size, st) in enumerate(zip(x.shape, x.stride()))]
+
+
+STRIDED_KERNELS = 1024  # compiled strided geometries kept per process; past that, the generic kernel
+
+
+def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
+    """pointwise() over strided tensors with the geometry (sizes, every tensor's strides) compiled into the
+    kernel, after _collapse: its divisions by constants become multiplications, no metadata buffer is made, and
+    a repeated op finds its kernel by key. Offsets stay arguments, so every view of one geometry shares a
+    kernel. False when the cache is full (the generic kernel then runs)."""
+    shape = list(out.shape)
+    tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+    if any(x.dim() > len(shape) for x in tensors):
+        return False
+    sizes, strides = _collapse(shape, [list(out.stride())] + [_broadcast_strides(x, shape) for x in tensors])
+    kinds = tuple(x.dtype if isinstance(x, torch.Tensor) else None for x in operands)
+    key = ("strided", out.device.index or 0, expr, ct, ot, out.dtype == torch.bool, kinds, tuple(scalars),
+           tuple(sizes), tuple(map(tuple, strides)))
+    entry = _flat_kernels.get(key)
+    if entry is None:
+        if len(_flat_kernels) >= STRIDED_KERNELS:
+            return False
+        total = out.numel()
+        reach = max([total] + [sum((size - 1) * abs(st) for size, st in zip(sizes, sts)) + x.storage_offset()
+                               for sts, x in zip(strides, [out] + tensors)])
+        idx = "int" if reach < 2**31 else "long"
+        decode, rest = [], "i"
+        for d in range(len(sizes) - 1, 0, -1):
+            decode.append(f"{idx} i{d} = {rest} % {sizes[d]}; {idx} r{d} = {rest} / {sizes[d]};")
+            rest = f"r{d}"
+        decode.append(f"{idx} i0 = {rest};")
+
+        def address(sts) -> str:
+            return " + ".join([f"i{d} * {st}" for d, st in enumerate(sts) if st] or ["0"])
+
+        params, loads, letters, slot = [], [], "abcdefgh", 1
+        for position, kind in enumerate(kinds):
+            letter = letters[position]
+            if kind is not None:
+                params.append(f"__global const {_cl_type(kind)}* in_{letter}, long off_{letter}")
+                loads.append(f"{ct} {letter} = ({ct})in_{letter}[off_{letter} + {address(strides[slot])}];")
+                slot += 1
+            else:
+                params.append(f"{ct} {letter}")
+        params += [f"{ct} {name}" for name in scalars]
+        body = _FLOAT_LITERAL.sub(r"\1", expr) if ct == "double" else expr
+        store = f"({ot})(({ct})({body}) != 0)" if out.dtype == torch.bool else f"({ot})({body})"
+        source = f"""
+__kernel void pointwise_strided(__global {ot}* out, long off{''.join(', ' + p for p in params)}) {{
+    {idx} i = get_global_id(0);
+    if (i >= {total}) return;
+    {' '.join(decode)}
+    {' '.join(loads)}
+    out[off + {address(strides[0])}] = {store};
+}}"""
+        np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
+        entry = _flat_kernels[key] = (_dev(out).kernel("pointwise_strided", source), np_ct)
+    kernel, np_ct = entry
+    args = []
+    for operand in operands:
+        if isinstance(operand, torch.Tensor):
+            args += [_block(operand).buffer, np.int64(operand.storage_offset())]
+        else:
+            args.append(np_ct(operand) if isinstance(operand, (int, float, bool)) else operand)
+    args += [np_ct(v) if isinstance(v, (int, float, bool)) else v for v in scalars.values()]
+    _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()), *args,
+                     label=f"pointwise {expr}")
+    return True
 
 
 _ROWS = {
@@ -905,7 +1001,7 @@ def _mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tupl
         raise ValueError("a batched GEMM operand must be readable in place")  # callers pass strided views
     a, trans_a, lda = _gemm_operand(a)
     b, trans_b, ldb = _gemm_operand(b)
-    pieces = min(k // SPLIT_K_CHUNK, SPLIT_K_PARTIALS // max(m * n, 1)) if batch == 1 else 0
+    pieces = _split_k_pieces(m, n, k) if batch == 1 else 0
     if pieces >= 2:
         return _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces)
     runtime.gemm(_dev(out.base), out.base.dtype, trans_a, trans_b, m, n, k, alpha, _block(a.base).buffer, a.offset,
@@ -915,6 +1011,17 @@ def _mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tupl
 
 SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...
 SPLIT_K_PARTIALS = 1 << 22  # ... when the pieces' partial products (m x n each) fit this many elements
+
+
+def _split_k_pieces(m: int, n: int, k: int) -> int:
+    """How many slices of k a GEMM is split into (< 2: none): as many as SPLIT_K_CHUNK and SPLIT_K_PARTIALS
+    allow, or fewer (down to half) when that divides k, so no leftover slice costs a GEMM call of its own
+    (CLBlast spends ~130 us of host time per call on the H100's host)."""
+    most = min(k // SPLIT_K_CHUNK, SPLIT_K_PARTIALS // max(m * n, 1))
+    for pieces in range(most, max(1, most // 2), -1):
+        if k % pieces == 0:
+            return pieces
+    return most
 
 
 def _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces) -> None:
@@ -1451,8 +1558,7 @@ def _convolution(op, args, kwargs, bound):
                 grad_cols_m = _mat(grad_cols)
         if mask[1]:
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
-            pointwise("0", grad_weight, [])
-            gw = _mat(grad_weight, cout, kk)
+            gw = _mat(grad_weight, cout, kk)  # the first chunk's GEMM writes it (beta 0), the others add
         if mask[1] or (mask[0] and fold):  # grad with the chunk's images side by side: (cout, count * L)
             grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
             grad_t_m = _mat(grad_t)
@@ -1469,7 +1575,7 @@ def _convolution(op, args, kwargs, bound):
                 for group in range(groups):
                     _mm_into(gw.row_range(group * coutg, (group + 1) * coutg),
                              grad_t_m.row_range(group * coutg, (group + 1) * coutg).col_range(0, count * length),
-                             columns(group, count * length).t(), 1.0, 1.0)
+                             columns(group, count * length).t(), 1.0, 1.0 if first else 0.0)
             if mask[0] and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
                 for group in range(groups):
                     if fold:  # all the chunk's images in one GEMM
@@ -1486,6 +1592,8 @@ def _convolution(op, args, kwargs, bound):
                            np.int64(count))
         if mask[0] and not (cols.numel() and length) and not (direct and n and length):
             pointwise("0", grad_input, [])
+        if mask[1] and not (n and cols.numel() and length):
+            pointwise("0", grad_weight, [])
         return grad_input, grad_weight, _conv_grad_bias(grad, mask)
 
     key = (dev.index, forward, None if forward else tuple(mask), tuple(x.shape), tuple(weight.shape),
@@ -1553,14 +1661,24 @@ __kernel void max_pool2d(__global const T* x, long x_off, __global T* out, __glo
     out[g] = best;
     index[g] = where;
 }
-__kernel void max_pool2d_backward(__global const T* grad, __global const long* index, __global T* out,
-                                  long planes, long HW, long OHW) {
-    long p = get_global_id(0);
-    if (p >= planes) return;
-    for (long o = 0; o < OHW; ++o) {
-        long where = index[p * OHW + o];
-        if (where >= 0) out[p * HW + where] += grad[p * OHW + o];
-    }
+/* one work item per input element: it gathers the gradients of the outputs whose window can hold it and whose
+   index names it, in output order (the CPU's order of accumulation); no atomics, every element in parallel */
+__kernel void max_pool2d_backward(__global const T* grad, long grad_off, __global const long* index,
+                                  long index_off, __global T* out, long planes, long H, long W, long OH, long OW,
+                                  long SH, long SW, long PH, long PW, long EH, long EW) {
+    long g = get_global_id(0);
+    if (g >= planes * H * W) return;
+    long p = g / (H * W), where = g % (H * W), iy = where / W, ix = where % W;
+    long y0 = iy + PH - EH, x0 = ix + PW - EW;  /* EH = (KH - 1) * DH: the window's extent less one */
+    long oy_lo = y0 <= 0 ? 0 : (y0 + SH - 1) / SH, oy_hi = min((iy + PH) / SH, OH - 1);
+    long ox_lo = x0 <= 0 ? 0 : (x0 + SW - 1) / SW, ox_hi = min((ix + PW) / SW, OW - 1);
+    T acc = 0;
+    for (long oy = oy_lo; oy <= oy_hi; ++oy)
+        for (long ox = ox_lo; ox <= ox_hi; ++ox) {
+            long o = p * OH * OW + oy * OW + ox;
+            if (index[index_off + o] == where) acc += grad[grad_off + o];
+        }
+    out[g] = acc;
 }
 """
 
@@ -1573,8 +1691,8 @@ def _pair(value, default=None) -> tuple:
 
 def _max_pool(op, args, kwargs, bound):
     """max_pool2d with indices and its backward: one work item per output (a plain loop over the window, so NaN
-    ends nothing early and hangs nothing; as on the CPU the last NaN of a window wins); the backward loops per plane (no
-    atomics)."""
+    ends nothing early and hangs nothing; as on the CPU the last NaN of a window wins); the backward one per input
+    element, gathering from the outputs that chose it (no atomics)."""
     x = bound["self"]
     if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64):
         raise _NoKernel("max pool beyond 2-D float")
@@ -1599,11 +1717,15 @@ def _max_pool(op, args, kwargs, bound):
         return _finish(op, bound, (out, index))
     grad, index = _contiguous(bound["grad_output"]), _contiguous(bound["indices"])
     out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
-    pointwise("0", out, [])
-    if planes and grad.numel():
-        dev.launch(dev.kernel("max_pool2d_backward", source), (planes,), None,
-            _block(grad).buffer, _block(index).buffer, _block(out).buffer,
-            np.int64(planes), np.int64(h * w), np.int64(grad.shape[-1] * grad.shape[-2]))
+    if out.numel():
+        oh, ow = grad.shape[-2:]
+        if grad.numel():
+            dev.launch(dev.kernel("max_pool2d_backward", source), (out.numel(),), None,
+                _block(grad).buffer, np.int64(grad.storage_offset()), _block(index).buffer,
+                np.int64(index.storage_offset()), _block(out).buffer,
+                *[np.int64(v) for v in (planes, h, w, oh, ow, sh, sw, ph, pw, (kh - 1) * dh, (kw - 1) * dw)])
+        else:
+            pointwise("0", out, [])
     return _finish(op, bound, out)
 
 
@@ -1985,7 +2107,7 @@ def _dropout(op, args, kwargs, bound):
         raise _NoKernel("dropout dtype")
     _, host_mask = aten.native_dropout.default(torch.zeros(x.shape, dtype=x.dtype), p, train)
     mask = empty(host_mask.shape, _contiguous_strides(host_mask.shape), host_mask.dtype, x.device.index)
-    upload(host_mask, mask)
+    upload(host_mask, mask, owned=True)
     out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
     if train is None or train:
         scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
@@ -2173,11 +2295,11 @@ def _cpu_fallback(op, args, kwargs):
                               host.storage_offset())
                 set_geometry(device_tensor, fresh.untyped_storage(), host.storage_offset(), host.size(),
                              host.stride())
-                _storage_from_host(host.untyped_storage(), device_tensor)
+                _storage_from_host(host.untyped_storage(), device_tensor, owned=True)
             else:
                 set_geometry(device_tensor, device_tensor.untyped_storage(), host.storage_offset(), host.size(),
                              host.stride())
-                _storage_from_host(host.untyped_storage(), device_tensor)
+                _storage_from_host(host.untyped_storage(), device_tensor, owned=True)
     index = _index_of(args, kwargs)
 
     def wrap(value):

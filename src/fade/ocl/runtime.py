@@ -9,6 +9,7 @@ Debian's `libclblast1` installs.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import ctypes.util
@@ -103,6 +104,9 @@ YOUNG_SWEEP = 64  # on a pool miss, the allocator looks at this many of the newe
 MEMORY_HEADROOM = 0.92  # of the device's global memory, for buffers; the rest for the driver, CLBlast, kernels
 
 
+MAX_PENDING_WRITES = 64  # host-to-device writes in flight before write() waits for the oldest
+
+
 class Device:
     """One OpenCL device in use: context, in-order queue, buffer pool, built programs."""
 
@@ -123,6 +127,7 @@ class Device:
         self.kernel_names: dict = {}  # id(kernel) -> its function name, for the profile's labels
         self.typed_kernels: set = set()  # id(kernel) of those whose scalar argument types pyopencl knows
         self.recording: list | None = None  # (label, event) per command while a profile records
+        self.pending_writes: collections.deque = collections.deque()  # events of writes not known complete
 
     # commands
     def launch(self, kernel, global_size, local_size, *args, label: str | None = None):
@@ -139,6 +144,19 @@ class Device:
         if self.recording is not None:
             self.recording.append((label or self.kernel_names.get(id(kernel), "kernel"), event))
         return event
+
+    def write(self, buffer, data, offset_bytes: int) -> None:
+        """Copy a host array into a buffer without waiting: a blocking write waits for every queued command
+        first (a sync per dropout mask). `data` must not change afterwards (callers pass arrays they own); the
+        event keeps it alive until the copy is done, and the oldest are dropped once complete."""
+        event = self.cl.enqueue_copy(self.queue, buffer, data, dst_offset=offset_bytes, is_blocking=False)
+        self.record("copy host-to-device", event)
+        pending = self.pending_writes
+        pending.append(event)
+        complete = self.cl.command_execution_status.COMPLETE
+        while pending and (len(pending) > MAX_PENDING_WRITES or
+                           pending[0].command_execution_status == complete):
+            pending.popleft().wait()
 
     def record(self, label: str, event) -> None:
         """Keep a command's event (a copy, a CLBlast call) while a profile records."""
@@ -257,6 +275,9 @@ _devices_lock = threading.Lock()
 
 
 def device(index: int) -> Device:
+    opened = _devices.get(index)  # the common case, without the lock (every op asks)
+    if opened is not None:
+        return opened
     with _devices_lock:
         if index not in _devices:
             count = len(_cl_devices())
