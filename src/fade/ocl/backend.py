@@ -927,22 +927,26 @@ def _nll(op, args, kwargs, bound):
 
 @dataclasses.dataclass(frozen=True)
 class _Mat:
-    """A 2-D matrix inside a device tensor's storage, described without a torch view: each view of an ocl tensor
-    is a full trip through dispatch (25-30 us on the H100's host), and a convolution's backward took a dozen."""
+    """A 2-D matrix in a device buffer, described without a torch view: each view of an ocl tensor is a full
+    trip through dispatch (25-30 us on the H100's host), and a convolution's backward took a dozen."""
 
-    base: torch.Tensor  # a tensor on the storage (its buffer and dtype)
-    offset: int  # in elements, from the storage's start
+    buffer: object  # the OpenCL buffer
+    dtype: torch.dtype
+    index: int  # the device's
+    offset: int  # in elements, from the buffer's start
     rows: int
     cols: int
     row_stride: int
     col_stride: int = 1
+    base: torch.Tensor | None = None  # a tensor on the buffer's storage (none for scratch buffers)
 
     @property
     def shape(self) -> tuple:
         return self.rows, self.cols
 
     def t(self) -> "_Mat":
-        return _Mat(self.base, self.offset, self.cols, self.rows, self.col_stride, self.row_stride)
+        return dataclasses.replace(self, rows=self.cols, cols=self.rows, row_stride=self.col_stride,
+                                   col_stride=self.row_stride)
 
     def row_range(self, start: int, stop: int) -> "_Mat":
         return dataclasses.replace(self, offset=self.offset + start * self.row_stride, rows=stop - start)
@@ -951,16 +955,47 @@ class _Mat:
         return dataclasses.replace(self, offset=self.offset + start * self.col_stride, cols=stop - start)
 
     def tensor(self) -> torch.Tensor:
-        return _table.view_of(self.base, self.base.dtype, self.offset, (self.rows, self.cols),
+        if self.base is None:
+            raise ValueError("a scratch matrix has no tensor")
+        return _table.view_of(self.base, self.dtype, self.offset, (self.rows, self.cols),
                               (self.row_stride, self.col_stride))
 
 
 def _mat(t: torch.Tensor, rows: int | None = None, cols: int | None = None, start: int = 0) -> _Mat:
     """A 2-D tensor as a _Mat; or, given rows and cols, the row-major rows x cols matrix `start` elements after
     the (contiguous) tensor's first element."""
+    index = t.device.index or 0
     if rows is None:
-        return _Mat(t, t.storage_offset(), t.shape[0], t.shape[1], t.stride(0), t.stride(1))
-    return _Mat(t, t.storage_offset() + start, rows, cols, cols)
+        return _Mat(_block(t).buffer, t.dtype, index, t.storage_offset(), t.shape[0], t.shape[1], t.stride(0),
+                    t.stride(1), t)
+    return _Mat(_block(t).buffer, t.dtype, index, t.storage_offset() + start, rows, cols, cols, 1, t)
+
+
+class _Scratch:
+    """Buffers for one op's temporaries (im2col columns, partial sums, coefficients), taken from the pool and
+    given back when the op has enqueued its last command: the queue is in order, so a later command that reuses
+    one runs after every command of this op. No tensor is made for them (a tensor costs ~40 us of host time on
+    the H100's host)."""
+
+    def __init__(self, dev: runtime.Device):
+        self.dev, self.buffers = dev, []
+
+    def buffer(self, nbytes: int):
+        buffer = self.dev.allocate(max(nbytes, 1), _reclaim)
+        self.buffers.append(buffer)
+        return buffer
+
+    def mat(self, dtype, rows: int, cols: int) -> _Mat:
+        """A row-major rows x cols scratch matrix."""
+        return _Mat(self.buffer(rows * cols * dtype.itemsize), dtype, self.dev.index, 0, rows, cols, cols)
+
+    def __enter__(self) -> "_Scratch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for buffer in self.buffers:
+            self.dev.release(buffer)
+        self.buffers = []
 
 
 def _gemm_layout(m: _Mat):
@@ -977,7 +1012,7 @@ def _gemm_operand(m: _Mat) -> tuple:
     layout = _gemm_layout(m)
     if layout is not None:
         return (m,) + layout
-    dense = empty([m.rows, m.cols], [m.cols, 1], m.base.dtype, m.base.device.index)
+    dense = empty([m.rows, m.cols], [m.cols, 1], m.dtype, m.index)
     pointwise("a", dense, [m.tensor()])
     return _mat(dense), False, max(m.cols, 1)
 
@@ -1004,8 +1039,8 @@ def _mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tupl
     pieces = _split_k_pieces(m, n, k) if batch == 1 else 0
     if pieces >= 2:
         return _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces)
-    runtime.gemm(_dev(out.base), out.base.dtype, trans_a, trans_b, m, n, k, alpha, _block(a.base).buffer, a.offset,
-                 lda, _block(b.base).buffer, b.offset, ldb, beta, _block(out.base).buffer, out.offset,
+    runtime.gemm(runtime.device(out.index), out.dtype, trans_a, trans_b, m, n, k, alpha, a.buffer, a.offset, lda,
+                 b.buffer, b.offset, ldb, beta, out.buffer, out.offset,
                  max(out.row_stride, n), batch=batch, strides=strides)
 
 
@@ -1033,13 +1068,9 @@ def _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces) -> N
     m, k = a.shape
     n = b.cols
     chunk = k // pieces
-    dtype, dev = out.base.dtype, _dev(out.base)
-    partial = empty([pieces, m, n], _contiguous_strides([pieces, m, n]), dtype, out.base.device.index)
+    dtype, dev = out.dtype, runtime.device(out.index)
     step_a = chunk * (lda if trans_a else 1)  # one slice of k further along a (m x k) and b (k x n)
     step_b = chunk * (1 if trans_b else ldb)
-    runtime.gemm(dev, dtype, trans_a, trans_b, m, n, chunk, alpha, _block(a.base).buffer, a.offset, lda,
-                 _block(b.base).buffer, b.offset, ldb, 0.0, _block(partial).buffer, 0, n, batch=pieces,
-                 strides=(step_a, step_b, m * n))
     wide = "double" if dtype == torch.float64 or dev.info.fp64 else "float"
     source = f"""#define T {_cl_type(dtype)}
 #define ACC {wide}
@@ -1053,9 +1084,12 @@ __kernel void sum_pieces(__global const T* partial, long pieces, long m, long n,
     out[o] = (T)(beta != 0 ? acc + (ACC)beta * (ACC)out[o] : acc);
 }}"""
     scalar = np.float64 if dtype == torch.float64 else np.float32
-    dev.launch(dev.kernel("sum_pieces", source), (m * n,), None, _block(partial).buffer, np.int64(pieces),
-               np.int64(m), np.int64(n), _block(out.base).buffer, np.int64(out.offset), np.int64(out.row_stride),
-               scalar(beta))
+    with _Scratch(dev) as scratch:
+        partial = scratch.buffer(pieces * m * n * dtype.itemsize)
+        runtime.gemm(dev, dtype, trans_a, trans_b, m, n, chunk, alpha, a.buffer, a.offset, lda, b.buffer, b.offset,
+                     ldb, 0.0, partial, 0, n, batch=pieces, strides=(step_a, step_b, m * n))
+        dev.launch(dev.kernel("sum_pieces", source), (m * n,), None, partial, np.int64(pieces), np.int64(m),
+                   np.int64(n), out.buffer, np.int64(out.offset), np.int64(out.row_stride), scalar(beta))
     if k > pieces * chunk:
         _mm_into(out, a.col_range(pieces * chunk, k), b.row_range(pieces * chunk, k), alpha, 1.0)
 
@@ -1423,7 +1457,12 @@ __kernel void depthwise_grad_weight(__global const T* grad, __global const T* x,
 }
 """
 FOLD_PIXELS = 1024  # output pixels per image below which a convolution's GEMM spans all of a chunk's images
-CONV_WORKSPACE_BYTES = 256 << 20  # the im2col columns of as many images as fit are built at once
+# The im2col columns of as many images as fit this workspace are built at once: 1/32 of the device's memory (2.5
+# GB on an 80 GB H100, 256 MB on 8 GB), at least 256 MB. Fewer chunks mean fewer commands per convolution, each
+# of whose GEMM calls costs ~130 us of CLBlast host time, and wider GEMMs.
+CONV_WORKSPACE_SHARE = 1 / 32
+CONV_WORKSPACE_MIN_BYTES = 256 << 20
+CONV_WORKSPACE_BYTES: int | None = None  # a fixed workspace instead (the tests' small chunks)
 
 
 def _strided(t: torch.Tensor, start: int, size, stride) -> torch.Tensor:
@@ -1501,6 +1540,10 @@ def _convolution(op, args, kwargs, bound):
         return _mat(weight, coutg, kk, group * coutg * kk)
 
     def gemm_convolution(fold: bool, direct: bool):
+        with _Scratch(dev) as scratch:  # the im2col columns: pool buffers, not tensors
+            return convolution_with(fold, direct, scratch)
+
+    def convolution_with(fold: bool, direct: bool, scratch: _Scratch):
         if forward and direct:  # out[i]_g = W_g @ x[i]_g, every image in one strided-batched GEMM per group
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             if n and length and out.numel():
@@ -1510,17 +1553,19 @@ def _convolution(op, args, kwargs, bound):
                              strides=(0, c * length, cout * length))
             return _conv_bias(out, bound, cout)
         per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
-        budget = min(CONV_WORKSPACE_BYTES, dev.info.max_allocation_bytes // 2)
+        budget = min(CONV_WORKSPACE_BYTES or max(CONV_WORKSPACE_MIN_BYTES,
+                                                 int(dev.info.global_memory_bytes * CONV_WORKSPACE_SHARE)),
+                     dev.info.max_allocation_bytes // 2)
         chunk = max(1, min(n, budget // max(per_image, 1)))
-        cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
-        cols_m = _mat(cols)
+        cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length)
+        has_cols = cols_m.rows * cols_m.cols > 0
 
         def columns(group: int, width: int) -> _Mat:  # group's rows of the columns, the first `width` of them
             return cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, width)
 
         def im2col(first: int, count: int) -> None:
             dev.launch(dev.kernel("im2col", source), (count * length, c * kh * kw), None, _block(x).buffer,
-                       np.int64(x.storage_offset() + first * c * h * w), _block(cols).buffer, np.int64(chunk * length))
+                       np.int64(x.storage_offset() + first * c * h * w), cols_m.buffer, np.int64(chunk * length))
 
         if forward:
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
@@ -1528,7 +1573,7 @@ def _convolution(op, args, kwargs, bound):
             folded_m = _mat(folded) if fold else None
             for first in range(0, n, chunk):
                 count = min(chunk, n - first)
-                if not cols.numel() or not out.numel():
+                if not has_cols or not out.numel():
                     break
                 im2col(first, count)
                 if fold:  # out_g (coutg x count*L) = W_g @ cols_g, then out[image, channel] = folded[channel, image]
@@ -1554,8 +1599,7 @@ def _convolution(op, args, kwargs, bound):
                                  _mat(grad, coutg, length, group * coutg * length), 1.0, 0.0, batch=n,
                                  strides=(0, cout * length, c * length))
             else:
-                grad_cols = empty([c * kh * kw, chunk * length], [chunk * length, 1], x.dtype, index)
-                grad_cols_m = _mat(grad_cols)
+                grad_cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length)
         if mask[1]:
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             gw = _mat(grad_weight, cout, kk)  # the first chunk's GEMM writes it (beta 0), the others add
@@ -1564,7 +1608,7 @@ def _convolution(op, args, kwargs, bound):
             grad_t_m = _mat(grad_t)
         for first in range(0, n, chunk):
             count = min(chunk, n - first)
-            if not cols.numel() or not length:
+            if not has_cols or not length:
                 break
             plane = _mat(grad, cout, length, first * cout * length)
             if mask[1] or (mask[0] and fold):
@@ -1587,12 +1631,12 @@ def _convolution(op, args, kwargs, bound):
                     _mm_into(grad_cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, length),
                              w_group(group).t(), plane.row_range(group * coutg, (group + 1) * coutg), 1.0, 0.0,
                              batch=count, strides=(0, cout * length, length))
-                dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, _block(grad_cols).buffer,
+                dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, grad_cols_m.buffer,
                            _block(grad_input).buffer, np.int64(first * c * h * w), np.int64(chunk * length),
                            np.int64(count))
-        if mask[0] and not (cols.numel() and length) and not (direct and n and length):
+        if mask[0] and not (has_cols and length) and not (direct and n and length):
             pointwise("0", grad_input, [])
-        if mask[1] and not (n and cols.numel() and length):
+        if mask[1] and not (n and has_cols and length):
             pointwise("0", grad_weight, [])
         return grad_input, grad_weight, _conv_grad_bias(grad, mask)
 
@@ -1605,12 +1649,15 @@ def _convolution(op, args, kwargs, bound):
 
 
 CONV_BENCHMARK = os.environ.get("FADE_OCL_CONV_BENCHMARK", "auto")  # on | off | auto (GPUs only)
+CONV_BENCHMARK_RUNS = 3  # timed runs per layout, the fastest kept: with one run, a busy host once made
+# resnet18 inference run its 14 x 14 and 7 x 7 layers per image on the H100 (device time 15.3 -> 22.0 ms a step)
 _conv_layouts: dict = {}  # convolution key -> folded (True) or per image (False), as measured
 
 
 def _conv_layout(dev: runtime.Device, key: tuple, default: bool, run) -> bool:
-    """Whether a convolution runs folded: measured once per shape (each layout run twice, the second timed
-    with the queue finished on both sides; the faster kept for the process), or `default` when not measuring."""
+    """Whether a convolution runs folded: measured once per shape (each layout run once to build, then
+    CONV_BENCHMARK_RUNS times with the queue finished on both sides, its fastest run counted; the faster layout
+    kept for the process), or `default` when not measuring."""
     measuring = CONV_BENCHMARK == "on" or (CONV_BENCHMARK == "auto" and dev.info.kind == "gpu")
     if not measuring:
         return default
@@ -1618,12 +1665,13 @@ def _conv_layout(dev: runtime.Device, key: tuple, default: bool, run) -> bool:
     if chosen is None:
         seconds = {}
         for fold in (True, False):
-            run(fold)
+            run(fold)  # builds its programs
             dev.queue.finish()
-            start = time.perf_counter()
-            run(fold)
-            dev.queue.finish()
-            seconds[fold] = time.perf_counter() - start
+            for _ in range(CONV_BENCHMARK_RUNS):
+                start = time.perf_counter()
+                run(fold)
+                dev.queue.finish()
+                seconds[fold] = min(seconds.get(fold, math.inf), time.perf_counter() - start)
         chosen = _conv_layouts[key] = seconds[True] <= seconds[False]
     return chosen
 
@@ -1981,61 +2029,64 @@ def _batch_norm(op, args, kwargs, bound):
     index = x.device.index
     wide = torch.float64 if x.dtype == torch.float64 or dev.info.fp64 else torch.float32
     np_wide = np.float64 if wide == torch.float64 else np.float32
-    local = min(256, dev.cl_device.max_work_group_size)
+    local = min(256, dev.max_work_group_size)
     local = 1 << (local.bit_length() - 1)
     source = f"#define T {_cl_type(x.dtype)}\n#define ACC {_cl_type(wide)}\n#define LOCAL {local}\n" + _BN_SOURCE
     weight, bias = bound.get("weight"), bound.get("bias")
     training = bound["training"] if "training" in bound else bound["train"]
-    eps = np_wide(bound["eps"])
-    coef = empty([c, 4], [4, 1], wide, index)
+    with _Scratch(dev) as scratch:  # partial sums and coefficients: pool buffers, not tensors
+        eps = np_wide(bound["eps"])
+        coef = scratch.buffer(c * 4 * wide.itemsize)  # per channel: the affine map bn_apply uses, and more
 
-    def arg(t):  # (buffer, offset) of an optional per-channel tensor; x's buffer stands in for a missing one
-        return (_block(t).buffer, np.int64(t.storage_offset())) if t is not None else (_block(x).buffer, np.int64(0))
+        def arg(t):  # (buffer, offset) of an optional per-channel tensor; x's buffer stands in for a missing one
+            return (_block(t).buffer, np.int64(t.storage_offset())) if t is not None else \
+                (_block(x).buffer, np.int64(0))
 
-    def partials(grad=None, center=None):
-        parts = max(1, -(-m // BN_PART))
-        out = empty([c * parts * 2], [1], wide, index)
-        dev.launch(dev.kernel("bn_partials", source), (c * parts * local,), (local,), _block(x).buffer,
-                   np.int64(x.storage_offset()), *arg(grad), *arg(center), _block(out).buffer, np.int64(c),
-                   np.int64(hw), np.int64(m), np.int64(BN_PART), np.int64(parts), np.int32(grad is not None))
-        return out, np.int64(parts)
+        def partials(grad=None, center=None):
+            parts = max(1, -(-m // BN_PART))
+            out = scratch.buffer(c * parts * 2 * wide.itemsize)
+            dev.launch(dev.kernel("bn_partials", source), (c * parts * local,), (local,), _block(x).buffer,
+                       np.int64(x.storage_offset()), *arg(grad), *arg(center), out, np.int64(c),
+                       np.int64(hw), np.int64(m), np.int64(BN_PART), np.int64(parts), np.int32(grad is not None))
+            return out, np.int64(parts)
 
-    flags = (np.int32(weight is not None), np.int32(bias is not None))
-    if _base(op) in ("native_batch_norm", "_native_batch_norm_legit"):
-        running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
-        out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
-        if training:
-            save_mean, save_invstd = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
-            sums, parts = partials()
-            running = running_mean is not None and running_var is not None
-            dev.launch(dev.kernel("bn_forward_stats", source), (c,), None, _block(sums).buffer, parts, np.int64(m),
-                       _block(x).buffer, np.int64(x.storage_offset()), np.int64(hw), *arg(weight), *arg(bias), *flags,
-                       _block(save_mean).buffer, _block(save_invstd).buffer, *arg(running_mean), *arg(running_var),
-                       np.int32(running), eps, np_wide(bound["momentum"]), _block(coef).buffer, np.int64(c))
+        flags = (np.int32(weight is not None), np.int32(bias is not None))
+        if _base(op) in ("native_batch_norm", "_native_batch_norm_legit"):
+            running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
+            out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
+            if training:
+                save_mean, save_invstd = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
+                sums, parts = partials()
+                running = running_mean is not None and running_var is not None
+                dev.launch(dev.kernel("bn_forward_stats", source), (c,), None, sums, parts, np.int64(m),
+                           _block(x).buffer, np.int64(x.storage_offset()), np.int64(hw), *arg(weight), *arg(bias),
+                           *flags, _block(save_mean).buffer, _block(save_invstd).buffer, *arg(running_mean),
+                           *arg(running_var), np.int32(running), eps, np_wide(bound["momentum"]), coef, np.int64(c))
+                dev.launch(dev.kernel("bn_apply", source), (x.numel(),), None, _block(x).buffer,
+                           np.int64(x.storage_offset()), coef, _block(out).buffer, np.int64(c),
+                           np.int64(hw), np.int64(x.numel()))
+                return out, save_mean, save_invstd
+            dev.launch(dev.kernel("bn_eval_coef", source), (c,), None, *arg(running_mean), *arg(running_var),
+                       *arg(weight), *arg(bias), *flags, eps, coef, np.int64(c))
             dev.launch(dev.kernel("bn_apply", source), (x.numel(),), None, _block(x).buffer,
-                       np.int64(x.storage_offset()), _block(coef).buffer, _block(out).buffer, np.int64(c),
-                       np.int64(hw), np.int64(x.numel()))
-            return out, save_mean, save_invstd
-        dev.launch(dev.kernel("bn_eval_coef", source), (c,), None, *arg(running_mean), *arg(running_var),
-                   *arg(weight), *arg(bias), *flags, eps, _block(coef).buffer, np.int64(c))
-        dev.launch(dev.kernel("bn_apply", source), (x.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()),
-                   _block(coef).buffer, _block(out).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
-        return out, empty([0], [1], x.dtype, index), empty([0], [1], x.dtype, index)
-    grad, mask = bound["grad_out"], bound["output_mask"]
-    center, spread = (bound["save_mean"], bound["save_invstd"]) if training else \
-        (bound["running_mean"], bound["running_var"])
-    grad_weight, grad_bias = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
-    sums, parts = partials(grad, center)
-    dev.launch(dev.kernel("bn_backward_stats", source), (c,), None, _block(sums).buffer, parts, np.int64(m),
-               *arg(center), *arg(spread), np.int32(not training), eps, *arg(weight), flags[0], np.int32(training),
-               _block(grad_weight).buffer, _block(grad_bias).buffer, _block(coef).buffer, np.int64(c))
-    grad_input = None
-    if mask[0]:
-        grad_input = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
-        dev.launch(dev.kernel("bn_backward_apply", source), (x.numel(),), None, _block(grad).buffer,
-                   np.int64(grad.storage_offset()), _block(x).buffer, np.int64(x.storage_offset()),
-                   _block(coef).buffer, _block(grad_input).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
-    return grad_input, grad_weight if mask[1] else None, grad_bias if mask[2] else None
+                       np.int64(x.storage_offset()), coef, _block(out).buffer, np.int64(c), np.int64(hw),
+                       np.int64(x.numel()))
+            return out, empty([0], [1], x.dtype, index), empty([0], [1], x.dtype, index)
+        grad, mask = bound["grad_out"], bound["output_mask"]
+        center, spread = (bound["save_mean"], bound["save_invstd"]) if training else \
+            (bound["running_mean"], bound["running_var"])
+        grad_weight, grad_bias = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
+        sums, parts = partials(grad, center)
+        dev.launch(dev.kernel("bn_backward_stats", source), (c,), None, sums, parts, np.int64(m),
+                   *arg(center), *arg(spread), np.int32(not training), eps, *arg(weight), flags[0], np.int32(training),
+                   _block(grad_weight).buffer, _block(grad_bias).buffer, coef, np.int64(c))
+        grad_input = None
+        if mask[0]:
+            grad_input = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
+            dev.launch(dev.kernel("bn_backward_apply", source), (x.numel(),), None, _block(grad).buffer,
+                       np.int64(grad.storage_offset()), _block(x).buffer, np.int64(x.storage_offset()),
+                       coef, _block(grad_input).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
+        return grad_input, grad_weight if mask[1] else None, grad_bias if mask[2] else None
 
 
 def _batch_norm_composed(op, bound):

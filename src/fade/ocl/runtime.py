@@ -128,6 +128,7 @@ class Device:
         self.typed_kernels: set = set()  # id(kernel) of those whose scalar argument types pyopencl knows
         self.recording: list | None = None  # (label, event) per command while a profile records
         self.pending_writes: collections.deque = collections.deque()  # events of writes not known complete
+        self.max_work_group_size = self.cl_device.max_work_group_size  # (pyopencl asks the driver each time)
 
     # commands
     def launch(self, kernel, global_size, local_size, *args, label: str | None = None):
