@@ -237,6 +237,25 @@ def conv_matches_the_cpu(x, conv, **tolerance):
     return conv_ocl, x_ocl
 
 
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, dict(atol=1e-11, rtol=1e-10)),
+                                              (torch.float32, dict(atol=1e-4, rtol=1e-4))])
+def test_winograd_convolution_equals_the_cpu_forward_and_both_backwards(dtype, tolerance, monkeypatch):
+    """The 3x3 stride-1 convolutions through Winograd F(2x2, 3x3), forced on: odd and even sizes (partial output
+    tiles), padding 0, 1 and 2 (the data gradient then pads 2, 1 and 0), chunks of a few images, with a bias."""
+    from fade.ocl import backend
+
+    monkeypatch.setattr(backend, "CONV_WINOGRAD", "on")
+    monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", 40000)  # several chunks of images
+    launched = []
+    real_winograd = backend._winograd
+    monkeypatch.setattr(backend, "_winograd", lambda *a, **k: launched.append(a[5]) or real_winograd(*a, **k))
+    torch.manual_seed(0)
+    for cin, cout, padding, size in ((3, 5, 1, (7, 6)), (4, 2, 0, (8, 9)), (2, 3, 2, (5, 5)), (6, 4, 1, (1, 1))):
+        conv_matches_the_cpu(torch.randn(5, cin, *size, dtype=dtype),
+                             torch.nn.Conv2d(cin, cout, 3, padding=padding, dtype=dtype), **tolerance)
+    assert launched.count(False) == 4 and launched.count(True) == 4  # each forward and each data gradient
+
+
 def test_fallback_warns_once_per_op_counts_and_keeps_aliasing():
     ocl.reset_fallback_counts()
     base = torch.arange(10.0).to(DEV)

@@ -1456,6 +1456,115 @@ __kernel void depthwise_grad_weight(__global const T* grad, __global const T* x,
     partial[g] = acc;
 }
 """
+_WINOGRAD_SOURCE = """
+/* Winograd F(2x2, 3x3) for stride-1, undilated 3x3 convolutions (Lavin and Gray, "Fast Algorithms for
+   Convolutional Neural Networks", CVPR 2016): each 2x2 output tile is A^T [(G g G^T) . (B^T d B)] A over a 4x4
+   input tile d, so the 16 element-wise products become 16 GEMMs, (CO x CI) @ (CI x tiles), with 4 multiplies per
+   output where direct convolution has 9. #defines: CI, CO channels in and out, H x W in, OH x OW out, PAD, TH x TW
+   tiles per image. */
+__kernel void wino_weight(__global const T* w, long w_off, __global T* u, int flip) {
+    /* u[xi][co][ci] = (G g G^T)[xi]; g = w[co][ci], or with flip (the data gradient) w[ci][co] turned 180 degrees */
+    IDX g = get_global_id(0);
+    if (g >= CO * CI) return;
+    IDX co = g / CI, ci = g % CI;
+    T k[3][3], t[4][3];
+    for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 3; ++j)
+            k[i][j] = flip ? w[w_off + ((long)(ci * CO + co) * 3 + (2 - i)) * 3 + (2 - j)]
+                           : w[w_off + ((long)(co * CI + ci) * 3 + i) * 3 + j];
+    for (int j = 0; j < 3; ++j) {
+        t[0][j] = k[0][j];
+        t[1][j] = (T)0.5 * (k[0][j] + k[1][j] + k[2][j]);
+        t[2][j] = (T)0.5 * (k[0][j] - k[1][j] + k[2][j]);
+        t[3][j] = k[2][j];
+    }
+    for (int i = 0; i < 4; ++i) {
+        T r[4] = {t[i][0], (T)0.5 * (t[i][0] + t[i][1] + t[i][2]), (T)0.5 * (t[i][0] - t[i][1] + t[i][2]), t[i][2]};
+        for (int j = 0; j < 4; ++j) u[(long)(i * 4 + j) * CO * CI + g] = r[j];
+    }
+}
+__kernel void wino_input(__global const T* x, long x_off, __global T* v, long NT) {
+    /* v[xi][ci][p] = (B^T d B)[xi] for tile p (image-major) of a chunk's NT tiles */
+    IDX g = get_global_id(0);
+    if (g >= CI * NT) return;
+    IDX ci = g / NT, p = g % NT;
+    IDX n = p / (TH * TW), tile = p % (TH * TW);
+    IDX y0 = (tile / TW) * 2 - PAD, x0 = (tile % TW) * 2 - PAD;
+    __global const T* plane = x + x_off + (long)(n * CI + ci) * H * W;
+    T d[4][4], s[4][4];
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) {
+            IDX y = y0 + i, xx = x0 + j;
+            d[i][j] = (y >= 0 && y < H && xx >= 0 && xx < W) ? plane[y * W + xx] : (T)0;
+        }
+    for (int j = 0; j < 4; ++j) {
+        s[0][j] = d[0][j] - d[2][j]; s[1][j] = d[1][j] + d[2][j];
+        s[2][j] = d[2][j] - d[1][j]; s[3][j] = d[1][j] - d[3][j];
+    }
+    long plane_size = (long)CI * NT;
+    for (int i = 0; i < 4; ++i) {
+        v[(i * 4 + 0) * plane_size + g] = s[i][0] - s[i][2];
+        v[(i * 4 + 1) * plane_size + g] = s[i][1] + s[i][2];
+        v[(i * 4 + 2) * plane_size + g] = s[i][2] - s[i][1];
+        v[(i * 4 + 3) * plane_size + g] = s[i][1] - s[i][3];
+    }
+}
+__kernel void wino_output(__global const T* m, __global T* out, long out_off, long NT) {
+    /* out tile = A^T m A from m[xi][co][p] */
+    IDX g = get_global_id(0);
+    if (g >= CO * NT) return;
+    IDX co = g / NT, p = g % NT;
+    IDX n = p / (TH * TW), tile = p % (TH * TW);
+    IDX oy = (tile / TW) * 2, ox = (tile % TW) * 2;
+    long plane_size = (long)CO * NT;
+    T a[4][4], s[2][4];
+    for (int i = 0; i < 16; ++i) a[i / 4][i % 4] = m[i * plane_size + g];
+    for (int j = 0; j < 4; ++j) {
+        s[0][j] = a[0][j] + a[1][j] + a[2][j];
+        s[1][j] = a[1][j] - a[2][j] - a[3][j];
+    }
+    __global T* plane = out + out_off + (long)(n * CO + co) * OH * OW;
+    for (int i = 0; i < 2; ++i) {
+        if (oy + i >= OH) break;
+        plane[(oy + i) * OW + ox] = s[i][0] + s[i][1] + s[i][2];
+        if (ox + 1 < OW) plane[(oy + i) * OW + ox + 1] = s[i][1] - s[i][2] - s[i][3];
+    }
+}
+"""
+
+
+def _winograd(dev: runtime.Device, src: torch.Tensor, weight: torch.Tensor, dst: torch.Tensor, pad: int,
+              flip: bool, budget: int) -> None:
+    """dst = the 3x3, stride-1 convolution of src (N, CI, H, W) with padding `pad`, by Winograd F(2x2, 3x3)
+    (_WINOGRAD_SOURCE): per chunk of images, the input tiles transformed, one strided-batched GEMM over the 16
+    transformed products, the output tiles transformed back. `flip`: the data gradient (weight is (CI, CO, 3, 3),
+    used transposed and turned 180 degrees). src, weight and dst contiguous; dst (N, CO, OH, OW) written whole."""
+    n, ci, h, w = src.shape
+    co, oh, ow = dst.shape[1:]
+    th, tw = -(-oh // 2), -(-ow // 2)
+    size = src.element_size()
+    chunk = max(1, min(n, budget // max(16 * (ci + co) * th * tw * size, 1)))
+    fits = max(src.numel(), dst.numel(), 16 * max(ci, co) * chunk * th * tw, 16 * ci * co) < 2**31
+    names = ("CI", "CO", "H", "W", "OH", "OW", "PAD", "TH", "TW")
+    source = (f"#define T {_cl_type(src.dtype)}\n#define IDX {'int' if fits else 'long'}\n" +
+              "".join(f"#define {name} {value}{'' if fits else 'L'}\n"
+                      for name, value in zip(names, (ci, co, h, w, oh, ow, pad, th, tw))) + _WINOGRAD_SOURCE)
+    with _Scratch(dev) as scratch:
+        u = scratch.buffer(16 * co * ci * size)
+        v = scratch.buffer(16 * ci * chunk * th * tw * size)
+        m = scratch.buffer(16 * co * chunk * th * tw * size)
+        dev.launch(dev.kernel("wino_weight", source), (co * ci,), None, _block(weight).buffer,
+                   np.int64(weight.storage_offset()), u, np.int32(flip))
+        for first in range(0, n, chunk):
+            tiles = min(chunk, n - first) * th * tw
+            dev.launch(dev.kernel("wino_input", source), (ci * tiles,), None, _block(src).buffer,
+                       np.int64(src.storage_offset() + first * ci * h * w), v, np.int64(tiles))
+            runtime.gemm(dev, src.dtype, False, False, co, tiles, ci, 1.0, u, 0, ci, v, 0, tiles, 0.0, m, 0, tiles,
+                         batch=16, strides=(co * ci, ci * tiles, co * tiles))
+            dev.launch(dev.kernel("wino_output", source), (co * tiles,), None, m, _block(dst).buffer,
+                       np.int64(dst.storage_offset() + first * co * oh * ow), np.int64(tiles))
+
+
 FOLD_PIXELS = 1024  # output pixels per image below which a convolution's GEMM spans all of a chunk's images
 # The im2col columns of as many images as fit this workspace are built at once: 1/32 of the device's memory (2.5
 # GB on an 80 GB H100, 256 MB on 8 GB), at least 256 MB. Fewer chunks mean fewer commands per convolution, each
@@ -1536,14 +1645,17 @@ def _convolution(op, args, kwargs, bound):
     # cudnn.benchmark); else folded below FOLD_PIXELS (CLBlast ran resnet50's 512 x 49 x 4608 per image x 64 at
     # 11 TFLOP/s on the H100).
     one_by_one = (kh, kw, sh, sw, ph, pw, dh, dw) == (1, 1, 1, 1, 0, 0, 1, 1)
+    budget = min(CONV_WORKSPACE_BYTES or max(CONV_WORKSPACE_MIN_BYTES,
+                                             int(dev.info.global_memory_bytes * CONV_WORKSPACE_SHARE)),
+                 dev.info.max_allocation_bytes // 2)
     def w_group(group: int) -> _Mat:  # the group's weights as (coutg x kk)
         return _mat(weight, coutg, kk, group * coutg * kk)
 
-    def gemm_convolution(fold: bool, direct: bool):
+    def gemm_convolution(fold: bool, direct: bool, want_input: bool = True):
         with _Scratch(dev) as scratch:  # the im2col columns: pool buffers, not tensors
-            return convolution_with(fold, direct, scratch)
+            return convolution_with(fold, direct, scratch, not forward and mask[0] and want_input)
 
-    def convolution_with(fold: bool, direct: bool, scratch: _Scratch):
+    def convolution_with(fold: bool, direct: bool, scratch: _Scratch, grad_in: bool):
         if forward and direct:  # out[i]_g = W_g @ x[i]_g, every image in one strided-batched GEMM per group
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             if n and length and out.numel():
@@ -1553,9 +1665,6 @@ def _convolution(op, args, kwargs, bound):
                              strides=(0, c * length, cout * length))
             return _conv_bias(out, bound, cout)
         per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
-        budget = min(CONV_WORKSPACE_BYTES or max(CONV_WORKSPACE_MIN_BYTES,
-                                                 int(dev.info.global_memory_bytes * CONV_WORKSPACE_SHARE)),
-                     dev.info.max_allocation_bytes // 2)
         chunk = max(1, min(n, budget // max(per_image, 1)))
         cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length)
         has_cols = cols_m.rows * cols_m.cols > 0
@@ -1590,7 +1699,7 @@ def _convolution(op, args, kwargs, bound):
                              columns(group, length), 1.0, 0.0, batch=count, strides=(0, length, cout * length))
             return _conv_bias(out, bound, cout)
         grad_input = grad_weight = None
-        if mask[0]:
+        if grad_in:
             grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, index)
             if direct:  # grad_x[i]_g = W_g^T @ grad[i]_g straight into grad_input: no columns, no col2im
                 for group in range(groups):
@@ -1603,7 +1712,7 @@ def _convolution(op, args, kwargs, bound):
         if mask[1]:
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             gw = _mat(grad_weight, cout, kk)  # the first chunk's GEMM writes it (beta 0), the others add
-        if mask[1] or (mask[0] and fold):  # grad with the chunk's images side by side: (cout, count * L)
+        if mask[1] or (grad_in and fold):  # grad with the chunk's images side by side: (cout, count * L)
             grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
             grad_t_m = _mat(grad_t)
         for first in range(0, n, chunk):
@@ -1611,7 +1720,7 @@ def _convolution(op, args, kwargs, bound):
             if not has_cols or not length:
                 break
             plane = _mat(grad, cout, length, first * cout * length)
-            if mask[1] or (mask[0] and fold):
+            if mask[1] or (grad_in and fold):
                 pointwise("a", _strided(grad_t, 0, (cout, count, length), (chunk * length, length, 1)),
                           [_strided(grad, first * cout * length, (cout, count, length), (length, cout * length, 1))])
             if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
@@ -1620,7 +1729,7 @@ def _convolution(op, args, kwargs, bound):
                     _mm_into(gw.row_range(group * coutg, (group + 1) * coutg),
                              grad_t_m.row_range(group * coutg, (group + 1) * coutg).col_range(0, count * length),
                              columns(group, count * length).t(), 1.0, 1.0 if first else 0.0)
-            if mask[0] and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
+            if grad_in and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
                 for group in range(groups):
                     if fold:  # all the chunk's images in one GEMM
                         _mm_into(grad_cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, count * length),
@@ -1634,45 +1743,66 @@ def _convolution(op, args, kwargs, bound):
                 dev.launch(dev.kernel("col2im", source), (count * c * h * w,), None, grad_cols_m.buffer,
                            _block(grad_input).buffer, np.int64(first * c * h * w), np.int64(chunk * length),
                            np.int64(count))
-        if mask[0] and not (has_cols and length) and not (direct and n and length):
+        if grad_in and not (has_cols and length) and not (direct and n and length):
             pointwise("0", grad_input, [])
         if mask[1] and not (n and has_cols and length):
             pointwise("0", grad_weight, [])
         return grad_input, grad_weight, _conv_grad_bias(grad, mask)
 
+    def run(layout: str):
+        if layout != "winograd":
+            return gemm_convolution(layout == "folded", one_by_one and layout == "per-image")
+        if forward:
+            out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
+            if out.numel():
+                _winograd(dev, x, weight, out, ph, False, budget)
+            return _conv_bias(out, bound, cout)
+        grad_input = None
+        if mask[0]:
+            grad_input = empty([n, c, h, w], _contiguous_strides([n, c, h, w]), x.dtype, index)
+            if grad_input.numel():
+                _winograd(dev, grad, weight, grad_input, 2 - ph, True, budget)
+        _, grad_weight, grad_bias = gemm_convolution(length < FOLD_PIXELS, False, want_input=False)
+        return grad_input, grad_weight, grad_bias
+
+    winograd = (kh, kw, sh, sw, dh, dw, groups) == (3, 3, 1, 1, 1, 1, 1) and ph == pw and ph in (0, 1, 2) and \
+        CONV_WINOGRAD != "off"
+    if winograd and CONV_WINOGRAD == "on":
+        return run("winograd")
     key = (dev.index, forward, None if forward else tuple(mask), tuple(x.shape), tuple(weight.shape),
            (sh, sw, ph, pw, dh, dw), groups, x.dtype)
-    def run(fold: bool):
-        return gemm_convolution(fold, one_by_one and not fold)
-
-    return run(_conv_layout(dev, key, length < FOLD_PIXELS, run))
+    layouts = ("folded", "per-image") + (("winograd",) if winograd else ())
+    return run(_conv_layout(dev, key, layouts, "folded" if length < FOLD_PIXELS else "per-image", run))
 
 
 CONV_BENCHMARK = os.environ.get("FADE_OCL_CONV_BENCHMARK", "auto")  # on | off | auto (GPUs only)
+# Winograd F(2x2, 3x3) for stride-1 3x3 convolutions: auto, one of the layouts measured (so used only where
+# measured faster, GPUs); on, always where it applies (the tests); off, never
+CONV_WINOGRAD = os.environ.get("FADE_OCL_CONV_WINOGRAD", "auto")
 CONV_BENCHMARK_RUNS = 3  # timed runs per layout, the fastest kept: with one run, a busy host once made
 # resnet18 inference run its 14 x 14 and 7 x 7 layers per image on the H100 (device time 15.3 -> 22.0 ms a step)
-_conv_layouts: dict = {}  # convolution key -> folded (True) or per image (False), as measured
+_conv_layouts: dict = {}  # convolution key -> "folded", "per-image" or "winograd", as measured
 
 
-def _conv_layout(dev: runtime.Device, key: tuple, default: bool, run) -> bool:
-    """Whether a convolution runs folded: measured once per shape (each layout run once to build, then
-    CONV_BENCHMARK_RUNS times with the queue finished on both sides, its fastest run counted; the faster layout
-    kept for the process), or `default` when not measuring."""
+def _conv_layout(dev: runtime.Device, key: tuple, layouts: tuple, default: str, run) -> str:
+    """Which of `layouts` a convolution runs: measured once per shape (each layout run once to build, then
+    CONV_BENCHMARK_RUNS times with the queue finished on both sides, its fastest run counted; the fastest layout
+    kept for the process, the first on a tie), or `default` when not measuring."""
     measuring = CONV_BENCHMARK == "on" or (CONV_BENCHMARK == "auto" and dev.info.kind == "gpu")
     if not measuring:
         return default
     chosen = _conv_layouts.get(key)
     if chosen is None:
         seconds = {}
-        for fold in (True, False):
-            run(fold)  # builds its programs
+        for layout in layouts:
+            run(layout)  # builds its programs
             dev.queue.finish()
             for _ in range(CONV_BENCHMARK_RUNS):
                 start = time.perf_counter()
-                run(fold)
+                run(layout)
                 dev.queue.finish()
-                seconds[fold] = min(seconds.get(fold, math.inf), time.perf_counter() - start)
-        chosen = _conv_layouts[key] = seconds[True] <= seconds[False]
+                seconds[layout] = min(seconds.get(layout, math.inf), time.perf_counter() - start)
+        chosen = _conv_layouts[key] = min(layouts, key=seconds.__getitem__)
     return chosen
 
 
