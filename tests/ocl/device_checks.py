@@ -602,14 +602,15 @@ def test_convolution_layout_is_measured_once_per_shape_and_cached(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_foreach_inplace_ops_run_as_multi_tensor_kernels_and_equal_the_cpu(dtype, monkeypatch):
     """SGD's in-place foreach ops over many tensors of mixed sizes (more than one launch's width, empty ones
-    among them) as multi-tensor kernels (forced on: by default only GPUs use them); a non-contiguous tensor
-    sends the op the per-tensor way."""
+    among them) as multi-tensor kernels (forced on: by default only GPUs use them), large tensors in launches of
+    their own; a non-contiguous tensor sends the op the per-tensor way."""
     from fade.ocl import backend
 
     monkeypatch.setattr(backend, "FOREACH_FUSED", "on")
     torch.manual_seed(0)
     sizes = [(3,), (5, 7), (100,), (1,), (0,), (33, 3, 3)] * 4
-    for contiguous in (True, False):
+    for contiguous, alone, per_op in ((True, 1 << 20, 2), (False, 1 << 20, 0), (True, 200, 5)):
+        monkeypatch.setattr(backend, "FOREACH_ALONE", alone)  # 200: the four 297-element tensors alone
         host = [torch.randn(size, dtype=dtype) for size in sizes]
         other = [torch.randn_like(t) for t in host]
         dev_host, dev_other = [t.to(DEV) for t in host], [t.to(DEV) for t in other]
@@ -624,7 +625,7 @@ def test_foreach_inplace_ops_run_as_multi_tensor_kernels_and_equal_the_cpu(dtype
                 torch._foreach_add_(tensors, 1.5)
                 torch._foreach_mul_(tensors, others)
         launches = sum(1 for label, _ in times.commands if label.startswith("foreach"))
-        assert launches == (4 * 2 if contiguous else 0)  # 20 non-empty tensors: 2 launches of 16 per op
+        assert launches == 4 * per_op  # 20 non-empty tensors: 2 launches of up to 16, or 4 alone and 1 of 16
         for got, expected in zip(dev_host, host):
             close(got, expected, atol=1e-6, rtol=1e-6)
 

@@ -1813,7 +1813,7 @@ def _conv_bias(out: torch.Tensor, bound: dict, cout: int) -> torch.Tensor:
 
 
 def _conv_grad_bias(grad: torch.Tensor, mask):
-    return aten.sum.dim_IntList(grad, [0, 2, 3], False) if mask[2] else None
+    return _channel_sums(grad) if mask[2] else None
 
 
 _POOL_SOURCE = """
@@ -2069,6 +2069,14 @@ __kernel void bn_partials(__global const T* x, long x_off, __global const T* g, 
     }
     if (t == 0) { partials[(c * parts + p) * 2] = l1[0]; partials[(c * parts + p) * 2 + 1] = l2[0]; }
 }
+/* per channel: the sum of g from bn_partials (a convolution's bias gradient) */
+__kernel void channel_sums(__global const ACC* partials, long parts, __global T* out, long C) {
+    long c = get_global_id(0);
+    if (c >= C) return;
+    ACC s = 0;
+    for (long p = 0; p < parts; ++p) s += partials[(c * parts + p) * 2];
+    out[c] = (T)s;
+}
 /* per channel, training forward: batch mean and 1/std, the running statistics (unbiased variance), and the
    coefficients of bn_apply: (mean, invstd * weight, bias, unused) */
 __kernel void bn_forward_stats(__global const ACC* partials, long parts, long M, __global const T* x, long x_off,
@@ -2157,11 +2165,8 @@ def _batch_norm(op, args, kwargs, bound):
     m = n * hw
     dev = _dev(x)
     index = x.device.index
-    wide = torch.float64 if x.dtype == torch.float64 or dev.info.fp64 else torch.float32
+    source, local, wide = _bn_setup(dev, x.dtype)
     np_wide = np.float64 if wide == torch.float64 else np.float32
-    local = min(256, dev.max_work_group_size)
-    local = 1 << (local.bit_length() - 1)
-    source = f"#define T {_cl_type(x.dtype)}\n#define ACC {_cl_type(wide)}\n#define LOCAL {local}\n" + _BN_SOURCE
     weight, bias = bound.get("weight"), bound.get("bias")
     training = bound["training"] if "training" in bound else bound["train"]
     with _Scratch(dev) as scratch:  # partial sums and coefficients: pool buffers, not tensors
@@ -2173,12 +2178,8 @@ def _batch_norm(op, args, kwargs, bound):
                 (_block(x).buffer, np.int64(0))
 
         def partials(grad=None, center=None):
-            parts = max(1, -(-m // BN_PART))
-            out = scratch.buffer(c * parts * 2 * wide.itemsize)
-            dev.launch(dev.kernel("bn_partials", source), (c * parts * local,), (local,), _block(x).buffer,
-                       np.int64(x.storage_offset()), *arg(grad), *arg(center), out, np.int64(c),
-                       np.int64(hw), np.int64(m), np.int64(BN_PART), np.int64(parts), np.int32(grad is not None))
-            return out, np.int64(parts)
+            return _bn_partials(dev, source, local, scratch, wide, x, arg(grad), arg(center), c, hw, m,
+                                grad is not None)
 
         flags = (np.int32(weight is not None), np.int32(bias is not None))
         if _base(op) in ("native_batch_norm", "_native_batch_norm_legit"):
@@ -2217,6 +2218,45 @@ def _batch_norm(op, args, kwargs, bound):
                        np.int64(grad.storage_offset()), _block(x).buffer, np.int64(x.storage_offset()),
                        coef, _block(grad_input).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
         return grad_input, grad_weight if mask[1] else None, grad_bias if mask[2] else None
+
+
+def _bn_partials(dev, source: str, local: int, scratch: _Scratch, wide, x: torch.Tensor, grad: tuple, center: tuple,
+                 c: int, hw: int, m: int, backward: bool) -> tuple:
+    """bn_partials over a contiguous (N, C, HW) x into a scratch buffer: (buffer, parts as np.int64)."""
+    parts = max(1, -(-m // BN_PART))
+    out = scratch.buffer(c * parts * 2 * wide.itemsize)
+    dev.launch(dev.kernel("bn_partials", source), (c * parts * local,), (local,), _block(x).buffer,
+               np.int64(x.storage_offset()), *grad, *center, out, np.int64(c), np.int64(hw), np.int64(m),
+               np.int64(BN_PART), np.int64(parts), np.int32(backward))
+    return out, np.int64(parts)
+
+
+def _bn_setup(dev, dtype) -> tuple:
+    """(kernel source, work-group size, accumulation dtype) of the batch-norm kernels for `dtype` on `dev`."""
+    wide = torch.float64 if dtype == torch.float64 or dev.info.fp64 else torch.float32
+    local = min(256, dev.max_work_group_size)
+    local = 1 << (local.bit_length() - 1)
+    source = f"#define T {_cl_type(dtype)}\n#define ACC {_cl_type(wide)}\n#define LOCAL {local}\n" + _BN_SOURCE
+    return source, local, wide
+
+
+def _channel_sums(grad: torch.Tensor) -> torch.Tensor:
+    """grad (N, C, ...) summed over every dimension but C (a convolution's bias gradient): the batch norm's
+    per-channel work-group sums, no permuted copy of grad."""
+    grad = _contiguous(grad)
+    n, c = grad.shape[0], grad.shape[1]
+    hw = grad.numel() // max(n * c, 1)
+    dev = _dev(grad)
+    out = empty([c], [1], grad.dtype, grad.device.index)
+    if grad.numel() == 0:
+        pointwise("0", out, [])
+        return out
+    source, local, wide = _bn_setup(dev, grad.dtype)
+    with _Scratch(dev) as scratch:
+        place = (_block(grad).buffer, np.int64(grad.storage_offset()))
+        sums, parts = _bn_partials(dev, source, local, scratch, wide, grad, place, place, c, hw, n * hw, True)
+        dev.launch(dev.kernel("channel_sums", source), (c,), None, sums, parts, _block(out).buffer, np.int64(c))
+    return out
 
 
 def _batch_norm_composed(op, bound):
@@ -2286,7 +2326,9 @@ def _dropout(op, args, kwargs, bound):
     x, p, train = bound["input"], bound["p"], bound["train"]
     if x.dtype not in (torch.float32, torch.float64) or _written(op, bound):
         raise _NoKernel("dropout dtype")
-    _, host_mask = aten.native_dropout.default(torch.zeros(x.shape, dtype=x.dtype), p, train)
+    # the CPU kernel's own draw (torch.empty_like(x).bernoulli_(1 - p)) without its two multiplications
+    host_mask = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).bool() if train is None or train else \
+        torch.ones(x.shape, dtype=torch.bool)
     mask = empty(host_mask.shape, _contiguous_strides(host_mask.shape), host_mask.dtype, x.device.index)
     upload(host_mask, mask, owned=True)
     out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
@@ -2323,6 +2365,7 @@ _FOREACH_FUSED = {  # in-place foreach overload -> expression over a (self) and 
     "add_.List": "a + alpha * b", "add_.Scalar": "a + alpha", "mul_.List": "a * b", "mul_.Scalar": "a * alpha",
 }
 FOREACH_WIDTH = 16  # tensors per multi-tensor launch
+FOREACH_ALONE = 1 << 20  # elements from which a tensor gets a launch of its own
 # on | off | auto: GPUs only. Measured: resnet50's SGD step on the H100 61 -> 4-10 ms (train step 392-415 ->
 # 262-328 ms); on PoCL (a CPU device) the branching kernel was slower than one simple kernel per tensor
 FOREACH_FUSED = os.environ.get("FADE_OCL_FOREACH_FUSED", "auto")
@@ -2352,8 +2395,11 @@ def _foreach_fused(op, name: str, args, kwargs) -> bool:
     ct = _cl_type(dtype)
     scalar = np.float64 if dtype == torch.float64 else np.float32
     pairs = [pair for pair in pairs if pair[0].numel()]
-    for start in range(0, len(pairs), FOREACH_WIDTH):
-        group = pairs[start:start + FOREACH_WIDTH]
+    # a large tensor runs alone (a one-case kernel): in a shared launch every one of its elements would walk
+    # the chain of cases (vgg16's 103M-element classifier weight: 5.1 ms a launch on the H100, ~10x its bytes)
+    alone = [[pair] for pair in pairs if pair[0].numel() >= FOREACH_ALONE]
+    small = [pair for pair in pairs if pair[0].numel() < FOREACH_ALONE]
+    for group in alone + [small[start:start + FOREACH_WIDTH] for start in range(0, len(small), FOREACH_WIDTH)]:
         width = len(group)
         key = ("foreach", expr, ct, width, others is not None)
         kernel = _flat_kernels.get(key)
