@@ -256,6 +256,20 @@ def test_winograd_convolution_equals_the_cpu_forward_and_both_backwards(dtype, t
     assert launched.count(False) == 4 and launched.count(True) == 4  # each forward and each data gradient
 
 
+def test_a_gemm_that_needs_clblast_scratch_gets_a_pool_buffer_and_equals_the_cpu():
+    """A GEMM past CLBlast's direct-kernel size with odd sizes and a transposed operand needs padded copies:
+    their size is asked of CLBlast once (gemm_temp_bytes) and a pool buffer passed in (SgemmWithTempBuffer)."""
+    from fade.ocl import runtime
+
+    torch.manual_seed(0)
+    a, b = torch.randn(1000, 999), torch.randn(1001, 999)
+    got = torch.mm(a.to(DEV), b.to(DEV).t())
+    close(got, a @ b.t(), atol=1e-3, rtol=1e-4)
+    key = (0, torch.float32, False, True, 1000, 1001, 999, 0, 999, 0, 999, 0, 1001)
+    assert key in runtime._temp_sizes  # asked, then reused: the next call finds it without asking CLBlast
+    close(torch.mm(a.to(DEV), b.to(DEV).t()), got.cpu(), atol=0, rtol=0)
+
+
 def test_fallback_warns_once_per_op_counts_and_keeps_aliasing():
     ocl.reset_fallback_counts()
     base = torch.arange(10.0).to(DEV)

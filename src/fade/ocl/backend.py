@@ -1039,9 +1039,15 @@ def _mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tupl
     pieces = _split_k_pieces(m, n, k) if batch == 1 else 0
     if pieces >= 2:
         return _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces)
-    runtime.gemm(runtime.device(out.index), out.dtype, trans_a, trans_b, m, n, k, alpha, a.buffer, a.offset, lda,
-                 b.buffer, b.offset, ldb, beta, out.buffer, out.offset,
-                 max(out.row_stride, n), batch=batch, strides=strides)
+    dev, ldc = runtime.device(out.index), max(out.row_stride, n)
+    with _Scratch(dev) as scratch:
+        temp = None
+        if batch == 1:  # CLBlast's padded copies in a pool buffer, not one it makes and frees per call
+            nbytes = runtime.gemm_temp_bytes(dev, out.dtype, trans_a, trans_b, m, n, k, a.offset, lda, b.offset, ldb,
+                                             out.offset, ldc)
+            temp = scratch.buffer(nbytes) if nbytes else None
+        runtime.gemm(dev, out.dtype, trans_a, trans_b, m, n, k, alpha, a.buffer, a.offset, lda, b.buffer, b.offset,
+                     ldb, beta, out.buffer, out.offset, ldc, batch=batch, strides=strides, temp=temp)
 
 
 SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...
