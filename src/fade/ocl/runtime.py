@@ -297,7 +297,7 @@ def active_devices() -> list[Device]:
 
 # CLBlast through its C API
 _CLBLAST_NAMES = ("libclblast.so.1", "libclblast.so")
-_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+_COL_MAJOR, _NO_TRANS, _TRANS = 102, 111, 112  # CLBlastLayout, CLBlastTranspose
 _GEMM = {torch.float32: ("CLBlastSgemm", ctypes.c_float), torch.float64: ("CLBlastDgemm", ctypes.c_double)}
 CLBLAST_PRECISION = {torch.float32: 32, torch.float64: 64}  # CLBlastPrecision: kSingle, kDouble
 _gemm_recorders: list = []  # the lists record_gemms() is filling; empty (the default), gemm() records nothing
@@ -328,10 +328,10 @@ def gemm_temp_bytes(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n:
     if found is None:
         size = ctypes.c_size_t(0)
         queue = ctypes.c_void_p(dev.queue.int_ptr)
-        status = getattr(clblast(), _TEMP_SIZE[dtype])(
-            ctypes.c_int(_ROW_MAJOR), ctypes.c_int(_TRANS if trans_a else _NO_TRANS),
-            ctypes.c_int(_TRANS if trans_b else _NO_TRANS), *[ctypes.c_size_t(v) for v in (
-                m, n, k, a_offset, lda, b_offset, ldb, c_offset, ldc)], ctypes.byref(queue), ctypes.byref(size))
+        status = getattr(clblast(), _TEMP_SIZE[dtype])(  # the column-major call gemm() makes (see there)
+            ctypes.c_int(_COL_MAJOR), ctypes.c_int(_TRANS if trans_b else _NO_TRANS),
+            ctypes.c_int(_TRANS if trans_a else _NO_TRANS), *[ctypes.c_size_t(v) for v in (
+                n, m, k, b_offset, ldb, a_offset, lda, c_offset, ldc)], ctypes.byref(queue), ctypes.byref(size))
         if status != 0:
             raise OclError(f"CLBlast GemmTempBufferSize failed with status {status} on ocl:{dev.index}")
         found = _temp_sizes[key] = size.value
@@ -353,9 +353,14 @@ def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: in
     name, scalar = _GEMM[dtype]
     size = ctypes.c_size_t
     queue = ctypes.c_void_p(dev.queue.int_ptr)
-    head = [ctypes.c_int(_ROW_MAJOR), ctypes.c_int(_TRANS if trans_a else _NO_TRANS),
-            ctypes.c_int(_TRANS if trans_b else _NO_TRANS), size(m), size(n), size(k), scalar(alpha)]
-    operands = [(a, a_offset, lda), (b, b_offset, ldb), (c, c_offset, ldc)]
+    # Called column-major with the operands swapped (row-major C = op(A) op(B) is column-major C^T = op(B)^T
+    # op(A)^T over the same memory): CLBlast's indirect kernel takes C column-major, so a row-major call made it
+    # transpose C into a buffer it allocated and back on every call (vgg16's Winograd GEMMs: 822 MB a call,
+    # up to 36 ms of host time on the H100 while the driver allocated and freed it).
+    head = [ctypes.c_int(_COL_MAJOR), ctypes.c_int(_TRANS if trans_b else _NO_TRANS),
+            ctypes.c_int(_TRANS if trans_a else _NO_TRANS), size(n), size(m), size(k), scalar(alpha)]
+    operands = [(b, b_offset, ldb), (a, a_offset, lda), (c, c_offset, ldc)]
+    strides = (strides[1], strides[0], strides[2])
     if batch > 1:
         name += "StridedBatched"
         a_, b_, c_ = [[ctypes.c_void_p(buf.int_ptr), size(off), size(ld), size(stride)]

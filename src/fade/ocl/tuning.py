@@ -53,6 +53,7 @@ SEARCH_WEIGHT_SHARE = 0.9  # the search times the heaviest shapes that make up 9
 MIN_GAIN = 0.02  # the noise's floor: a change must win by 2% at least, because the search's blocks and the
 # fresh processes' are minutes apart (clock and thermal drift); an assumption until the H100 run measures the spread
 GEMM_RTOL = 1e-3  # fp32 GEMMs blocked differently: ~sqrt(k)*eps relative (5e-6 at k=8192); a wrong tile: O(1)
+C_RESET = 1.0e4  # C's value before a sampled call (see ShapeBench.measure)
 CHECK_ELEMENTS = 1 << 16  # C elements compared per shape (evenly strided, plus the last): all of C when smaller
 DEVICE_BUFFER_FRACTION = 0.5  # of the device's memory, for the shapes' A, B and C kept between candidates
 DISABLE_ENV = "FADE_OCL_CLBLAST_TUNED"  # "0": fade.ocl opens devices with CLBlast's own parameters
@@ -326,6 +327,12 @@ class ShapeBench:
                 self.call(shape, buffers)
             queue.finish()  # sync point: the block's calls have run
             per_call.append((self.clock() - started) / calls)
+        # C is reset before the sampled call: a configuration whose kernel writes nothing would otherwise show
+        # the previous configuration's correct C (CLBlast writes C in place: fade.ocl calls it column-major).
+        # The reset value is finite, so a kernel that reads C with beta 0 still gives the product.
+        size = shape.m * shape.n * shape.batch
+        self.dev.cl.enqueue_fill_buffer(queue, buffers[2], self.numpy.float32(C_RESET), 0, DTYPE_BYTES * size)
+        self.call(shape, buffers)
         return {**spread(per_call), "calls_per_block": calls, "sample": self.sample(shape, buffers[2])}
 
     def sample(self, shape: GemmShape, buffer):
