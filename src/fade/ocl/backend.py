@@ -305,7 +305,7 @@ __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(',
     cl = dev.cl
     meta_buffer = cl.Buffer(dev.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
                             hostbuf=np.asarray(meta, dtype=np.int64))
-    np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
+    np_ct = _numpy_scalar(ct, compute)
     values = [arg if not isinstance(arg, (int, float, bool)) else np_ct(arg) for arg in args]
     dev.launch(kernel, (out.numel(),), None, _block(out).buffer, meta_buffer, *values, label=f"pointwise {expr}")
 
@@ -341,17 +341,9 @@ def _pointwise_flat(expr, out, operands, compute, ct, ot, scalars) -> None:
     key = (out.device.index or 0, expr, ct, ot, out.dtype == torch.bool, kinds, tuple(scalars))
     entry = _flat_kernels.get(key)
     if entry is None:
-        params, loads, letters = [], [], "abcdefgh"
-        for position, kind in enumerate(kinds):
-            letter = letters[position]
-            if kind is not None:
-                params.append(f"__global const {_cl_type(kind[0])}* in_{letter}, long off_{letter}")
-                loads.append(f"{ct} {letter} = ({ct})in_{letter}[off_{letter}{'' if kind[1] else ' + i'}];")
-            else:
-                params.append(f"{ct} {letter}")
-        params += [f"{ct} {name}" for name in scalars]
-        body = _FLOAT_LITERAL.sub(r"\1", expr) if ct == "double" else expr
-        store = f"({ot})(({ct})({body}) != 0)" if out.dtype == torch.bool else f"({ot})({body})"
+        params, loads, store = _pointwise_parts(expr, [kind and kind[0] for kind in kinds], scalars, ct, ot,
+                                                out.dtype == torch.bool,
+                                                lambda slot: "" if [k for k in kinds if k][slot][1] else " + i")
         source = f"""
 __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' + p for p in params)}) {{
     long i = get_global_id(0);
@@ -359,18 +351,44 @@ __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' +
     {' '.join(loads)}
     out[off + i] = {store};
 }}"""
-        np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
-        entry = _flat_kernels[key] = (_dev(out).kernel("pointwise_flat", source), np_ct)
+        entry = _flat_kernels[key] = (_dev(out).kernel("pointwise_flat", source), _numpy_scalar(ct, compute))
     kernel, np_ct = entry
+    _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
+                     np.int64(out.numel()), *_operand_args(operands, scalars, np_ct), label=f"pointwise {expr}")
+
+
+def _pointwise_parts(expr: str, dtypes: list, scalars: dict, ct: str, ot: str, to_bool: bool, index) -> tuple:
+    """(parameters, operand loads, stored value) of a generated elementwise kernel: per operand (letters a, b,
+    c, ...) a buffer and offset where its dtype is given (a tensor; `index(slot)` is the slot-th tensor's element
+    index after its offset) or a scalar of the compute type, then the named scalars."""
+    params, loads, slot = [], [], 0
+    for letter, dtype in zip("abcdefgh", dtypes):
+        if dtype is not None:
+            params.append(f"__global const {_cl_type(dtype)}* in_{letter}, long off_{letter}")
+            loads.append(f"{ct} {letter} = ({ct})in_{letter}[off_{letter}{index(slot)}];")
+            slot += 1
+        else:
+            params.append(f"{ct} {letter}")
+    params += [f"{ct} {name}" for name in scalars]
+    body = _FLOAT_LITERAL.sub(r"\1", expr) if ct == "double" else expr
+    return params, loads, f"({ot})(({ct})({body}) != 0)" if to_bool else f"({ot})({body})"
+
+
+def _numpy_scalar(ct: str, compute):
+    """The numpy type of a kernel's scalar arguments computed in OpenCL type `ct` (torch dtype `compute`)."""
+    return np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
+
+
+def _operand_args(operands, scalars: dict, np_ct) -> list:
+    """A pointwise kernel's arguments after out: (buffer, offset) per tensor operand, typed Python numbers, then
+    the named scalars."""
     args = []
     for operand in operands:
         if isinstance(operand, torch.Tensor):
             args += [_block(operand).buffer, np.int64(operand.storage_offset())]
         else:
             args.append(np_ct(operand) if isinstance(operand, (int, float, bool)) else operand)
-    args += [np_ct(v) if isinstance(v, (int, float, bool)) else v for v in scalars.values()]
-    _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
-                     np.int64(out.numel()), *args, label=f"pointwise {expr}")
+    return args + [np_ct(v) if isinstance(v, (int, float, bool)) else v for v in scalars.values()]
 
 
 def _collapse(shape, stride_lists) -> tuple:
@@ -431,18 +449,8 @@ def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
         def address(sts) -> str:
             return " + ".join([f"i{d} * {st}" for d, st in enumerate(sts) if st] or ["0"])
 
-        params, loads, letters, slot = [], [], "abcdefgh", 1
-        for position, kind in enumerate(kinds):
-            letter = letters[position]
-            if kind is not None:
-                params.append(f"__global const {_cl_type(kind)}* in_{letter}, long off_{letter}")
-                loads.append(f"{ct} {letter} = ({ct})in_{letter}[off_{letter} + {address(strides[slot])}];")
-                slot += 1
-            else:
-                params.append(f"{ct} {letter}")
-        params += [f"{ct} {name}" for name in scalars]
-        body = _FLOAT_LITERAL.sub(r"\1", expr) if ct == "double" else expr
-        store = f"({ot})(({ct})({body}) != 0)" if out.dtype == torch.bool else f"({ot})({body})"
+        params, loads, store = _pointwise_parts(expr, kinds, scalars, ct, ot, out.dtype == torch.bool,
+                                                lambda slot: f" + {address(strides[slot + 1])}")
         source = f"""
 __kernel void pointwise_strided(__global {ot}* out, long off{''.join(', ' + p for p in params)}) {{
     {idx} i = get_global_id(0);
@@ -451,18 +459,10 @@ __kernel void pointwise_strided(__global {ot}* out, long off{''.join(', ' + p fo
     {' '.join(loads)}
     out[off + {address(strides[0])}] = {store};
 }}"""
-        np_ct = np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
-        entry = _flat_kernels[key] = (_dev(out).kernel("pointwise_strided", source), np_ct)
+        entry = _flat_kernels[key] = (_dev(out).kernel("pointwise_strided", source), _numpy_scalar(ct, compute))
     kernel, np_ct = entry
-    args = []
-    for operand in operands:
-        if isinstance(operand, torch.Tensor):
-            args += [_block(operand).buffer, np.int64(operand.storage_offset())]
-        else:
-            args.append(np_ct(operand) if isinstance(operand, (int, float, bool)) else operand)
-    args += [np_ct(v) if isinstance(v, (int, float, bool)) else v for v in scalars.values()]
-    _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()), *args,
-                     label=f"pointwise {expr}")
+    _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
+                     *_operand_args(operands, scalars, np_ct), label=f"pointwise {expr}")
     return True
 
 
