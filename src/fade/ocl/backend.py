@@ -1402,16 +1402,6 @@ __kernel void im2col(__global const T* x, long x_off, __global T* cols, long CS)
     cols[(long)row * CS + rest] = (iy >= 0 && iy < H && ix >= 0 && ix < W)
         ? x[x_off + ((long)(image * C + c) * H + iy) * W + ix] : (T)0;
 }
-__kernel void im2row(__global const T* x, long x_off, __global T* rows) {
-    /* the transpose of im2col: rows is (images*OH*OW, C*KH*KW), one row per output pixel of a chunk's images
-       (image-major); work item (column, rest). The weight gradient reads it untransposed (see _convolution) */
-    IDX col = get_global_id(0), rest = get_global_id(1);
-    IDX image = rest / (OH * OW), l = rest % (OH * OW);
-    IDX c = col / (KH * KW), r = col % (KH * KW);
-    IDX iy = (l / OW) * SH - PH + (r / KW) * DH, ix = (l % OW) * SW - PW + (r % KW) * DW;
-    rows[(long)rest * (C * KH * KW) + col] = (iy >= 0 && iy < H && ix >= 0 && ix < W)
-        ? x[x_off + ((long)(image * C + c) * H + iy) * W + ix] : (T)0;
-}
 __kernel void col2im(__global const T* cols, __global T* x, long x_off, long CS, long NB) {
     /* the gather form of col2im: each input element sums the columns that read it, in a fixed order */
     IDX g = get_global_id(0);
@@ -1682,14 +1672,17 @@ def _convolution(op, args, kwargs, bound):
             return _conv_bias(out, bound, cout)
         per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
         chunk = max(1, min(n, budget // max(per_image, 1)))
-        has_cols = c * kh * kw * chunk * length > 0
+        cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length)
+        has_cols = cols_m.rows * cols_m.cols > 0
+
+        def columns(group: int, width: int) -> _Mat:  # group's rows of the columns, the first `width` of them
+            return cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, width)
+
+        def im2col(first: int, count: int) -> None:
+            dev.launch(dev.kernel("im2col", source), (count * length, c * kh * kw), None, _block(x).buffer,
+                       np.int64(x.storage_offset() + first * c * h * w), cols_m.buffer, np.int64(chunk * length))
 
         if forward:
-            cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length)
-
-            def columns(group: int, width: int) -> _Mat:  # group's rows of the columns, the first `width`
-                return cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, width)
-
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             folded = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index) if fold else None
             folded_m = _mat(folded) if fold else None
@@ -1697,8 +1690,7 @@ def _convolution(op, args, kwargs, bound):
                 count = min(chunk, n - first)
                 if not has_cols or not out.numel():
                     break
-                dev.launch(dev.kernel("im2col", source), (count * length, c * kh * kw), None, _block(x).buffer,
-                           np.int64(x.storage_offset() + first * c * h * w), cols_m.buffer, np.int64(chunk * length))
+                im2col(first, count)
                 if fold:  # out_g (coutg x count*L) = W_g @ cols_g, then out[image, channel] = folded[channel, image]
                     for group in range(groups):
                         _mm_into(folded_m.row_range(group * coutg, (group + 1) * coutg).col_range(0, count * length),
@@ -1723,17 +1715,10 @@ def _convolution(op, args, kwargs, bound):
                                  strides=(0, cout * length, c * length))
             else:
                 grad_cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length)
-        # The weight gradient, gW_g (coutg x kk) = grad_g (coutg x N) @ cols_g^T (N x kk) over a chunk's N =
-        # images x pixels, is computed as A^T @ B from grad laid out (N x cout) and the columns as rows (N x kk):
-        # CLBlast then reads both as they are, where (cout x N) @ (kk x N)^T made it copy and transpose both
-        # (vgg16's 512 x 4608 x 50176: two copies of 100 MB and 925 MB per call).
         if mask[1]:
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             gw = _mat(grad_weight, cout, kk)  # the first chunk's GEMM writes it (beta 0), the others add
-            grad_nt = empty([chunk * length, cout], [cout, 1], x.dtype, index)
-            grad_nt_m = _mat(grad_nt)
-            rows_m = scratch.mat(x.dtype, chunk * length, c * kh * kw)
-        if grad_in and fold:  # grad with the chunk's images side by side: (cout, count * L)
+        if mask[1] or (grad_in and fold):  # grad with the chunk's images side by side: (cout, count * L)
             grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
             grad_t_m = _mat(grad_t)
         for first in range(0, n, chunk):
@@ -1741,20 +1726,15 @@ def _convolution(op, args, kwargs, bound):
             if not has_cols or not length:
                 break
             plane = _mat(grad, cout, length, first * cout * length)
-            source_view = _strided(grad, first * cout * length, (cout, count, length), (length, cout * length, 1))
-            if grad_in and fold:
+            if mask[1] or (grad_in and fold):
                 pointwise("a", _strided(grad_t, 0, (cout, count, length), (chunk * length, length, 1)),
-                          [source_view])
-            if mask[1]:  # gW_g += grad_nt_g^T @ rows_g: the chunk's images in one GEMM
-                pointwise("a", _strided(grad_nt, 0, (cout, count, length), (1, length * cout, cout)), [source_view])
-                dev.launch(dev.kernel("im2row", source), (c * kh * kw, count * length), None, _block(x).buffer,
-                           np.int64(x.storage_offset() + first * c * h * w), rows_m.buffer)
-                width = count * length
+                          [_strided(grad, first * cout * length, (cout, count, length), (length, cout * length, 1))])
+            if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
+                im2col(first, count)
                 for group in range(groups):
                     _mm_into(gw.row_range(group * coutg, (group + 1) * coutg),
-                             grad_nt_m.row_range(0, width).col_range(group * coutg, (group + 1) * coutg).t(),
-                             rows_m.row_range(0, width).col_range(group * kk, (group + 1) * kk), 1.0,
-                             1.0 if first else 0.0)
+                             grad_t_m.row_range(group * coutg, (group + 1) * coutg).col_range(0, count * length),
+                             columns(group, count * length).t(), 1.0, 1.0 if first else 0.0)
             if grad_in and not direct:  # grad_cols_g[:, image i] = W_g^T @ grad_g[i], then col2im
                 for group in range(groups):
                     if fold:  # all the chunk's images in one GEMM
