@@ -270,6 +270,36 @@ def test_a_gemm_that_needs_clblast_scratch_gets_a_pool_buffer_and_equals_the_cpu
     close(torch.mm(a.to(DEV), b.to(DEV).t()), got.cpu(), atol=0, rtol=0)
 
 
+def test_strided_elementwise_kernels_with_compiled_geometry_equal_the_cpu():
+    """Elementwise ops over permuted, sliced and broadcast views take the kernels with their geometry compiled
+    in (dimensions merged where every tensor steps through them as one): copies, arithmetic, in-place updates of a
+    slice, and a 0-d tensor, each against the CPU."""
+    import itertools
+
+    from fade.ocl import backend
+
+    backend._flat_kernels.clear()
+    torch.manual_seed(0)
+    for shape in [(3, 4, 5), (2, 1, 6), (2, 3, 4, 5), (1, 1, 3), ()]:
+        host = torch.randn(shape)
+        for perm in itertools.permutations(range(len(shape))):
+            view = host.to(DEV).permute(perm)
+            close(view.contiguous(), host.permute(perm).contiguous(), atol=0, rtol=0)
+            close(view * 2 + 1, host.permute(perm) * 2 + 1, atol=1e-6, rtol=1e-6)
+    a, b = torch.randn(4, 1, 5), torch.randn(3, 1)
+    close(a.to(DEV) + b.to(DEV), a + b, atol=1e-6, rtol=1e-6)
+    m = torch.randn(5, 6)
+    target = torch.zeros(6, 5).to(DEV)
+    target.copy_(m.to(DEV).t())
+    close(target, m.t(), atol=0, rtol=0)
+    grid = torch.randn(10, 10)
+    on_device = grid.to(DEV)
+    on_device[2:5, 3:9] += 1
+    grid[2:5, 3:9] += 1
+    close(on_device, grid, atol=1e-6, rtol=1e-6)
+    assert any(key[0] == "strided" for key in backend._flat_kernels)  # the compiled-geometry kernels ran
+
+
 def test_fallback_warns_once_per_op_counts_and_keeps_aliasing():
     ocl.reset_fallback_counts()
     base = torch.arange(10.0).to(DEV)
