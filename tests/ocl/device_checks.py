@@ -280,12 +280,14 @@ def test_strided_elementwise_kernels_with_compiled_geometry_equal_the_cpu():
 
     backend._flat_kernels.clear()
     torch.manual_seed(0)
-    for shape in [(3, 4, 5), (2, 1, 6), (2, 3, 4, 5), (1, 1, 3), ()]:
+    cases = [(shape, perm) for shape in [(3, 4, 5), (2, 1, 6), (1, 1, 3), ()]
+             for perm in itertools.permutations(range(len(shape)))]
+    cases += [((2, 3, 4, 5), perm) for perm in [(0, 2, 1, 3), (3, 2, 1, 0), (1, 0, 3, 2)]]
+    for shape, perm in cases:
         host = torch.randn(shape)
-        for perm in itertools.permutations(range(len(shape))):
-            view = host.to(DEV).permute(perm)
-            close(view.contiguous(), host.permute(perm).contiguous(), atol=0, rtol=0)
-            close(view * 2 + 1, host.permute(perm) * 2 + 1, atol=1e-6, rtol=1e-6)
+        view = host.to(DEV).permute(perm)
+        close(view.contiguous(), host.permute(perm).contiguous(), atol=0, rtol=0)
+        close(view * 2 + 1, host.permute(perm) * 2 + 1, atol=1e-6, rtol=1e-6)
     a, b = torch.randn(4, 1, 5), torch.randn(3, 1)
     close(a.to(DEV) + b.to(DEV), a + b, atol=1e-6, rtol=1e-6)
     m = torch.randn(5, 6)
