@@ -237,6 +237,23 @@ def conv_matches_the_cpu(x, conv, **tolerance):
     return conv_ocl, x_ocl
 
 
+@pytest.mark.parametrize("fold_pixels", [1, 1 << 30])  # per image; folded
+def test_conv2d_data_gradient_alone_with_frozen_weights_equals_the_cpu(fold_pixels, monkeypatch):
+    """Frozen weights and no bias: the backward computes the data gradient only (no columns are built)."""
+    from fade.ocl import backend
+
+    monkeypatch.setattr(backend, "FOLD_PIXELS", fold_pixels)
+    monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", 20000)  # chunks of a few images
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False, dtype=torch.float64).requires_grad_(False)
+    x = torch.randn(5, 4, 7, 6, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn_like(conv(x))
+    conv(x).backward(grad)
+    x_ocl = x.detach().to(DEV).requires_grad_()
+    copy.deepcopy(conv).to(DEV)(x_ocl).backward(grad.to(DEV))
+    close(x_ocl.grad, x.grad, atol=1e-12, rtol=1e-10)
+
+
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float64, dict(atol=1e-11, rtol=1e-10)),
                                               (torch.float32, dict(atol=1e-4, rtol=1e-4))])
 def test_winograd_convolution_equals_the_cpu_forward_and_both_backwards(dtype, tolerance, monkeypatch):

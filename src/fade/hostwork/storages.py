@@ -62,8 +62,9 @@ def map_nested(function, value):
 
 
 _SET_ = aten.set_.source_Storage_storage_offset
-# An entry keeps torch's StorageWeakRef (it frees the weak reference when dropped) and its handle, which is
-# tested with the storage class's _expired directly: the table asks on every op and every allocation.
+# An entry keeps torch's StorageWeakRef (it frees the weak reference when dropped); its handle is tested with
+# the storage class's _expired directly, skipping the wrapper's two Python calls: the table asks on every op and
+# every allocation.
 _expired = torch.UntypedStorage._expired
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
@@ -90,7 +91,7 @@ class StorageTable:
         tensor = set_geometry(torch._C._acc.create_empty_tensor((0,), dtype), storage, offset, size, stride)
         ref = StorageWeakRef(tensor.untyped_storage())
         with self._lock:
-            self._entries[storage._cdata] = (ref, backing, ref.cdata)
+            self._entries[storage._cdata] = (ref, backing)
         return tensor
 
     def view_of(self, base: torch.Tensor, dtype, offset: int, size, stride) -> torch.Tensor:
@@ -103,7 +104,7 @@ class StorageTable:
         storage = tensor_or_storage.untyped_storage() if isinstance(tensor_or_storage, torch.Tensor) \
             else tensor_or_storage
         entry = self._entries.get(storage._cdata)
-        if entry is None or _expired(entry[2]):
+        if entry is None or _expired(entry[0].cdata):
             raise RuntimeError(f"this {self.device_type} tensor has no memory behind it (made outside FADE?)")
         return entry[1]
 
@@ -114,13 +115,13 @@ class StorageTable:
         with self._lock:
             keys = self._entries if young is None else list(itertools.islice(reversed(self._entries), young))
             entries = self._entries
-            dead = [key for key in keys if _expired(entries[key][2])]
+            dead = [key for key in keys if _expired(entries[key][0].cdata)]
             return [self._entries.pop(key)[1] for key in dead]
 
     def live(self) -> list:
         """The backing objects of the storages still alive."""
         with self._lock:
-            return [backing for _, backing, weak in self._entries.values() if not _expired(weak)]
+            return [backing for ref, backing in self._entries.values() if not _expired(ref.cdata)]
 
     def __len__(self) -> int:
         return len(self._entries)

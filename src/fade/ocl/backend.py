@@ -341,9 +341,9 @@ def _pointwise_flat(expr, out, operands, compute, ct, ot, scalars) -> None:
     key = (out.device.index or 0, expr, ct, ot, out.dtype == torch.bool, kinds, tuple(scalars))
     entry = _flat_kernels.get(key)
     if entry is None:
+        single = [kind[1] for kind in kinds if kind is not None]  # per tensor operand: one element, broadcast
         params, loads, store = _pointwise_parts(expr, [kind and kind[0] for kind in kinds], scalars, ct, ot,
-                                                out.dtype == torch.bool,
-                                                lambda slot: "" if [k for k in kinds if k][slot][1] else " + i")
+                                                out.dtype == torch.bool, lambda slot: "" if single[slot] else " + i")
         source = f"""
 __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' + p for p in params)}) {{
     long i = get_global_id(0);
@@ -1672,8 +1672,9 @@ def _convolution(op, args, kwargs, bound):
             return _conv_bias(out, bound, cout)
         per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
         chunk = max(1, min(n, budget // max(per_image, 1)))
-        cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length)
-        has_cols = cols_m.rows * cols_m.cols > 0
+        has_cols = c * kh * kw * chunk * length > 0
+        # the columns: the forward's GEMM operand, the weight gradient's; a data gradient alone needs none
+        cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length) if forward or mask[1] else None
 
         def columns(group: int, width: int) -> _Mat:  # group's rows of the columns, the first `width` of them
             return cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, width)

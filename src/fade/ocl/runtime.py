@@ -318,6 +318,17 @@ _TEMP_SIZE = {torch.float32: "CLBlastSGemmTempBufferSize", torch.float64: "CLBla
 _temp_sizes: dict = {}  # gemm_temp_bytes' answers by their arguments
 
 
+def _column_major_head(trans_a: bool, trans_b: bool, m: int, n: int, k: int) -> list:
+    """Layout, transposes and sizes of CLBlast's column-major call for the row-major C (m x n) = op(A) op(B):
+    C^T = op(B)^T op(A)^T over the same memory, so B's transpose and n come first; the caller passes B's
+    operand before A's. CLBlast's indirect kernel takes C column-major: a row-major call made it transpose C
+    into a buffer it allocated and back on every call (vgg16's Winograd GEMMs: 822 MB a call, up to 36 ms of
+    host time on the H100 while the driver allocated and freed it)."""
+    return [ctypes.c_int(_COL_MAJOR), ctypes.c_int(_TRANS if trans_b else _NO_TRANS),
+            ctypes.c_int(_TRANS if trans_a else _NO_TRANS), ctypes.c_size_t(n), ctypes.c_size_t(m),
+            ctypes.c_size_t(k)]
+
+
 def gemm_temp_bytes(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: int, a_offset: int,
                     lda: int, b_offset: int, ldb: int, c_offset: int, ldc: int) -> int:
     """Bytes of the scratch buffer CLBlast's (non-batched) GEMM needs for these arguments (padded or transposed
@@ -328,10 +339,9 @@ def gemm_temp_bytes(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n:
     if found is None:
         size = ctypes.c_size_t(0)
         queue = ctypes.c_void_p(dev.queue.int_ptr)
-        status = getattr(clblast(), _TEMP_SIZE[dtype])(  # the column-major call gemm() makes (see there)
-            ctypes.c_int(_COL_MAJOR), ctypes.c_int(_TRANS if trans_b else _NO_TRANS),
-            ctypes.c_int(_TRANS if trans_a else _NO_TRANS), *[ctypes.c_size_t(v) for v in (
-                n, m, k, b_offset, ldb, a_offset, lda, c_offset, ldc)], ctypes.byref(queue), ctypes.byref(size))
+        status = getattr(clblast(), _TEMP_SIZE[dtype])(  # the column-major call gemm() makes
+            *_column_major_head(trans_a, trans_b, m, n, k), *[ctypes.c_size_t(v) for v in (
+                b_offset, ldb, a_offset, lda, c_offset, ldc)], ctypes.byref(queue), ctypes.byref(size))
         if status != 0:
             raise OclError(f"CLBlast GemmTempBufferSize failed with status {status} on ocl:{dev.index}")
         found = _temp_sizes[key] = size.value
@@ -353,12 +363,7 @@ def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: in
     name, scalar = _GEMM[dtype]
     size = ctypes.c_size_t
     queue = ctypes.c_void_p(dev.queue.int_ptr)
-    # Called column-major with the operands swapped (row-major C = op(A) op(B) is column-major C^T = op(B)^T
-    # op(A)^T over the same memory): CLBlast's indirect kernel takes C column-major, so a row-major call made it
-    # transpose C into a buffer it allocated and back on every call (vgg16's Winograd GEMMs: 822 MB a call,
-    # up to 36 ms of host time on the H100 while the driver allocated and freed it).
-    head = [ctypes.c_int(_COL_MAJOR), ctypes.c_int(_TRANS if trans_b else _NO_TRANS),
-            ctypes.c_int(_TRANS if trans_a else _NO_TRANS), size(n), size(m), size(k), scalar(alpha)]
+    head = _column_major_head(trans_a, trans_b, m, n, k) + [scalar(alpha)]  # B's operand first (see there)
     operands = [(b, b_offset, ldb), (a, a_offset, lda), (c, c_offset, ldc)]
     strides = (strides[1], strides[0], strides[2])
     if batch > 1:
