@@ -425,12 +425,57 @@ def test_index_select_gathers_rows():
     assert torch.equal(weight.to(DEV).index_select(0, index.to(DEV)).cpu(), weight.index_select(0, index))
 
 
-def test_dropout_uses_the_cpu_generator_and_matches_the_cpu():
+def test_dropout_with_the_cpu_rng_matches_the_cpu(monkeypatch):
+    from fade.ocl import backend
+    monkeypatch.setattr(backend, "DROPOUT_RNG", "cpu")
     x = torch.randn(1000)
     torch.manual_seed(5)
     expected = torch.nn.functional.dropout(x, 0.3)
     torch.manual_seed(5)
     close(torch.nn.functional.dropout(x.to(DEV), 0.3), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dropout_on_the_device_rng(dtype):
+    """The default: Philox on the device, seeded from the CPU generator. Same seed, same masks; the next call a
+    new mask; the kept share of 2^18 elements within 6 standard deviations of 1 - p, in each of Philox's four
+    lanes; kept elements scaled by 1 / (1 - p); the backward uses the same mask."""
+    from fade.ocl import backend
+    assert backend.DROPOUT_RNG == "device"
+    n, p = 1 << 18, 0.3
+    x = torch.randn(n, dtype=dtype)
+    torch.manual_seed(5)
+    first, mask = torch.ops.aten.native_dropout(x.to(DEV), p, True)
+    again, _ = torch.ops.aten.native_dropout(x.to(DEV), p, True)
+    torch.manual_seed(5)
+    repeat, _ = torch.ops.aten.native_dropout(x.to(DEV), p, True)
+    first, mask, again, repeat = first.cpu(), mask.cpu(), again.cpu(), repeat.cpu()
+    assert mask.dtype == torch.bool and torch.equal(first, repeat) and not torch.equal(first, again)
+    sd = (n / 4 * p * (1 - p)) ** 0.5
+    for lane in range(4):
+        assert abs(mask[lane::4].sum().item() - n / 4 * (1 - p)) < 6 * sd
+    torch.testing.assert_close(first, x * mask / (1 - p), rtol=1e-6, atol=0)
+    leaf = x.to(DEV).requires_grad_()
+    torch.manual_seed(6)
+    out = torch.nn.functional.dropout(leaf, p)
+    out.backward(torch.ones(n, dtype=dtype).to(DEV))
+    kept = out.detach().cpu() != 0
+    torch.testing.assert_close(leaf.grad.cpu(), kept.to(dtype) / (1 - p), rtol=1e-6, atol=0)
+    keep_all, drop_all = torch.ops.aten.native_dropout(x.to(DEV), 0.0, True), torch.ops.aten.native_dropout(
+        x.to(DEV), 1.0, True)
+    assert keep_all[1].cpu().all() and torch.equal(keep_all[0].cpu(), x)
+    assert not drop_all[1].cpu().any() and not drop_all[0].cpu().any()
+    evaluated = torch.ops.aten.native_dropout(x.to(DEV), p, False)
+    assert torch.equal(evaluated[0].cpu(), x) and evaluated[1].cpu().all()
+
+
+def test_an_unknown_setting_warns_and_keeps_the_default(monkeypatch):
+    from fade.ocl import backend
+    monkeypatch.setenv("FADE_OCL_DROPOUT_RNG", "gpu")
+    with pytest.warns(UserWarning, match="FADE_OCL_DROPOUT_RNG='gpu' is not one of device, cpu"):
+        assert backend.env_choice("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu")) == "device"
+    monkeypatch.setenv("FADE_OCL_DROPOUT_RNG", "cpu")
+    assert backend.env_choice("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu")) == "cpu"
 
 
 def test_logical_reductions_and_inf_tests():

@@ -47,6 +47,14 @@ def build(name):
     return model, images, target, F.cross_entropy, lambda p: torch.optim.SGD(p, lr=1e-3, momentum=0.9)
 
 
+@pytest.fixture(autouse=True)
+def cpu_dropout(monkeypatch):
+    """Training is compared step by step with the CPU, so ocl draws dropout masks as the CPU kernel does (the
+    default draws them on the device; device_checks.py tests that generator)."""
+    from fade.ocl import backend
+    monkeypatch.setattr(backend, "DROPOUT_RNG", "cpu")
+
+
 def run(name, device, dtype=torch.float32, steps=STEPS):
     model, x, target, loss_fn, make_optimizer = build(name)
     model = model.to(device, dtype)
@@ -59,7 +67,7 @@ def run(name, device, dtype=torch.float32, steps=STEPS):
     model.train()
     optimizer = make_optimizer(model.parameters())
     losses, first_grads = [], None
-    torch.manual_seed(5)  # dropout masks: the CPU generator, consumed the same way on every device
+    torch.manual_seed(5)  # dropout masks: the CPU generator's own draws on every device (CPU_DROPOUT below)
     for _ in range(steps):
         optimizer.zero_grad()
         loss = loss_fn(model(x), target)

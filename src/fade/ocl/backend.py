@@ -126,6 +126,16 @@ def remove_fallback_listener(listener) -> None:
         _fallback_listeners.remove(listener)
 
 
+def env_choice(name: str, default: str, allowed: tuple) -> str:
+    """The value of environment variable `name` when it is one of `allowed`; else `default`, with a warning for a
+    value set but not understood (a typo must not silently mean the default)."""
+    value = os.environ.get(name)
+    if value is None or value in allowed:
+        return value or default
+    warnings.warn(f"{name}={value!r} is not one of {', '.join(allowed)}; using {default!r}", stacklevel=2)
+    return default
+
+
 # memory
 def _reclaim(full: bool = True) -> None:
     for block in _table.sweep(None if full else runtime.YOUNG_SWEEP):
@@ -1782,10 +1792,11 @@ def _convolution(op, args, kwargs, bound):
     return run(_conv_layout(dev, key, layouts, "folded" if length < FOLD_PIXELS else "per-image", run))
 
 
-CONV_BENCHMARK = os.environ.get("FADE_OCL_CONV_BENCHMARK", "auto")  # on | off | auto (GPUs only)
+# on | off | auto (GPUs only)
+CONV_BENCHMARK = env_choice("FADE_OCL_CONV_BENCHMARK", "auto", ("on", "off", "auto"))
 # Winograd F(2x2, 3x3) for stride-1 3x3 convolutions: auto, one of the layouts measured (so used only where
 # measured faster, GPUs); on, always where it applies (the tests); off, never
-CONV_WINOGRAD = os.environ.get("FADE_OCL_CONV_WINOGRAD", "auto")
+CONV_WINOGRAD = env_choice("FADE_OCL_CONV_WINOGRAD", "auto", ("on", "off", "auto"))
 CONV_BENCHMARK_RUNS = 3  # timed runs per layout, the fastest kept: with one run, a busy host once made
 # resnet18 inference run its 14 x 14 and 7 x 7 layers per image on the H100 (device time 15.3 -> 22.0 ms a step)
 _conv_layouts: dict = {}  # convolution key -> "folded", "per-image" or "winograd", as measured
@@ -2326,24 +2337,63 @@ def _batch_norm_composed(op, bound):
     return grad_input, grad_weight, grad_bias
 
 
+_DROPOUT_SOURCE = """
+/* Philox4x32-10 (Salmon et al., SC'11: the counter-based generator of cuRAND and torch's CUDA dropout): one
+   call per 4 elements, counter = (work item, 0, 0, 0), key = the seed drawn from torch's CPU generator */
+__kernel void dropout(__global const T* x, long x_off, __global T* out, __global uchar* mask, uint k0, uint k1,
+                      float keep, T scale, long n) {
+    long g = get_global_id(0);
+    uint c0 = (uint)g, c1 = (uint)(g >> 32), c2 = 0, c3 = 0;
+    for (int round = 0; round < 10; round++) {
+        uint hi0 = mul_hi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        uint hi1 = mul_hi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    }
+    uint r[4] = {c0, c1, c2, c3};
+    for (int j = 0; j < 4; j++) {
+        long i = g * 4 + j;
+        if (i < n) {
+            uchar kept = (float)(r[j] >> 8) * (1.0f / 16777216.0f) < keep;  /* uniform in [0, 1), 24 bits */
+            mask[i] = kept;
+            out[i] = x[x_off + i] * (T)kept * scale;  /* x * mask * scale, as the CPU computes it */
+        }
+    }
+}
+"""
+# device: the mask drawn on the device by Philox, seeded from torch's CPU generator (seeded runs repeat, but the
+# masks differ from the CPU's, as CUDA's do); cpu: the CPU kernel's own draw, uploaded (masks identical to the
+# CPU's; the draw costs the host ~14 ns an element: 8 ms for alexnet's 64 x 9216 activations on this VM)
+DROPOUT_RNG = env_choice("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu"))
+
+
 def _dropout(op, args, kwargs, bound):
-    """native_dropout: the mask comes from the CPU's own native_dropout on a same-shaped host tensor (the CPU
-    generator, consumed exactly as the CPU would, so seeded runs match the CPU), is uploaded, and the output is
-    computed on the device."""
+    """native_dropout: the output computed on the device with a mask from DROPOUT_RNG's generator."""
     x, p, train = bound["input"], bound["p"], bound["train"]
     if x.dtype not in (torch.float32, torch.float64) or _written(op, bound):
         raise _NoKernel("dropout dtype")
-    # the CPU kernel's own draw (torch.empty_like(x).bernoulli_(1 - p)) without its two multiplications
-    host_mask = torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).bool() if train is None or train else \
-        torch.ones(x.shape, dtype=torch.bool)
-    mask = empty(host_mask.shape, _contiguous_strides(host_mask.shape), host_mask.dtype, x.device.index)
-    upload(host_mask, mask, owned=True)
-    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
-    if train is None or train:
-        scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
-        pointwise("a * b * scale", out, [x, mask], scalars={"scale": scale})
-    else:
+    index = x.device.index
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
+    mask = empty(x.shape, _contiguous_strides(x.shape), torch.bool, index)
+    if not (train is None or train):
         pointwise("a", out, [x])
+        pointwise("1", mask, [])
+        return out, mask
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p)
+    if DROPOUT_RNG == "cpu":  # the CPU kernel's own draw (torch.empty_like(x).bernoulli_(1 - p)), then x * mask * s
+        upload(torch.empty(x.shape, dtype=x.dtype).bernoulli_(1 - p).bool(), mask, owned=True)
+        pointwise("a * b * scale", out, [x, mask], scalars={"scale": scale})
+        return out, mask
+    if x.numel():
+        x = _contiguous(x)
+        seed = int(torch.empty((), dtype=torch.int64).random_())  # one draw of the CPU generator per call
+        dev = _dev(x)
+        source = f"#define T {_cl_type(x.dtype)}\n" + _DROPOUT_SOURCE
+        np_t = np.float64 if x.dtype == torch.float64 else np.float32
+        dev.launch(dev.kernel("dropout", source), (-(-x.numel() // 4),), None, _block(x).buffer,
+                   np.int64(x.storage_offset()), _block(out).buffer, _block(mask).buffer,
+                   np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32), np.float32(1 - p), np_t(scale),
+                   np.int64(x.numel()))
     return out, mask
 
 
@@ -2375,7 +2425,7 @@ FOREACH_WIDTH = 16  # tensors per multi-tensor launch
 FOREACH_ALONE = 1 << 20  # elements from which a tensor gets a launch of its own
 # on | off | auto: GPUs only. Measured: resnet50's SGD step on the H100 61 -> 4-10 ms (train step 392-415 ->
 # 262-328 ms); on PoCL (a CPU device) the branching kernel was slower than one simple kernel per tensor
-FOREACH_FUSED = os.environ.get("FADE_OCL_FOREACH_FUSED", "auto")
+FOREACH_FUSED = env_choice("FADE_OCL_FOREACH_FUSED", "auto", ("on", "off", "auto"))
 
 
 def _foreach_fused(op, name: str, args, kwargs) -> bool:
