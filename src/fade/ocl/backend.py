@@ -158,7 +158,7 @@ def empty(size, stride, dtype, index: int, offset: int = 0) -> torch.Tensor:
     dev = runtime.device(index)
     _check_dtype(dev, dtype)
     nbytes = _extent(size, stride, offset) * dtype.itemsize
-    buffer = dev.allocate(nbytes, _reclaim)
+    buffer = dev.allocate(nbytes, _reclaim) if nbytes else dev.null_buffer()
     return _table.new_tensor(Block(index, buffer), buffer.int_ptr, nbytes, torch.device(NAME, index), dtype,
                              offset, size, stride)
 
@@ -749,7 +749,13 @@ POINTWISE = {  # base name -> (operand argument names, expression, scalar argume
 
 def _base(op) -> str:
     """aten::add_ -> add, aten::_softmax -> _softmax."""
-    return op._schema.name.split("::")[1].rstrip("_")
+    found = _bases.get(op)
+    if found is None:
+        found = _bases[op] = op._schema.name.split("::")[1].rstrip("_")
+    return found
+
+
+_bases: dict = {}
 
 
 def _finish(op, bound, result):
@@ -2117,16 +2123,6 @@ __kernel void bn_forward_stats(__global const ACC* partials, long parts, long M,
     coef[c * 4] = mean; coef[c * 4 + 1] = invstd * (affine_w ? (ACC)w[w_off + c] : 1);
     coef[c * 4 + 2] = affine_b ? (ACC)b[b_off + c] : 0; coef[c * 4 + 3] = 0;
 }
-/* per channel, eval forward from the running statistics */
-__kernel void bn_eval_coef(__global const T* rmean, long rm_off, __global const T* rvar, long rv_off,
-                           __global const T* w, long w_off, __global const T* b, long b_off, int affine_w,
-                           int affine_b, ACC eps, __global ACC* coef, long C) {
-    long c = get_global_id(0);
-    if (c >= C) return;
-    coef[c * 4] = (ACC)rmean[rm_off + c];
-    coef[c * 4 + 1] = 1 / sqrt((ACC)rvar[rv_off + c] + eps) * (affine_w ? (ACC)w[w_off + c] : 1);
-    coef[c * 4 + 2] = affine_b ? (ACC)b[b_off + c] : 0; coef[c * 4 + 3] = 0;
-}
 /* per channel, backward: grad_weight = sum(g * xhat), grad_bias = sum(g), and bn_backward_apply's
    coefficients (center, k1, k2, invstd * weight): grad_input = (g - k1 - (x - center) * k2) * invstd * weight */
 __kernel void bn_backward_stats(__global const ACC* partials, long parts, long M, __global const T* center,
@@ -2143,6 +2139,16 @@ __kernel void bn_backward_stats(__global const ACC* partials, long parts, long M
     coef[c * 4 + 1] = training ? s1 / M : 0;
     coef[c * 4 + 2] = training ? s2 * invstd * invstd / M : 0;
     coef[c * 4 + 3] = invstd * (affine_w ? (ACC)w[w_off + c] : 1);
+}
+/* eval forward in one pass: each element reads its channel's running statistics and affine parameters */
+__kernel void bn_eval(__global const T* x, long x_off, __global const T* rmean, long rm_off, __global const T* rvar,
+                      long rv_off, __global const T* w, long w_off, __global const T* b, long b_off, int affine_w,
+                      int affine_b, ACC eps, __global T* out, long C, long HW, long n) {
+    long i = get_global_id(0);
+    if (i >= n) return;
+    long c = (i / HW) % C;
+    ACC scale = 1 / sqrt((ACC)rvar[rv_off + c] + eps) * (affine_w ? (ACC)w[w_off + c] : 1);
+    out[i] = (T)(((ACC)x[x_off + i] - (ACC)rmean[rm_off + c]) * scale + (affine_b ? (ACC)b[b_off + c] : 0));
 }
 __kernel void bn_apply(__global const T* x, long x_off, __global const ACC* coef, __global T* out, long C, long HW,
                        long n) {
@@ -2166,7 +2172,7 @@ BN_PART = 8192  # elements of one channel a bn_partials work-group sums
 def _batch_norm(op, args, kwargs, bound):
     """native_batch_norm and its backward over (N, C, ...). Contiguous input with parameters of its dtype: fused
     kernels (per-channel sums by work-group reduction, accumulated in double where the device has fp64, then one
-    elementwise pass): 3 launches for a training forward or backward, 2 for eval. Otherwise composed of the
+    elementwise pass): 3 launches for a training forward or backward, 1 for eval. Otherwise composed of the
     elementwise and reduction kernels. Running statistics are updated in place as on the CPU (unbiased)."""
     if _written_outs(op):
         raise _NoKernel("out=")
@@ -2187,40 +2193,41 @@ def _batch_norm(op, args, kwargs, bound):
     np_wide = np.float64 if wide == torch.float64 else np.float32
     weight, bias = bound.get("weight"), bound.get("bias")
     training = bound["training"] if "training" in bound else bound["train"]
-    with _Scratch(dev) as scratch:  # partial sums and coefficients: pool buffers, not tensors
-        eps = np_wide(bound["eps"])
-        coef = scratch.buffer(c * 4 * wide.itemsize)  # per channel: the affine map bn_apply uses, and more
+    eps = np_wide(bound["eps"])
 
-        def arg(t):  # (buffer, offset) of an optional per-channel tensor; x's buffer stands in for a missing one
-            return (_block(t).buffer, np.int64(t.storage_offset())) if t is not None else \
-                (_block(x).buffer, np.int64(0))
+    def arg(t):  # (buffer, offset) of an optional per-channel tensor; x's buffer stands in for a missing one
+        return (_block(t).buffer, np.int64(t.storage_offset())) if t is not None else \
+            (_block(x).buffer, np.int64(0))
+
+    flags = (np.int32(weight is not None), np.int32(bias is not None))
+    forward = _base(op) in ("native_batch_norm", "_native_batch_norm_legit")
+    if forward and not training:  # one pass from the running statistics
+        out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
+        dev.launch(dev.kernel("bn_eval", source), (x.numel(),), None, _block(x).buffer, np.int64(x.storage_offset()),
+                   *arg(bound.get("running_mean")), *arg(bound.get("running_var")), *arg(weight), *arg(bias),
+                   *flags, eps, _block(out).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
+        return out, empty([0], [1], x.dtype, index), empty([0], [1], x.dtype, index)
+    with _Scratch(dev) as scratch:  # partial sums and coefficients: pool buffers, not tensors
+        coef = scratch.buffer(c * 4 * wide.itemsize)  # per channel: the affine map bn_apply uses, and more
 
         def partials(grad=None, center=None):
             return _bn_partials(dev, source, local, scratch, wide, x, arg(grad), arg(center), c, hw, m,
                                 grad is not None)
 
-        flags = (np.int32(weight is not None), np.int32(bias is not None))
-        if _base(op) in ("native_batch_norm", "_native_batch_norm_legit"):
+        if forward:  # training
             running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
             out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
-            if training:
-                save_mean, save_invstd = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
-                sums, parts = partials()
-                running = running_mean is not None and running_var is not None
-                dev.launch(dev.kernel("bn_forward_stats", source), (c,), None, sums, parts, np.int64(m),
-                           _block(x).buffer, np.int64(x.storage_offset()), np.int64(hw), *arg(weight), *arg(bias),
-                           *flags, _block(save_mean).buffer, _block(save_invstd).buffer, *arg(running_mean),
-                           *arg(running_var), np.int32(running), eps, np_wide(bound["momentum"]), coef, np.int64(c))
-                dev.launch(dev.kernel("bn_apply", source), (x.numel(),), None, _block(x).buffer,
-                           np.int64(x.storage_offset()), coef, _block(out).buffer, np.int64(c),
-                           np.int64(hw), np.int64(x.numel()))
-                return out, save_mean, save_invstd
-            dev.launch(dev.kernel("bn_eval_coef", source), (c,), None, *arg(running_mean), *arg(running_var),
-                       *arg(weight), *arg(bias), *flags, eps, coef, np.int64(c))
+            save_mean, save_invstd = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
+            sums, parts = partials()
+            running = running_mean is not None and running_var is not None
+            dev.launch(dev.kernel("bn_forward_stats", source), (c,), None, sums, parts, np.int64(m),
+                       _block(x).buffer, np.int64(x.storage_offset()), np.int64(hw), *arg(weight), *arg(bias),
+                       *flags, _block(save_mean).buffer, _block(save_invstd).buffer, *arg(running_mean),
+                       *arg(running_var), np.int32(running), eps, np_wide(bound["momentum"]), coef, np.int64(c))
             dev.launch(dev.kernel("bn_apply", source), (x.numel(),), None, _block(x).buffer,
-                       np.int64(x.storage_offset()), coef, _block(out).buffer, np.int64(c), np.int64(hw),
-                       np.int64(x.numel()))
-            return out, empty([0], [1], x.dtype, index), empty([0], [1], x.dtype, index)
+                       np.int64(x.storage_offset()), coef, _block(out).buffer, np.int64(c),
+                       np.int64(hw), np.int64(x.numel()))
+            return out, save_mean, save_invstd
         grad, mask = bound["grad_out"], bound["output_mask"]
         center, spread = (bound["save_mean"], bound["save_invstd"]) if training else \
             (bound["running_mean"], bound["running_var"])
@@ -2508,26 +2515,44 @@ _HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, 
 
 def _native(op, args, kwargs):
     """The device kernel for op, or raise _NoKernel."""
+    route = _routes.get(op)
+    if route is None:
+        route = _routes[op] = _route_of(op)
+    return route(op, args, kwargs)
+
+
+_routes: dict = {}  # op -> its route (below), worked out from its schema once
+
+
+def _route_of(op):
+    """The function (op, args, kwargs) that runs `op` on the device: what _native used to decide per call from
+    the op's schema (~5 us of attribute walks per op)."""
     if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
-        return _copy_from(op, args, kwargs)
+        return _copy_from
     if op is aten._local_scalar_dense.default:
-        return _local_scalar_dense(op, args, kwargs)
-    if op._schema.name.startswith("aten::_foreach_"):
-        return _foreach(op, args, kwargs)
-    bound = _bind(op, args, kwargs)
+        return _local_scalar_dense
+    name = op._schema.name
+    if name.startswith("aten::_foreach_"):
+        return _foreach
+
+    def bound(handler):
+        return lambda op, args, kwargs: handler(op, args, kwargs, _bind(op, args, kwargs))
+
     if op in (aten.empty.memory_format, aten.empty_strided.default):
-        return _empty(op, args, kwargs, bound)
-    if op._schema.name.split("::")[1] in _GEOMETRY_INPLACE:
-        return _geometry_inplace(op, args, kwargs, bound)
+        return bound(_empty)
+    if name.split("::")[1] in _GEOMETRY_INPLACE:
+        return bound(_geometry_inplace)
     if _is_view_op(op):
-        return _view(op, args, kwargs)
+        return _view
     base = _base(op)
     if base in POINTWISE:
-        return _pointwise_op(op, args, kwargs, bound)
+        return bound(_pointwise_op)
     handler = _HANDLERS.get(base)
     if handler is None or op._overloadname in ("unary_out", "other", "names_dim"):  # max.other is maximum
-        raise _NoKernel(op.name())
-    return handler(op, args, kwargs, bound)
+        def no_kernel(op, args, kwargs):
+            raise _NoKernel(op.name())
+        return no_kernel
+    return bound(handler)
 
 
 def _dispatch(op, *args, **kwargs):
@@ -2627,4 +2652,5 @@ class BackendModule(PythonDeviceModule):
             dev.empty_cache()
 
     def memory_allocated(self, device=None) -> int:
-        return sum(block.buffer.size for block in _table.live())
+        return sum(block.buffer.size for block in _table.live()
+                   if block.buffer is not runtime.device(block.device).null_buffer())

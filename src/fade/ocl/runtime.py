@@ -129,6 +129,7 @@ class Device:
         self.recording: list | None = None  # (label, event) per command while a profile records
         self.pending_writes: collections.deque = collections.deque()  # events of writes not known complete
         self.max_work_group_size = self.cl_device.max_work_group_size  # (pyopencl asks the driver each time)
+        self._null_buffer = None
 
     # commands
     def launch(self, kernel, global_size, local_size, *args, label: str | None = None):
@@ -186,6 +187,13 @@ class Device:
         nbytes = max(nbytes, 64)
         return 1 << (nbytes - 1).bit_length() if nbytes <= (1 << 20) else -(-nbytes // (1 << 20)) * (1 << 20)
 
+    def null_buffer(self):
+        """The one small buffer behind every zero-byte tensor of this device (no kernel touches it; release()
+        never pools it): a batch norm alone makes three such tensors a call."""
+        if self._null_buffer is None:
+            self._null_buffer = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, 64)
+        return self._null_buffer
+
     def allocate(self, nbytes: int, reclaim):
         """A buffer of at least `nbytes`, from the pool when one fits; `reclaim(full)` pools dead tensors' buffers:
         on a pool miss the young ones only, all of them once FULL_SWEEP_BYTES of new buffers were made since the
@@ -234,6 +242,8 @@ class Device:
         self.fresh_bytes = 0
 
     def release(self, buffer) -> None:
+        if buffer is self._null_buffer:
+            return
         with self.lock:
             self.pool.setdefault(buffer.size, []).append(buffer)
             self.pooled_bytes += buffer.size
