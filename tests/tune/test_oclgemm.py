@@ -120,6 +120,38 @@ def test_the_search_starts_no_candidate_past_its_budget(monkeypatch):
     assert result["stages"][0]["tried"] <= 1
 
 
+def test_a_candidate_that_breaks_the_queue_ends_the_search_naming_it_and_is_skipped_after(monkeypatch):
+    dev = _fake_search(monkeypatch, {"default": 1.0, "faulting": 0.5, "faster": 0.7})
+    alive = {"queue": True}
+    measure = tuning.measure_shapes
+
+    def faulting(dev, shapes, bench=None, reference=None, **options):
+        if options.get("repeats") == tuning.SEARCH_REPEATS and tuning_state["applied"] == "faulting":
+            alive["queue"] = False
+            raise RuntimeError("clFinish failed: INVALID_COMMAND_QUEUE")
+        return measure(dev, shapes, bench, reference, **options)
+
+    tuning_state = {"applied": None}
+    apply = tuning.apply
+
+    def tracking_apply(dev, parameters):
+        tuning_state["applied"] = "faulting" if parameters.get("Xgemm", {}).get("KWG") == 16 * 4 else "other"
+        apply(dev, parameters)
+
+    monkeypatch.setattr(tuning, "measure_shapes", faulting)
+    monkeypatch.setattr(tuning, "apply", tracking_apply)
+    monkeypatch.setattr(tuning, "queue_alive", lambda dev: alive["queue"])
+    shapes = [tuning.GemmShape(64, 64, 64)]
+    with pytest.raises(tuning.DeviceLost) as lost:
+        tuning.tune(dev, shapes, budget_s=60.0, clock=iter(range(0, 1000)).__next__)
+    assert lost.value.candidate.startswith("Xgemm:faulting")
+    alive["queue"] = True
+    tuning.apply(dev, {"Xgemm": GOOD_XGEMM})  # a fresh process starts from CLBlast's own parameters
+    result = tuning.tune(dev, shapes, budget_s=60.0, clock=iter(range(0, 1000)).__next__,
+                         exclude=frozenset([lost.value.candidate]))
+    assert result["chosen"]["Xgemm"]["KWG"] == 16 * 5  # "faster"; the faulting one was not tried again
+
+
 # the persisted parameters
 def _fake_device(name="NVIDIA H100 80GB HBM3", driver="570.1"):
     info = SimpleNamespace(name=name, platform="NVIDIA CUDA", driver_version=driver)
@@ -198,6 +230,21 @@ def test_pretune_records_tunes_confirms_persists_and_measures_the_step_again(tmp
     assert result["shapes"][0]["calls"] == 3  # the step's 2 calls of 64x64x64 and the extra one
     record = json.loads(open(result["persisted"]).read())
     assert record["parameters"] == {"Xgemm": GOOD_XGEMM} and record["fingerprint"] == FINGERPRINT
+
+
+def test_pretune_restarts_a_search_whose_candidate_broke_the_queue_without_it(tmp_path):
+    runs, child = _fake_children()
+
+    def losing_once(env, arguments, module=None, timeout_s=None):
+        if arguments[0] == "tune" and "--exclude" not in arguments:
+            runs.append((env, arguments))
+            return {"error": "Xgemm:random-7 broke the device's queue", "lost_on": "Xgemm:random-7"}
+        return child(env, arguments, module, timeout_s)
+
+    result = run_ocl_pretune([{"model": "resnet18"}], budget_s=60, cache_base=tmp_path, run_child=losing_once)
+    tunes = [arguments for _, arguments in runs if arguments[0] == "tune"]
+    assert len(tunes) == 2 and tunes[1][tunes[1].index("--exclude") + 1] == "Xgemm:random-7"
+    assert result["verdict"] == "tuned" and any("Xgemm:random-7 broke" in note for note in result["notes"])
 
 
 def test_pretune_persists_clblasts_own_when_fresh_processes_do_not_confirm(tmp_path):

@@ -158,9 +158,22 @@ def empty(size, stride, dtype, index: int, offset: int = 0) -> torch.Tensor:
     dev = runtime.device(index)
     _check_dtype(dev, dtype)
     nbytes = _extent(size, stride, offset) * dtype.itemsize
-    buffer = dev.allocate(nbytes, _reclaim) if nbytes else dev.null_buffer()
+    if not nbytes:  # a view of the device's one zero-byte storage: no buffer, no table entry (a growing resize_
+        return _table.view_of(_zero_base(dev), dtype, 0, size, stride)  # gives its tensor a storage of its own)
+    buffer = dev.allocate(nbytes, _reclaim)
     return _table.new_tensor(Block(index, buffer), buffer.int_ptr, nbytes, torch.device(NAME, index), dtype,
                              offset, size, stride)
+
+
+_zero_bases: dict = {}  # device index -> a zero-byte tensor over the device's null buffer, kept for the process
+
+
+def _zero_base(dev: runtime.Device) -> torch.Tensor:
+    base = _zero_bases.get(dev.index)
+    if base is None:
+        base = _zero_bases[dev.index] = _table.new_tensor(Block(dev.index, dev.null_buffer()), dev.null_buffer().int_ptr,
+                                                          0, torch.device(NAME, dev.index), torch.uint8, 0, [0], [1])
+    return base
 
 
 def _contiguous_strides(size) -> list[int]:
@@ -618,6 +631,9 @@ def _to_meta(value):
 
 
 def _index_of(args, kwargs) -> int:
+    first = args[0] if args else None
+    if isinstance(first, torch.Tensor) and first.device.type == NAME:  # the usual case, without a walk
+        return first.device.index or 0
     found = []
     map_nested(lambda v: found.append(v.device.index or 0) if isinstance(v, torch.Tensor) and
                v.device.type == NAME else None, (args, kwargs))

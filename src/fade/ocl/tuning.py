@@ -410,8 +410,27 @@ def apply(dev, parameters: dict) -> None:
         runtime.override_parameters(dev, kernel, torch.float32, values)
 
 
+class DeviceLost(RuntimeError):
+    """A candidate's kernel broke the device's queue (a fault: on NVIDIA's OpenCL every later command fails with
+    INVALID_COMMAND_QUEUE), so this process cannot go on; `candidate` ("Xgemm:label") names it."""
+
+    def __init__(self, candidate: str, error: Exception):
+        super().__init__(f"{candidate} broke the device's queue: {str(error).splitlines()[0] if str(error) else error}")
+        self.candidate = candidate
+
+
+def queue_alive(dev) -> bool:
+    """Whether the device's queue still runs commands (finish() fails on a queue a faulted kernel broke)."""
+    try:
+        dev.queue.finish()
+        return True
+    except Exception:  # noqa: BLE001 - any failure here means the queue is gone
+        return False
+
+
 def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str], None]] = None,
-         clock: Callable[[], float] = time.perf_counter, seed: int = 0, max_candidates: int = 400) -> dict:
+         clock: Callable[[], float] = time.perf_counter, seed: int = 0, max_candidates: int = 400,
+         exclude: frozenset = frozenset()) -> dict:
     """Search CLBlast parameters for `shapes` on `dev` (a runtime.Device opened with CLBlast's own parameters)
     within `budget_s`; returns {chosen, default, tuned, noise, stages, rejected, elapsed_s}. `chosen` holds only
     the kernels whose change won by more than the noise; {} keeps CLBlast's defaults.
@@ -419,7 +438,8 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
     Candidates are measured with SEARCH_REPEATS blocks on the heaviest shapes (SEARCH_WEIGHT_SHARE of the
     defaults' time), heaviest first, and abandoned as soon as their partial total passes the best so far; a
     candidate is not started when the last one's cost would overrun its stage's share of the budget
-    (STAGE_BUDGET_SHARE). The choice is then measured on every shape and dropped unless it still wins there."""
+    (STAGE_BUDGET_SHARE). The choice is then measured on every shape and dropped unless it still wins there.
+    `exclude`: candidates ("Xgemm:label") not to try (one broke the queue of an earlier search: DeviceLost)."""
     started = clock()
     progress = progress or (lambda message: None)
     shapes = [shape for shape in shapes if shape.dtype == TUNED_DTYPE]
@@ -449,6 +469,8 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
             offered = candidates(stage, vendor=dev.info.vendor, limits=limits, count=max_candidates, seed=seed)
         tried, abandoned, winner = 0, 0, None
         for label, parameters in offered:
+            if f"{stage}:{label}" in exclude:
+                continue
             if clock() + cost_s > stage_deadline:
                 break
             tried += 1
@@ -458,6 +480,8 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
                 result = measure_shapes(dev, searched, bench, reference, repeats=SEARCH_REPEATS,
                                         give_up_above_s=best_total)
             except Exception as error:  # noqa: BLE001 - a build or launch failure rejects the candidate only
+                if not queue_alive(dev):
+                    raise DeviceLost(f"{stage}:{label}", error) from error
                 rejected.append({"kernel": stage, "parameters": parameters, "reason": str(error).splitlines()[0]})
                 continue
             finally:

@@ -30,6 +30,8 @@ MODULE = "fade.act.tune.oclgemm"
 STEPS_TIMED = 3  # after the first (building) step: the median of 3 ignores one disturbed step
 DEFAULTS_ENV = {"FADE_OCL_CLBLAST_TUNED": "0"}  # fade.ocl.tuning.DISABLE_ENV: CLBlast's own parameters
 TUNE_FIELDS = ("chosen", "note", "searched_shapes", "stages", "noise", "elapsed_s", "budget_s", "method", "rejected")
+MAX_LOST_RESTARTS = 3  # searches restarted after a candidate broke the device's queue (tuning.DeviceLost)
+MIN_RESTART_BUDGET_S = 30.0  # a restarted search gets at least this (it measures every shape again first)
 CHILD_OVERHEAD_S = 300.0  # a tune child's time beyond its budget: model-free, but the last candidate and the
 # final measurement of every shape run after the budget's check
 
@@ -70,8 +72,19 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
         with open(shapes_file, "w", encoding="utf-8") as handle:
             json.dump(shape_list, handle)
         progress(f"tuning CLBlast on {len(shape_list)} GEMM shapes within {budget_s:g} s")
-        tuned = run_child(DEFAULTS_ENV, ["tune", "--shapes", shapes_file, "--budget-s", str(budget_s), "--device",
-                                         device], module=MODULE, timeout_s=budget_s + CHILD_OVERHEAD_S)
+        tuned, excluded, left_s = {}, [], budget_s
+        for _ in range(1 + MAX_LOST_RESTARTS):  # a candidate that breaks the queue ends its process: go on without it
+            begun = time.monotonic()
+            tuned = run_child(DEFAULTS_ENV, ["tune", "--shapes", shapes_file, "--budget-s", str(left_s), "--device",
+                                             device] + (["--exclude", ",".join(excluded)] if excluded else []),
+                              module=MODULE, timeout_s=left_s + CHILD_OVERHEAD_S)
+            if not tuned.get("lost_on"):
+                break
+            excluded.append(tuned["lost_on"])
+            notes.append(f"candidate {tuned['lost_on']} broke the device's queue; the search restarted without it "
+                         "in a fresh process")
+            progress(notes[-1])
+            left_s = max(MIN_RESTART_BUDGET_S, left_s - (time.monotonic() - begun))
         if "error" in tuned:
             raise RuntimeError(f"tuning CLBlast on {device}: {tuned['error']}")
         chosen = tuned.get("chosen") or {}
@@ -183,7 +196,11 @@ def _child_tune(args) -> dict:
 
     dev = runtime.device(_index(args.device))
     shapes = _load_shapes(args.shapes)
-    result = tuning.tune(dev, shapes, args.budget_s, progress=lambda message: print(message, file=sys.stderr))
+    try:
+        result = tuning.tune(dev, shapes, args.budget_s, progress=lambda message: print(message, file=sys.stderr),
+                             exclude=frozenset(filter(None, args.exclude.split(","))))
+    except tuning.DeviceLost as lost:
+        return {"error": str(lost), "lost_on": lost.candidate}
     for part in ("default", "tuned"):
         if result.get(part):
             result[part].pop("samples", None)
@@ -252,6 +269,7 @@ def child_main(argv=None) -> int:
     step.add_argument("--record", action="store_true")
     tune = verbs.add_parser("tune")
     tune.add_argument("--budget-s", type=float, required=True)
+    tune.add_argument("--exclude", default="", help="comma-separated candidates not to try (Xgemm:label)")
     measure = verbs.add_parser("measure")
     measure.add_argument("--parameters", default=None)
     for verb in (step, tune, measure):
