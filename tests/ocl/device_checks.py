@@ -273,6 +273,25 @@ def test_winograd_convolution_equals_the_cpu_forward_and_both_backwards(dtype, t
     assert launched.count(False) == 4 and launched.count(True) == 4  # each forward and each data gradient
 
 
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, dict(atol=1e-4, rtol=1e-4)),
+                                              (torch.float64, dict(atol=1e-10, rtol=1e-10))])
+def test_own_gemm_1x1_convolution_equals_the_cpu_forward_and_both_backwards(dtype, tolerance, monkeypatch):
+    """1x1 convolutions with FADE's own GEMM kernel forced on (forward and data gradient): sizes off the 64 x 64
+    tile and the 16-deep k step (partial tiles on every edge), two groups (a's and b's offsets), a bias."""
+    from fade.ocl import backend
+
+    monkeypatch.setattr(backend, "CONV_OWN_GEMM", "on")
+    launched = []
+    real = backend._own_gemm
+    monkeypatch.setattr(backend, "_own_gemm", lambda *a, **k: launched.append(a[1].rows) or real(*a, **k))
+    torch.manual_seed(0)
+    for cin, cout, groups, size in ((3, 5, 1, (7, 6)), (34, 70, 1, (9, 9)), (20, 130, 2, (3, 25)), (16, 8, 1, (1, 1))):
+        conv_matches_the_cpu(torch.randn(5, cin, *size, dtype=dtype),
+                             torch.nn.Conv2d(cin, cout, 1, groups=groups, dtype=dtype), **tolerance)
+    assert launched.count(5) == 1 and launched.count(3) == 1  # the first forward (5 rows) and its data gradient
+    assert len(launched) == 2 * (3 + 2 * 1)  # each forward and each data gradient, per group
+
+
 def test_a_gemm_that_needs_clblast_scratch_gets_a_pool_buffer_and_equals_the_cpu():
     """A GEMM past CLBlast's direct-kernel size with odd sizes and a transposed operand needs padded copies:
     their size is asked of CLBlast once (gemm_temp_bytes) and a pool buffer passed in (SgemmWithTempBuffer)."""

@@ -571,21 +571,41 @@ def softmax_rows(x: torch.Tensor, out: torch.Tensor, log: bool) -> None:
     t = _cl_type(x.dtype)
     acc = "double" if x.dtype == torch.float64 else "float"
     value = "(v - m) - log(s)" if log else "exp(v - m) / s"
-    source = f"""
+    local = min(256, dev.max_work_group_size, 1 << max(0, (n - 1).bit_length()))
+    local = 1 << (local.bit_length() - 1)
+    # a work-group per row (one work item per row took 0.22 ms for 64 x 1000 on the H100): strided partial
+    # max and sum per work item, then tree reductions in local memory; NaN wins the max, as on the CPU
+    source = f"""#define LOCAL {local}
 __kernel void softmax_rows(__global const {t}* xs, long x_off, __global {t}* out, long out_off, long n,
                            long rows) {{
-    long r = get_global_id(0);
-    if (r >= rows) return;
+    long r = get_group_id(0);
+    int t = get_local_id(0);
     __global const {t}* x = xs + x_off + r * n;
+    __local {acc} red[LOCAL];
     {acc} m = -INFINITY;
-    for (long j = 0; j < n; ++j) {{ {acc} v = x[j]; if (v != v) {{ m = v; break; }} m = v > m ? v : m; }}
+    for (long j = t; j < n; j += LOCAL) {{ {acc} v = x[j]; m = (m != m) ? m : ((v != v || v > m) ? v : m); }}
+    red[t] = m;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = LOCAL / 2; h > 0; h >>= 1) {{
+        if (t < h) {{ {acc} o = red[t + h], v = red[t]; red[t] = (v != v) ? v : ((o != o || o > v) ? o : v); }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    m = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
     {acc} s = 0;
-    for (long j = 0; j < n; ++j) s += exp(({acc})x[j] - m);
-    for (long j = 0; j < n; ++j) {{ {acc} v = x[j]; out[out_off + r * n + j] = ({t})({value}); }}
+    for (long j = t; j < n; j += LOCAL) s += exp(({acc})x[j] - m);
+    red[t] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = LOCAL / 2; h > 0; h >>= 1) {{
+        if (t < h) red[t] += red[t + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    s = red[0];
+    for (long j = t; j < n; j += LOCAL) {{ {acc} v = x[j]; out[out_off + r * n + j] = ({t})({value}); }}
 }}"""
     kernel = dev.kernel("softmax_rows", source)
-    dev.launch(kernel, (rows,), None, _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
-           np.int64(out.storage_offset()), np.int64(n), np.int64(rows))
+    dev.launch(kernel, (rows * local,), (local,), _block(x).buffer, np.int64(x.storage_offset()), _block(out).buffer,
+               np.int64(out.storage_offset()), np.int64(n), np.int64(rows))
 
 
 # ops
@@ -1080,6 +1100,71 @@ def _mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tupl
             temp = scratch.buffer(nbytes) if nbytes else None
         runtime.gemm(dev, out.dtype, trans_a, trans_b, m, n, k, alpha, a.buffer, a.offset, lda, b.buffer, b.offset,
                      ldb, beta, out.buffer, out.offset, ldc, batch=batch, strides=strides, temp=temp)
+
+
+_OWN_GEMM_SOURCE = """
+/* C[b] = alpha * A[b] @ B[b] + beta * C[b] for small batched GEMMs, launched without CLBlast's host cost (~50 us
+   a call on the H100's host). Geometry and strides compiled in (M, N, K, A_RS, A_CS, A_BS, B_RS, B_CS, B_BS,
+   C_RS, C_BS); a 64 x 64 tile of C per 16 x 16 work-group, 4 x 4 per work item, k in steps of 16 through local
+   memory. */
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void own_gemm(__global const T* A, long a_off, __global const T* B, long b_off, __global T* C, long c_off,
+              ACC alpha, ACC beta) {
+    int tx = get_local_id(0), ty = get_local_id(1);
+    long n0 = get_group_id(0) * 64, m0 = get_group_id(1) * 64, b = get_group_id(2);
+    __local T As[16][65];
+    __local T Bs[16][64];
+    ACC acc[4][4];
+    for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] = 0;
+    A += a_off + b * A_BS; B += b_off + b * B_BS;
+    for (long k0 = 0; k0 < K; k0 += 16) {
+        for (int l = 0; l < 4; l++) {
+            int e = ty * 16 + tx + l * 256;
+            int mm = e / 16, ka = e % 16, kb = e / 64, nn = e % 64;
+            long gm = m0 + mm, ga = k0 + ka, gb = k0 + kb, gn = n0 + nn;
+            As[ka][mm] = (gm < M && ga < K) ? A[gm * A_RS + ga * A_CS] : (T)0;
+            Bs[kb][nn] = (gb < K && gn < N) ? B[gb * B_RS + gn * B_CS] : (T)0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < 16; kk++) {
+            T a[4], v[4];
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+            for (int j = 0; j < 4; j++) v[j] = Bs[kk][tx + 16 * j];
+            for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] += (ACC)a[i] * (ACC)v[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int i = 0; i < 4; i++) {
+        long m = m0 + ty + 16 * i;
+        if (m >= M) continue;
+        for (int j = 0; j < 4; j++) {
+            long n = n0 + tx + 16 * j;
+            if (n >= N) continue;
+            long at = c_off + b * C_BS + m * C_RS + n;
+            C[at] = (T)(alpha * acc[i][j] + (beta != 0 ? beta * (ACC)C[at] : (ACC)0));
+        }
+    }
+}
+"""
+
+
+def _own_gemm(out: _Mat, a: _Mat, b: _Mat, alpha: float, beta: float, batch: int = 1,
+              strides: tuple = (0, 0, 0)) -> None:
+    """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _OWN_GEMM_SOURCE: any strides for a
+    and b, out row-major. One program per geometry (built once, disk-cached by pyopencl)."""
+    m, k, n = a.rows, a.cols, b.cols
+    if not (m and n and batch):
+        return
+    dev = runtime.device(out.index)
+    wide = out.dtype == torch.float64
+    values = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
+                  B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2])
+    source = (f"#define T {_cl_type(out.dtype)}\n#define ACC {'double' if wide else 'float'}\n" +
+              "".join(f"#define {name} {value}L\n" for name, value in values.items()) + _OWN_GEMM_SOURCE)
+    scalar = np.float64 if wide else np.float32
+    dev.launch(dev.kernel("own_gemm", source), (-(-n // 64) * 16, -(-m // 64) * 16, batch), (16, 16, 1),
+               a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
+               scalar(alpha), scalar(beta))
 
 
 SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...
@@ -1689,18 +1774,19 @@ def _convolution(op, args, kwargs, bound):
     def w_group(group: int) -> _Mat:  # the group's weights as (coutg x kk)
         return _mat(weight, coutg, kk, group * coutg * kk)
 
-    def gemm_convolution(fold: bool, direct: bool, want_input: bool = True):
+    def gemm_convolution(fold: bool, direct: bool, want_input: bool = True, own: bool = False):
         with _Scratch(dev) as scratch:  # the im2col columns: pool buffers, not tensors
-            return convolution_with(fold, direct, scratch, not forward and mask[0] and want_input)
+            return convolution_with(fold, direct, scratch, not forward and mask[0] and want_input, own)
 
-    def convolution_with(fold: bool, direct: bool, scratch: _Scratch, grad_in: bool):
+    def convolution_with(fold: bool, direct: bool, scratch: _Scratch, grad_in: bool, own: bool = False):
+        batched = _own_gemm if own else _mm_into  # the 1x1 per-image GEMMs: FADE's kernel or CLBlast's
         if forward and direct:  # out[i]_g = W_g @ x[i]_g, every image in one strided-batched GEMM per group
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             if n and length and out.numel():
                 for group in range(groups):
-                    _mm_into(_mat(out, coutg, length, group * coutg * length), w_group(group),
-                             _mat(x, cg, length, group * cg * length), 1.0, 0.0, batch=n,
-                             strides=(0, c * length, cout * length))
+                    batched(_mat(out, coutg, length, group * coutg * length), w_group(group),
+                            _mat(x, cg, length, group * cg * length), 1.0, 0.0, batch=n,
+                            strides=(0, c * length, cout * length))
             return _conv_bias(out, bound, cout)
         per_image = (c * kh * kw * 2 + cout) * length * x.element_size()
         chunk = max(1, min(n, budget // max(per_image, 1)))
@@ -1743,9 +1829,9 @@ def _convolution(op, args, kwargs, bound):
             if direct:  # grad_x[i]_g = W_g^T @ grad[i]_g straight into grad_input: no columns, no col2im
                 for group in range(groups):
                     if n and length:
-                        _mm_into(_mat(grad_input, cg, length, group * cg * length), w_group(group).t(),
-                                 _mat(grad, coutg, length, group * coutg * length), 1.0, 0.0, batch=n,
-                                 strides=(0, cout * length, c * length))
+                        batched(_mat(grad_input, cg, length, group * cg * length), w_group(group).t(),
+                                _mat(grad, coutg, length, group * coutg * length), 1.0, 0.0, batch=n,
+                                strides=(0, cout * length, c * length))
             else:
                 grad_cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length)
         if mask[1]:
@@ -1790,7 +1876,8 @@ def _convolution(op, args, kwargs, bound):
 
     def run(layout: str):
         if layout != "winograd":
-            return gemm_convolution(layout == "folded", one_by_one and layout == "per-image")
+            return gemm_convolution(layout == "folded", one_by_one and layout in ("per-image", "per-image-own"),
+                                    own=layout == "per-image-own")
         if forward:
             out = empty([n, cout, oh, ow], _contiguous_strides([n, cout, oh, ow]), x.dtype, index)
             if out.numel():
@@ -1808,9 +1895,12 @@ def _convolution(op, args, kwargs, bound):
         CONV_WINOGRAD != "off"
     if winograd and CONV_WINOGRAD == "on":
         return run("winograd")
+    own = one_by_one and (forward or mask[0]) and CONV_OWN_GEMM != "off"
+    if own and CONV_OWN_GEMM == "on":
+        return run("per-image-own")
     key = (dev.index, forward, None if forward else tuple(mask), tuple(x.shape), tuple(weight.shape),
            (sh, sw, ph, pw, dh, dw), groups, x.dtype)
-    layouts = ("folded", "per-image") + (("winograd",) if winograd else ())
+    layouts = ("folded", "per-image") + (("winograd",) if winograd else ()) + (("per-image-own",) if own else ())
     return run(_conv_layout(dev, key, layouts, "folded" if length < FOLD_PIXELS else "per-image", run))
 
 
@@ -1819,6 +1909,10 @@ CONV_BENCHMARK = env_choice("FADE_OCL_CONV_BENCHMARK", "auto", ("on", "off", "au
 # Winograd F(2x2, 3x3) for stride-1 3x3 convolutions: auto, one of the layouts measured (so used only where
 # measured faster, GPUs); on, always where it applies (the tests); off, never
 CONV_WINOGRAD = env_choice("FADE_OCL_CONV_WINOGRAD", "auto", ("on", "off", "auto"))
+# FADE's own GEMM kernel for a 1x1 convolution's per-image GEMMs (forward and data gradient): auto, one of the
+# measured layouts (it saves CLBlast's host cost per call, and wins where that cost is most of the call); on,
+# always where it applies (the tests); off, never
+CONV_OWN_GEMM = env_choice("FADE_OCL_CONV_OWN_GEMM", "auto", ("on", "off", "auto"))
 CONV_BENCHMARK_RUNS = 3  # timed runs per layout, the fastest kept: with one run, a busy host once made
 # resnet18 inference run its 14 x 14 and 7 x 7 layers per image on the H100 (device time 15.3 -> 22.0 ms a step)
 _conv_layouts: dict = {}  # convolution key -> "folded", "per-image" or "winograd", as measured
