@@ -292,6 +292,27 @@ def test_own_gemm_1x1_convolution_equals_the_cpu_forward_and_both_backwards(dtyp
     assert len(launched) == 2 * (3 + 2 * 1)  # each forward and each data gradient, per group
 
 
+def test_an_elementwise_op_repeated_on_one_geometry_reuses_its_plan_with_each_calls_operands():
+    """The second call with the same shapes, strides, dtypes and scalars runs the plan the first left: other
+    storage offsets, other buffers, in place and out of place, a scalar broadcast."""
+    from fade.ocl import backend
+
+    base = torch.arange(12.0)
+    dev_base = base.to(DEV)
+    for first, second in ((dev_base[1:9], dev_base[2:10]), (dev_base[0:8], dev_base[4:12])):
+        close(first + second, base[first.storage_offset():][:8] + base[second.storage_offset():][:8])
+    assert any(op is torch.ops.aten.add.Tensor for op, _ in backend._pointwise_plans)
+    x = torch.randn(5, 3)
+    for scale in (2.0, 2.0, 3.0):
+        target = x.to(DEV)
+        assert target.mul_(scale) is target
+        close(target, x * scale)
+    counter = torch.tensor(0).to(DEV)
+    for _ in range(3):
+        counter.add_(1)
+    assert counter.item() == 3
+
+
 def test_a_gemm_that_needs_clblast_scratch_gets_a_pool_buffer_and_equals_the_cpu():
     """A GEMM past CLBlast's direct-kernel size with odd sizes and a transposed operand needs padded copies:
     their size is asked of CLBlast once (gemm_temp_bytes) and a pool buffer passed in (SgemmWithTempBuffer)."""

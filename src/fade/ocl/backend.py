@@ -137,8 +137,11 @@ def env_choice(name: str, default: str, allowed: tuple) -> str:
 
 
 # memory
-def _reclaim(full: bool = True) -> None:
-    for block in _table.sweep(None if full else runtime.YOUNG_SWEEP):
+def _reclaim(full: bool | int = True) -> None:
+    """Dead tensors' buffers back to their devices' pools: every entry (True), the YOUNG_SWEEP newest (False),
+    or the `full` newest (an int)."""
+    young = None if full is True else runtime.YOUNG_SWEEP if full is False else full
+    for block in _table.sweep(young):
         runtime.device(block.device).release(block.buffer)
 
 
@@ -265,9 +268,10 @@ class _NoKernel(Exception):
     """This call has no OpenCL kernel here; run it on the CPU."""
 
 
-def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalars: dict | None = None) -> None:
+def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalars: dict | None = None):
     """out[i] = expr(a, b, c, ...) elementwise; operands are device tensors broadcast to out's shape or Python
-    numbers; named `scalars` are available to expr; compute is the dtype the expression is evaluated in."""
+    numbers; named `scalars` are available to expr; compute is the dtype the expression is evaluated in.
+    Returns the flat kernel's (kernel, numpy scalar type) when it ran one (see _pointwise_op's plans)."""
     scalars = scalars or {}
     if out.numel() == 0:
         return
@@ -355,7 +359,7 @@ def _copy_buffer(out: torch.Tensor, source) -> bool:
 _flat_kernels: dict = {}  # (device, expression, types, operand kinds, scalar names) -> (kernel, numpy scalar type)
 
 
-def _pointwise_flat(expr, out, operands, compute, ct, ot, scalars) -> None:
+def _pointwise_flat(expr, out, operands, compute, ct, ot, scalars) -> tuple:
     """pointwise() where out and every tensor operand are contiguous and alike (or single elements): a linear
     index, no per-dimension decoding and no metadata buffer. The kernel is looked up by a short key, so a
     repeated op builds no source string."""
@@ -378,6 +382,7 @@ __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' +
     kernel, np_ct = entry
     _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
                      np.int64(out.numel()), *_operand_args(operands, scalars, np_ct), label=f"pointwise {expr}")
+    return entry
 
 
 def _pointwise_parts(expr: str, dtypes: list, scalars: dict, ct: str, ot: str, to_bool: bool, index) -> tuple:
@@ -816,7 +821,42 @@ _GELU_TANH = {  # gelu(approximate="tanh"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.04
 }
 
 
+_pointwise_plans: dict = {}  # (op, argument key) -> _PointwisePlan
+
+
+@dataclasses.dataclass(frozen=True)
+class _PointwisePlan:
+    """What an elementwise op did the first time for one argument geometry (dtypes, shapes, strides, scalars),
+    kept when it ran the flat kernel: the next call with that geometry allocates, binds and launches, without
+    the meta result, the output's checks or the kernel's lookup (~15 us of Python an op)."""
+    written: str | None  # the in-place/out= argument's name, or None (a fresh output)
+    size: tuple
+    stride: tuple
+    dtype: torch.dtype
+    operand_names: tuple
+    scalar_names: tuple
+    kernel: object
+    np_ct: type
+    label: str
+
+
+def _run_plan(plan: _PointwisePlan, args, kwargs, bound):
+    out = bound[plan.written] if plan.written else \
+        empty(plan.size, plan.stride, plan.dtype, _index_of(args, kwargs))
+    operands = [float(x) if isinstance(x, bool) else x for x in (bound[name] for name in plan.operand_names)]
+    scalars = {name: (1 if bound[name] is None else bound[name]) for name in plan.scalar_names}
+    numel = out.numel()
+    if numel:
+        _dev(out).launch(plan.kernel, (numel,), None, _block(out).buffer, np.int64(out.storage_offset()),
+                         np.int64(numel), *_operand_args(operands, scalars, plan.np_ct), label=plan.label)
+    return out
+
+
 def _pointwise_op(op, args, kwargs, bound):
+    key = _meta_key((args, tuple(sorted(kwargs.items()))))
+    plan = _pointwise_plans.get((op, key)) if key is not None else None
+    if plan is not None:
+        return _run_plan(plan, args, kwargs, bound)
     base = _base(op)
     operand_names, expr, scalar_names = POINTWISE[base]
     if bound.get("approximate") == "tanh" and base in _GELU_TANH:
@@ -834,7 +874,14 @@ def _pointwise_op(op, args, kwargs, bound):
         raise _NoKernel("bfloat16")
     scalars = {name: (1 if bound[name] is None else bound[name]) for name in scalar_names}
     operands = [float(x) if isinstance(x, bool) else x for x in operands]
-    pointwise(expr, out, operands, compute, scalars)
+    flat = pointwise(expr, out, operands, compute, scalars)
+    written = _written(op, bound)
+    if flat is not None and key is not None and (not written or written[0] is bound.get("self")):
+        if len(_pointwise_plans) >= META_CACHE_SIZE:
+            _pointwise_plans.clear()
+        _pointwise_plans[(op, key)] = _PointwisePlan(
+            "self" if written else None, tuple(out.shape), tuple(out.stride()), out.dtype, operand_names,
+            scalar_names, flat[0], flat[1], f"pointwise {expr}")
     return out
 
 
@@ -1148,6 +1195,9 @@ void own_gemm(__global const T* A, long a_off, __global const T* B, long b_off, 
 """
 
 
+_own_gemm_sources: dict = {}  # (dtype, geometry) -> source
+
+
 def _own_gemm(out: _Mat, a: _Mat, b: _Mat, alpha: float, beta: float, batch: int = 1,
               strides: tuple = (0, 0, 0)) -> None:
     """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _OWN_GEMM_SOURCE: any strides for a
@@ -1159,8 +1209,12 @@ def _own_gemm(out: _Mat, a: _Mat, b: _Mat, alpha: float, beta: float, batch: int
     wide = out.dtype == torch.float64
     values = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
                   B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2])
-    source = (f"#define T {_cl_type(out.dtype)}\n#define ACC {'double' if wide else 'float'}\n" +
-              "".join(f"#define {name} {value}L\n" for name, value in values.items()) + _OWN_GEMM_SOURCE)
+    key = (out.dtype, tuple(values.values()))
+    source = _own_gemm_sources.get(key)
+    if source is None:
+        source = _own_gemm_sources[key] = (
+            f"#define T {_cl_type(out.dtype)}\n#define ACC {'double' if wide else 'float'}\n" +
+            "".join(f"#define {name} {value}L\n" for name, value in values.items()) + _OWN_GEMM_SOURCE)
     scalar = np.float64 if wide else np.float32
     dev.launch(dev.kernel("own_gemm", source), (-(-n // 64) * 16, -(-m // 64) * 16, batch), (16, 16, 1),
                a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
@@ -1710,6 +1764,9 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
     return dense
 
 
+_conv_sources: dict = {}  # (dtype, accumulation type, geometry) -> the convolution kernels' source
+
+
 def _convolution(op, args, kwargs, bound):
     """2-D convolution forward and backward. Depthwise (one input channel per group): direct kernels. Otherwise
     im2col over a chunk of images at once + CLBlast GEMM: forward and backward-data as one strided-batched GEMM
@@ -1733,9 +1790,12 @@ def _convolution(op, args, kwargs, bound):
     fits = max(n * c * h * w, n * cout * oh * ow, c * kh * kw * n * length) < 2**31
     names = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "M")
     values = (n, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, coutg)
-    source = (f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n#define IDX {'int' if fits else 'long'}\n" +
-              "".join(f"#define {name} {value}{'' if fits else 'L'}\n" for name, value in zip(names, values)) +
-              _CONV_SOURCE)
+    source = _conv_sources.get((x.dtype, wide, values))
+    if source is None:  # one object per geometry: its hash, the kernel cache's key, is computed once
+        source = _conv_sources[(x.dtype, wide, values)] = (
+            f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n#define IDX {'int' if fits else 'long'}\n" +
+            "".join(f"#define {name} {value}{'' if fits else 'L'}\n" for name, value in zip(names, values)) +
+            _CONV_SOURCE)
     index = x.device.index
     forward = _base(op) == "convolution"
     if not forward:
@@ -2367,7 +2427,18 @@ def _bn_partials(dev, source: str, local: int, scratch: _Scratch, wide, x: torch
 
 
 def _bn_setup(dev, dtype) -> tuple:
-    """(kernel source, work-group size, accumulation dtype) of the batch-norm kernels for `dtype` on `dev`."""
+    """(kernel source, work-group size, accumulation dtype) of the batch-norm kernels for `dtype` on `dev`; the
+    same source object each time (its hash, the kernel cache's key, is computed once)."""
+    found = _bn_setups.get((dev.index, dtype))
+    if found is None:
+        found = _bn_setups[(dev.index, dtype)] = _bn_setup_of(dev, dtype)
+    return found
+
+
+_bn_setups: dict = {}
+
+
+def _bn_setup_of(dev, dtype) -> tuple:
     wide = torch.float64 if dtype == torch.float64 or dev.info.fp64 else torch.float32
     local = min(256, dev.max_work_group_size)
     local = 1 << (local.bit_length() - 1)

@@ -100,7 +100,8 @@ def devices() -> list[DeviceInfo]:
 
 
 FULL_SWEEP_BYTES = 256 << 20  # new buffers made before the allocator looks at every tensor for dead ones
-YOUNG_SWEEP = 64  # on a pool miss, the allocator looks at this many of the newest tensors
+YOUNG_FIRST = 8  # on a pool miss, the allocator looks at this many of the newest tensors, then ...
+YOUNG_SWEEP = 64  # ... at this many when those freed nothing of the size
 MEMORY_HEADROOM = 0.92  # of the device's global memory, for buffers; the rest for the driver, CLBlast, kernels
 
 
@@ -205,6 +206,9 @@ class Device:
                                    f"{self.info.global_memory_bytes} in all")
         with self.lock:
             free = self.pool.get(size)
+            if not free:  # the newest few first: a temporary usually died a call or two ago
+                reclaim(YOUNG_FIRST)
+                free = self.pool.get(size)
             if not free:
                 reclaim(False)
                 free = self.pool.get(size)
