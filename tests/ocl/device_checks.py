@@ -276,20 +276,25 @@ def test_winograd_convolution_equals_the_cpu_forward_and_both_backwards(dtype, t
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, dict(atol=1e-4, rtol=1e-4)),
                                               (torch.float64, dict(atol=1e-10, rtol=1e-10))])
 def test_own_gemm_1x1_convolution_equals_the_cpu_forward_and_both_backwards(dtype, tolerance, monkeypatch):
-    """1x1 convolutions with FADE's own GEMM kernel forced on (forward and data gradient): sizes off the 64 x 64
-    tile and the 16-deep k step (partial tiles on every edge), two groups (a's and b's offsets), a bias."""
+    """1x1 convolutions with FADE's own GEMM kernel forced on (forward, data gradient, and the weight gradient
+    walking k as (image, pixel) blocks, split along k): sizes off the 64 x 64 tile and the 16-deep k step
+    (partial tiles on every edge), two groups (a's and b's offsets), a bias, a k of 5115 in 19 slices."""
     from fade.ocl import backend
 
     monkeypatch.setattr(backend, "CONV_OWN_GEMM", "on")
-    launched = []
-    real = backend._own_gemm
+    launched, weight_grads = [], []
+    real, real_weight = backend._own_gemm, backend._own_weight_grad_1x1
     monkeypatch.setattr(backend, "_own_gemm", lambda *a, **k: launched.append(a[1].rows) or real(*a, **k))
+    monkeypatch.setattr(backend, "_own_weight_grad_1x1",
+                        lambda *a, **k: weight_grads.append(a[4]) or real_weight(*a, **k))
     torch.manual_seed(0)
-    for cin, cout, groups, size in ((3, 5, 1, (7, 6)), (34, 70, 1, (9, 9)), (20, 130, 2, (3, 25)), (16, 8, 1, (1, 1))):
+    for cin, cout, groups, size in ((3, 5, 1, (7, 6)), (34, 70, 1, (9, 9)), (20, 130, 2, (3, 25)), (16, 8, 1, (1, 1)),
+                                    (3, 5, 1, (31, 33))):
         conv_matches_the_cpu(torch.randn(5, cin, *size, dtype=dtype),
                              torch.nn.Conv2d(cin, cout, 1, groups=groups, dtype=dtype), **tolerance)
-    assert launched.count(5) == 1 and launched.count(3) == 1  # the first forward (5 rows) and its data gradient
-    assert len(launched) == 2 * (3 + 2 * 1)  # each forward and each data gradient, per group
+    assert launched.count(5) == 2 and launched.count(3) == 2  # the 5-row forwards and their data gradients
+    assert len(launched) == 2 * (4 + 2 * 1)  # each forward and each data gradient, per group
+    assert weight_grads == [1, 1, 2, 1, 1]
 
 
 def test_an_elementwise_op_repeated_on_one_geometry_reuses_its_plan_with_each_calls_operands():

@@ -1156,7 +1156,22 @@ _OWN_GEMM_SOURCE = """
 /* C[b] = alpha * A[b] @ B[b] + beta * C[b] for small batched GEMMs, launched without CLBlast's host cost (~50 us
    a call on the H100's host). Geometry and strides compiled in (M, N, K, A_RS, A_CS, A_BS, B_RS, B_CS, B_BS,
    C_RS, C_BS); a 64 x 64 tile of C per 16 x 16 work-group, 4 x 4 per work item, k in steps of 16 through local
-   memory. */
+   memory. Optional: KL, k walks blocks of KL (k = block * KL + j: A at block * A_KB + j * A_CS, B at block *
+   B_KB + j * B_RS; a 1x1 convolution's weight gradient sums over (image, pixel)); KC, split-K: the third
+   work-group index is a slice of KC of k, not a batch entry, and C[b] its partial product. */
+#ifdef KL
+#define KOFF(k, S, SB) (((k) / KL) * (SB) + ((k) % KL) * (S))
+#else
+#define KOFF(k, S, SB) ((k) * (S))
+#define A_KB 0
+#define B_KB 0
+#endif
+#ifndef KC
+#define KC K
+#define KSPLIT 0
+#else
+#define KSPLIT 1
+#endif
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
 void own_gemm(__global const T* A, long a_off, __global const T* B, long b_off, __global T* C, long c_off,
               ACC alpha, ACC beta) {
@@ -1166,14 +1181,15 @@ void own_gemm(__global const T* A, long a_off, __global const T* B, long b_off, 
     __local T Bs[16][64];
     ACC acc[4][4];
     for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) acc[i][j] = 0;
-    A += a_off + b * A_BS; B += b_off + b * B_BS;
-    for (long k0 = 0; k0 < K; k0 += 16) {
+    long kbeg = KSPLIT ? b * KC : 0, kend = KSPLIT ? min((long)K, kbeg + KC) : K;
+    A += a_off + (KSPLIT ? 0 : b * A_BS); B += b_off + (KSPLIT ? 0 : b * B_BS);
+    for (long k0 = kbeg; k0 < kend; k0 += 16) {
         for (int l = 0; l < 4; l++) {
             int e = ty * 16 + tx + l * 256;
             int mm = e / 16, ka = e % 16, kb = e / 64, nn = e % 64;
             long gm = m0 + mm, ga = k0 + ka, gb = k0 + kb, gn = n0 + nn;
-            As[ka][mm] = (gm < M && ga < K) ? A[gm * A_RS + ga * A_CS] : (T)0;
-            Bs[kb][nn] = (gb < K && gn < N) ? B[gb * B_RS + gn * B_CS] : (T)0;
+            As[ka][mm] = (gm < M && ga < kend) ? A[gm * A_RS + KOFF(ga, A_CS, A_KB)] : (T)0;
+            Bs[kb][nn] = (gb < kend && gn < N) ? B[KOFF(gb, B_RS, B_KB) + gn * B_CS] : (T)0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int kk = 0; kk < 16; kk++) {
@@ -1201,6 +1217,49 @@ void own_gemm(__global const T* A, long a_off, __global const T* B, long b_off, 
 _own_gemm_sources: dict = {}  # (dtype, geometry) -> source
 
 
+def _own_gemm_kernel(dev: runtime.Device, dtype, values: dict):
+    """own_gemm built for a geometry (`values`: the defines of _OWN_GEMM_SOURCE), its source made once."""
+    key = (dtype, tuple(values.items()))
+    source = _own_gemm_sources.get(key)
+    if source is None:
+        source = _own_gemm_sources[key] = (
+            f"#define T {_cl_type(dtype)}\n#define ACC {'double' if dtype == torch.float64 else 'float'}\n" +
+            "".join(f"#define {name} {value}L\n" for name, value in values.items()) + _OWN_GEMM_SOURCE)
+    return dev.kernel("own_gemm", source)
+
+
+OWN_GEMM_SPLIT_GROUPS = 512  # work-groups a split-K own_gemm aims at (the H100 has 132 compute units)
+
+
+def _own_weight_grad_1x1(dev: runtime.Device, grad: torch.Tensor, x: torch.Tensor, grad_weight: torch.Tensor,
+                         groups: int) -> None:
+    """A stride-1 1x1 convolution's weight gradient, gW_g = sum over images i and pixels l of grad[i, g, :, l]
+    x[i, g, :, l]^T, read in place (no permuted copy of grad, no columns) by own_gemm walking k as (image,
+    pixel) blocks, split along k into slices summed by sum_pieces: two launches per group."""
+    n, c = x.shape[0], x.shape[1]
+    cout = grad.shape[1]
+    length = x.numel() // max(n * c, 1)
+    cg, coutg, k = c // groups, cout // groups, n * length
+    tiles = -(-cg // 64) * -(-coutg // 64)
+    splits = max(1, min(OWN_GEMM_SPLIT_GROUPS // tiles, k // 256))
+    chunk = -(-k // splits)
+    chunk = -(-chunk // 16) * 16
+    splits = -(-k // chunk)
+    values = dict(M=coutg, N=cg, K=k, A_RS=length, A_CS=1, A_BS=0, B_RS=1, B_CS=length, B_BS=0, C_RS=cg,
+                  C_BS=coutg * cg, KL=length, A_KB=cout * length, B_KB=c * length, KC=chunk)
+    kernel = _own_gemm_kernel(dev, x.dtype, values)
+    scalar = np.float64 if x.dtype == torch.float64 else np.float32
+    gw = _mat(grad_weight, cout, cg)
+    with _Scratch(dev) as scratch:
+        partial = scratch.buffer(splits * coutg * cg * x.dtype.itemsize)
+        for group in range(groups):
+            dev.launch(kernel, (-(-cg // 64) * 16, -(-coutg // 64) * 16, splits), (16, 16, 1), _block(grad).buffer,
+                       np.int64(grad.storage_offset() + group * coutg * length), _block(x).buffer,
+                       np.int64(x.storage_offset() + group * cg * length), partial, np.int64(0), scalar(1.0),
+                       scalar(0.0))
+            _sum_pieces(dev, partial, splits, gw.row_range(group * coutg, (group + 1) * coutg), 0.0)
+
+
 def _own_gemm(out: _Mat, a: _Mat, b: _Mat, alpha: float, beta: float, batch: int = 1,
               strides: tuple = (0, 0, 0)) -> None:
     """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _OWN_GEMM_SOURCE: any strides for a
@@ -1212,14 +1271,8 @@ def _own_gemm(out: _Mat, a: _Mat, b: _Mat, alpha: float, beta: float, batch: int
     wide = out.dtype == torch.float64
     values = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
                   B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2])
-    key = (out.dtype, tuple(values.values()))
-    source = _own_gemm_sources.get(key)
-    if source is None:
-        source = _own_gemm_sources[key] = (
-            f"#define T {_cl_type(out.dtype)}\n#define ACC {'double' if wide else 'float'}\n" +
-            "".join(f"#define {name} {value}L\n" for name, value in values.items()) + _OWN_GEMM_SOURCE)
     scalar = np.float64 if wide else np.float32
-    dev.launch(dev.kernel("own_gemm", source), (-(-n // 64) * 16, -(-m // 64) * 16, batch), (16, 16, 1),
+    dev.launch(_own_gemm_kernel(dev, out.dtype, values), (-(-n // 64) * 16, -(-m // 64) * 16, batch), (16, 16, 1),
                a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
                scalar(alpha), scalar(beta))
 
@@ -1239,6 +1292,36 @@ def _split_k_pieces(m: int, n: int, k: int) -> int:
     return most
 
 
+_SUM_PIECES_SOURCE = """
+__kernel void sum_pieces(__global const T* partial, long pieces, long m, long n, __global T* out, long out_off,
+                         long ldc, T beta) {
+    long i = get_global_id(0);
+    if (i >= m * n) return;
+    ACC acc = 0;
+    for (long p = 0; p < pieces; ++p) acc += (ACC)partial[p * m * n + i];
+    long o = out_off + (i / n) * ldc + i % n;
+    out[o] = (T)(beta != 0 ? acc + (ACC)beta * (ACC)out[o] : acc);
+}
+"""
+
+
+def _sum_pieces(dev, partial, pieces: int, out: "_Mat", beta: float) -> None:
+    """out = sum of `pieces` contiguous (out.rows x out.cols) partial products in `partial` + beta * out,
+    accumulated in double where the device has fp64."""
+    dtype = out.dtype
+    wide = "double" if dtype == torch.float64 or dev.info.fp64 else "float"
+    source = _sum_sources.get((dtype, wide))
+    if source is None:
+        source = _sum_sources[(dtype, wide)] = f"#define T {_cl_type(dtype)}\n#define ACC {wide}\n" + _SUM_PIECES_SOURCE
+    scalar = np.float64 if dtype == torch.float64 else np.float32
+    m, n = out.rows, out.cols
+    dev.launch(dev.kernel("sum_pieces", source), (m * n,), None, partial, np.int64(pieces), np.int64(m), np.int64(n),
+               out.buffer, np.int64(out.offset), np.int64(out.row_stride), scalar(beta))
+
+
+_sum_sources: dict = {}
+
+
 def _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces) -> None:
     """out = alpha * a @ b + beta * out for a GEMM with a small output and a long k (a convolution's weight
     gradient sums over every pixel of the batch: mobilenet_v2's first is 16 x 32 x 802816), whose few output
@@ -1251,25 +1334,11 @@ def _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces) -> N
     dtype, dev = out.dtype, runtime.device(out.index)
     step_a = chunk * (lda if trans_a else 1)  # one slice of k further along a (m x k) and b (k x n)
     step_b = chunk * (1 if trans_b else ldb)
-    wide = "double" if dtype == torch.float64 or dev.info.fp64 else "float"
-    source = f"""#define T {_cl_type(dtype)}
-#define ACC {wide}
-__kernel void sum_pieces(__global const T* partial, long pieces, long m, long n, __global T* out, long out_off,
-                         long ldc, T beta) {{
-    long i = get_global_id(0);
-    if (i >= m * n) return;
-    ACC acc = 0;
-    for (long p = 0; p < pieces; ++p) acc += (ACC)partial[p * m * n + i];
-    long o = out_off + (i / n) * ldc + i % n;
-    out[o] = (T)(beta != 0 ? acc + (ACC)beta * (ACC)out[o] : acc);
-}}"""
-    scalar = np.float64 if dtype == torch.float64 else np.float32
     with _Scratch(dev) as scratch:
         partial = scratch.buffer(pieces * m * n * dtype.itemsize)
         runtime.gemm(dev, dtype, trans_a, trans_b, m, n, chunk, alpha, a.buffer, a.offset, lda, b.buffer, b.offset,
                      ldb, 0.0, partial, 0, n, batch=pieces, strides=(step_a, step_b, m * n))
-        dev.launch(dev.kernel("sum_pieces", source), (m * n,), None, partial, np.int64(pieces), np.int64(m),
-                   np.int64(n), out.buffer, np.int64(out.offset), np.int64(out.row_stride), scalar(beta))
+        _sum_pieces(dev, partial, pieces, out, beta)
     if k > pieces * chunk:
         _mm_into(out, a.col_range(pieces * chunk, k), b.row_range(pieces * chunk, k), alpha, 1.0)
 
@@ -1855,7 +1924,10 @@ def _convolution(op, args, kwargs, bound):
         chunk = max(1, min(n, budget // max(per_image, 1)))
         has_cols = c * kh * kw * chunk * length > 0
         # the columns: the forward's GEMM operand, the weight gradient's; a data gradient alone needs none
-        cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length) if forward or mask[1] else None
+        # a 1x1 weight gradient by own_gemm reads grad and x in place (per-image-own): no columns
+        own_wgrad = own and direct and not forward and mask[1]
+        wgrad = not forward and mask[1] and not own_wgrad  # the weight gradient through columns and CLBlast
+        cols_m = scratch.mat(x.dtype, c * kh * kw, chunk * length) if forward or wgrad else None
 
         def columns(group: int, width: int) -> _Mat:  # group's rows of the columns, the first `width` of them
             return cols_m.row_range(group * kk, (group + 1) * kk).col_range(0, width)
@@ -1900,7 +1972,9 @@ def _convolution(op, args, kwargs, bound):
         if mask[1]:
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             gw = _mat(grad_weight, cout, kk)  # the first chunk's GEMM writes it (beta 0), the others add
-        if mask[1] or (grad_in and fold):  # grad with the chunk's images side by side: (cout, count * L)
+            if own_wgrad and n and length:
+                _own_weight_grad_1x1(dev, grad, x, grad_weight, groups)
+        if wgrad or (grad_in and fold):  # grad with the chunk's images side by side: (cout, count * L)
             grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
             grad_t_m = _mat(grad_t)
         for first in range(0, n, chunk):
@@ -1908,10 +1982,10 @@ def _convolution(op, args, kwargs, bound):
             if not has_cols or not length:
                 break
             plane = _mat(grad, cout, length, first * cout * length)
-            if mask[1] or (grad_in and fold):
+            if wgrad or (grad_in and fold):
                 pointwise("a", _strided(grad_t, 0, (cout, count, length), (chunk * length, length, 1)),
                           [_strided(grad, first * cout * length, (cout, count, length), (length, cout * length, 1))])
-            if mask[1]:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
+            if wgrad:  # gW_g += grad_g (coutg x count*L) @ cols_g^T: the chunk's images in one GEMM
                 im2col(first, count)
                 for group in range(groups):
                     _mm_into(gw.row_range(group * coutg, (group + 1) * coutg),
@@ -1933,7 +2007,7 @@ def _convolution(op, args, kwargs, bound):
                            np.int64(count))
         if grad_in and not (has_cols and length) and not (direct and n and length):
             pointwise("0", grad_input, [])
-        if mask[1] and not (n and has_cols and length):
+        if mask[1] and not (n and (has_cols or own_wgrad) and length):
             pointwise("0", grad_weight, [])
         return grad_input, grad_weight, _conv_grad_bias(grad, mask)
 
@@ -1958,7 +2032,7 @@ def _convolution(op, args, kwargs, bound):
         CONV_WINOGRAD != "off"
     if winograd and CONV_WINOGRAD == "on":
         return run("winograd")
-    own = one_by_one and (forward or mask[0]) and CONV_OWN_GEMM != "off"
+    own = one_by_one and CONV_OWN_GEMM != "off"
     if own and CONV_OWN_GEMM == "on":
         return run("per-image-own")
     key = (dev.index, forward, None if forward else tuple(mask), tuple(x.shape), tuple(weight.shape),
