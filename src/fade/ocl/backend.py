@@ -1685,10 +1685,11 @@ __kernel void depthwise_grad_input(__global const T* grad, __global const T* w, 
     gx[g] = acc;
 }
 __kernel void depthwise_grad_weight(__global const T* grad, __global const T* x, __global T* partial) {
-    /* partial[(o * KH * KW + r) * N + n]: one image's share of one weight's gradient; summed over n after */
+    /* partial[n * C * M * KH * KW + o * KH * KW + r]: one image's share of one weight's gradient; summed over
+       the images after (sum_pieces) */
     IDX g = get_global_id(0);
     if (g >= C * M * KH * KW * N) return;
-    IDX n = g % N, r = (g / N) % (KH * KW), o = g / (N * KH * KW);
+    IDX n = g / (C * M * KH * KW), r = g % (KH * KW), o = (g / (KH * KW)) % (C * M);
     IDX ki = r / KW, kj = r % KW;
     __global const T* gplane = grad + (n * C * M + o) * OH * OW;
     __global const T* xplane = x + (n * C + o / M) * H * W;
@@ -1887,12 +1888,16 @@ def _convolution(op, args, kwargs, bound):
                 dev.launch(dev.kernel("depthwise_grad_input", source), (grad_input.numel(),), None, _block(grad).buffer,
                            _block(weight).buffer, _block(grad_input).buffer)
         if mask[1]:
-            partial = empty([cout * kh * kw, n], [n, 1], x.dtype, index)
-            if partial.numel():
-                dev.launch(dev.kernel("depthwise_grad_weight", source), (partial.numel(),), None, _block(grad).buffer,
-                           _block(x).buffer, _block(partial).buffer)
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
-            reduce_rows("sum", partial, grad_weight.view(-1))
+            weights = cout * kh * kw
+            if n and weights:  # per image partial sums in a pool buffer, then summed over the images
+                with _Scratch(dev) as scratch:
+                    partial = scratch.buffer(n * weights * x.element_size())
+                    dev.launch(dev.kernel("depthwise_grad_weight", source), (n * weights,), None, _block(grad).buffer,
+                               _block(x).buffer, partial)
+                    _sum_pieces(dev, partial, n, _mat(grad_weight, weights, 1), 0.0)
+            elif weights:
+                pointwise("0", grad_weight, [])
         return grad_input, grad_weight, _conv_grad_bias(grad, mask)
     # The GEMM layout, per shape: every image of a chunk in one GEMM (n = images x pixels) and a permuting copy
     # ("folded"), or one strided-batched GEMM call over the images (n = one image's pixels; a 1x1 convolution
