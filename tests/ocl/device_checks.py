@@ -318,6 +318,28 @@ def test_an_elementwise_op_repeated_on_one_geometry_reuses_its_plan_with_each_ca
     assert counter.item() == 3
 
 
+@pytest.mark.parametrize("groups, kernel", [(4, 3), (1, 3), (1, 1), (2, 1)])
+def test_convolutions_read_inputs_weights_and_gradients_at_their_storage_offsets(groups, kernel):
+    """Input, weight and output gradient as views that start inside their storage (a batch slice, weights cut
+    from one flat buffer): depthwise ignored the offsets and read the storage's first elements."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 6, 6, dtype=torch.float64)
+    flat = torch.randn(7 + 4 * (4 // groups) * kernel * kernel, dtype=torch.float64)
+    weight = flat[7:].view(4, 4 // groups, kernel, kernel)
+    grad = torch.randn(4, 4, 6, 6, dtype=torch.float64)
+    padding = kernel // 2
+
+    def run(device):
+        xs = x.to(device)[1:].requires_grad_()
+        ws = flat.to(device)[7:].view(weight.shape).requires_grad_()
+        out = torch.nn.functional.conv2d(xs, ws, padding=padding, groups=groups)
+        out.backward(grad.to(device)[2:])
+        return out, xs.grad, ws.grad
+
+    for actual, expected in zip(run(DEV), run("cpu")):
+        close(actual, expected.detach(), atol=1e-10, rtol=1e-10)
+
+
 def test_a_gemm_that_needs_clblast_scratch_gets_a_pool_buffer_and_equals_the_cpu():
     """A GEMM past CLBlast's direct-kernel size with odd sizes and a transposed operand needs padded copies:
     their size is asked of CLBlast once (gemm_temp_bytes) and a pool buffer passed in (SgemmWithTempBuffer)."""
