@@ -340,6 +340,17 @@ def test_convolutions_read_inputs_weights_and_gradients_at_their_storage_offsets
         close(actual, expected.detach(), atol=1e-10, rtol=1e-10)
 
 
+def test_embedding_and_adaptive_pool_backwards_read_a_gradient_at_its_storage_offset():
+    """Their kernels take no offset: a gradient that starts inside its storage is copied to a fresh one first."""
+    torch.manual_seed(0)
+    grad, index = torch.randn(6, 4, dtype=torch.float64), torch.tensor([1, 3, 3, 7])
+    close(torch.ops.aten.embedding_dense_backward(grad.to(DEV)[2:], index.to(DEV), 10, -1, False),
+          torch.ops.aten.embedding_dense_backward(grad[2:], index, 10, -1, False))
+    x, pooled = torch.randn(2, 3, 7, 7, dtype=torch.float64), torch.randn(3, 3, 3, 3, dtype=torch.float64)
+    close(torch.ops.aten._adaptive_avg_pool2d_backward(pooled.to(DEV)[1:], x.to(DEV)),
+          torch.ops.aten._adaptive_avg_pool2d_backward(pooled[1:], x))
+
+
 def test_a_gemm_that_needs_clblast_scratch_gets_a_pool_buffer_and_equals_the_cpu():
     """A GEMM past CLBlast's direct-kernel size with odd sizes and a transposed operand needs padded copies:
     their size is asked of CLBlast once (gemm_temp_bytes) and a pool buffer passed in (SgemmWithTempBuffer)."""

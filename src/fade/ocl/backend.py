@@ -1595,7 +1595,7 @@ def _embedding(op, args, kwargs, bound):
     if base == "embedding_dense_backward":
         rows = bound["num_weights"]
         width = weight.shape[-1]
-        grad = weight if weight.is_contiguous() else aten.clone.default(weight, memory_format=torch.contiguous_format)
+        grad = _contiguous(weight, at_start=True)  # scatter_add_rows reads grad from its buffer's start
         out = empty([rows, width], [width, 1], weight.dtype, weight.device.index)
         pointwise("0", out, [])
         if bound["scale_grad_by_freq"]:
@@ -1834,8 +1834,10 @@ def _strided(t: torch.Tensor, start: int, size, stride) -> torch.Tensor:
     return _table.view_of(t, t.dtype, t.storage_offset() + start, size, stride)
 
 
-def _contiguous(t: torch.Tensor) -> torch.Tensor:
-    if t.is_contiguous():
+def _contiguous(t: torch.Tensor, at_start: bool = False) -> torch.Tensor:
+    """t, or a dense copy of it when it is not contiguous (or, with `at_start`, does not start at its storage's
+    first element: for kernels that take no offset)."""
+    if t.is_contiguous() and not (at_start and t.storage_offset()):
         return t
     dense = empty(t.shape, _contiguous_strides(t.shape), t.dtype, t.device.index)
     pointwise("a", dense, [t])
@@ -2267,7 +2269,7 @@ def _adaptive_avg_pool(op, args, kwargs, bound):
                                                       np.int64(x.storage_offset()), _block(out).buffer,
                                                       *[np.int64(v) for v in (planes, h, w, oh, ow)])
         return out
-    grad = _contiguous(bound["grad_output"])
+    grad = _contiguous(bound["grad_output"], at_start=True)  # the backward kernel takes no offset
     oh, ow = grad.shape[-2:]
     out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
     if (oh, ow) == (1, 1):
