@@ -340,6 +340,27 @@ def test_convolutions_read_inputs_weights_and_gradients_at_their_storage_offsets
         close(actual, expected.detach(), atol=1e-10, rtol=1e-10)
 
 
+@pytest.mark.parametrize("own", ["on", "off"])
+def test_a_convolution_forward_repeated_on_one_geometry_runs_its_plan_with_each_calls_tensors(own, monkeypatch):
+    """Depthwise and own-GEMM 1x1 forwards keep a plan per geometry: the second and third calls (other
+    inputs, one starting inside its storage, other weights) run it and still equal the CPU."""
+    from fade.ocl import backend
+
+    monkeypatch.setattr(backend, "CONV_OWN_GEMM", own)
+    torch.manual_seed(0)
+    for conv in (torch.nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False, dtype=torch.float64),
+                 torch.nn.Conv2d(6, 4, 1, groups=2, bias=False, dtype=torch.float64)):
+        before = len(backend._conv_plans)
+        for _ in range(2):
+            conv_ocl = copy.deepcopy(conv).to(DEV)
+            x = torch.randn(4, 6, 5, 7, dtype=torch.float64)
+            close(conv_ocl(x.to(DEV)), conv(x).detach(), atol=1e-12, rtol=1e-12)
+            close(conv_ocl(x.to(DEV)[1:]), conv(x[1:]).detach(), atol=1e-12, rtol=1e-12)
+            conv.weight.data.normal_()
+        planned = len(backend._conv_plans) > before
+        assert planned == (conv.groups == 6 or own == "on")  # depthwise always; 1x1 when own_gemm runs it
+
+
 def test_embedding_and_adaptive_pool_backwards_read_a_gradient_at_its_storage_offset():
     """Their kernels take no offset: a gradient that starts inside its storage is copied to a fresh one first."""
     torch.manual_seed(0)
