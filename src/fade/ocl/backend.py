@@ -174,8 +174,9 @@ _zero_bases: dict = {}  # device index -> a zero-byte tensor over the device's n
 def _zero_base(dev: runtime.Device) -> torch.Tensor:
     base = _zero_bases.get(dev.index)
     if base is None:
-        base = _zero_bases[dev.index] = _table.new_tensor(Block(dev.index, dev.null_buffer()), dev.null_buffer().int_ptr,
-                                                          0, torch.device(NAME, dev.index), torch.uint8, 0, [0], [1])
+        null = dev.null_buffer()
+        base = _zero_bases[dev.index] = _table.new_tensor(Block(dev.index, null), null.int_ptr, 0,
+                                                          torch.device(NAME, dev.index), torch.uint8, 0, [0], [1])
     return base
 
 

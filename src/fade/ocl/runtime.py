@@ -196,9 +196,10 @@ class Device:
         return self._null_buffer
 
     def allocate(self, nbytes: int, reclaim):
-        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim(full)` pools dead tensors' buffers:
-        on a pool miss the young ones only, all of them once FULL_SWEEP_BYTES of new buffers were made since the
-        last full sweep, and before the pool is emptied for room."""
+        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim(full)` pools dead tensors' buffers
+        (True: every tensor's; False: the YOUNG_SWEEP newest; an int: that many newest): on a pool miss the
+        YOUNG_FIRST newest, then the YOUNG_SWEEP newest, all of them once FULL_SWEEP_BYTES of new buffers were
+        made since the last full sweep, and before the pool is emptied for room."""
         size = self.rounded(nbytes)
         if size > self.info.max_allocation_bytes or size > self.info.global_memory_bytes:
             raise OutOfMemoryError(f"ocl:{self.index} ({self.info.name}): cannot allocate {nbytes} bytes; the "
