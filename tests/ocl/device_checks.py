@@ -295,6 +295,12 @@ def test_own_gemm_1x1_convolution_equals_the_cpu_forward_and_both_backwards(dtyp
     assert launched.count(5) == 2 and launched.count(3) == 2  # the 5-row forwards and their data gradients
     assert len(launched) == 2 * (4 + 2 * 1)  # each forward and each data gradient, per group
     assert weight_grads == [1, 1, 2, 1, 1]
+    x = torch.randn(2, 3, 4, 4, dtype=dtype, requires_grad=True)  # no output channels: empty gradients
+    x_ocl = x.detach().to(DEV).requires_grad_()
+    weight = torch.zeros(0, 3, 1, 1, dtype=dtype).to(DEV).requires_grad_()
+    out = torch.nn.functional.conv2d(x_ocl, weight)
+    out.backward(torch.zeros_like(out))
+    assert out.shape == (2, 0, 4, 4) and weight.grad.shape == (0, 3, 1, 1) and not x_ocl.grad.cpu().any()
 
 
 def test_an_elementwise_op_repeated_on_one_geometry_reuses_its_plan_with_each_calls_operands():
@@ -306,7 +312,7 @@ def test_an_elementwise_op_repeated_on_one_geometry_reuses_its_plan_with_each_ca
     dev_base = base.to(DEV)
     for first, second in ((dev_base[1:9], dev_base[2:10]), (dev_base[0:8], dev_base[4:12])):
         close(first + second, base[first.storage_offset():][:8] + base[second.storage_offset():][:8])
-    assert any(op is torch.ops.aten.add.Tensor for op, _ in backend._pointwise_plans)
+    assert any(key[0] is torch.ops.aten.add.Tensor for key in backend._pointwise_plans)
     x = torch.randn(5, 3)
     for scale in (2.0, 2.0, 3.0):
         target = x.to(DEV)
@@ -359,6 +365,37 @@ def test_a_convolution_forward_repeated_on_one_geometry_runs_its_plan_with_each_
             conv.weight.data.normal_()
         planned = len(backend._conv_plans) > before
         assert planned == (conv.groups == 6 or own == "on")  # depthwise always; 1x1 when own_gemm runs it
+
+
+def test_an_out_overload_writes_its_own_target_each_call():
+    """out= overloads keep no plan: the key knows shapes, not which tensor is the target (a plan made by
+    add(x, y, out=x) once wrote a later add(a, b, out=c) into a)."""
+    x, y = torch.ones(4).to(DEV), torch.full((4,), 2.0).to(DEV)
+    torch.add(x, y, out=x)
+    a, b, c = torch.zeros(4).to(DEV), torch.full((4,), 3.0).to(DEV), torch.full((4,), -7.0).to(DEV)
+    assert torch.add(a, b, out=c) is c
+    close(c, torch.full((4,), 3.0))
+    close(a, torch.zeros(4))
+    one = torch.ones(1).to(DEV)
+    for _ in range(2):  # out= that resizes its target, twice
+        target = torch.zeros(1).to(DEV)
+        torch.add(one, torch.arange(4.0).to(DEV), out=target)
+        close(target, torch.arange(4.0) + 1)
+    close(one, torch.ones(1))
+
+
+def test_a_cpu_fallback_with_several_empty_outputs_gives_each_its_own_memory():
+    """Zero-byte tensors share one storage on the device; the CPU fallback gives each its own host storage
+    (sort into two empty outputs came back overlapping)."""
+    x = torch.tensor([3.0, 1.0, 2.0, 5.0, 4.0])
+    values, indices = torch.empty(0).to(DEV), torch.empty(0, dtype=torch.long).to(DEV)
+    torch.sort(x.to(DEV), out=(values, indices))
+    expected = torch.sort(x)
+    close(values, expected.values)
+    close(indices, expected.indices)
+    top = torch.topk(x.to(DEV), 2, out=(torch.empty(0).to(DEV), torch.empty(0, dtype=torch.long).to(DEV)))
+    close(top[0], torch.topk(x, 2)[0])
+    close(top[1], torch.topk(x, 2)[1])
 
 
 def test_embedding_and_adaptive_pool_backwards_read_a_gradient_at_its_storage_offset():

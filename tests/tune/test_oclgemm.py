@@ -232,19 +232,27 @@ def test_pretune_records_tunes_confirms_persists_and_measures_the_step_again(tmp
     assert record["parameters"] == {"Xgemm": GOOD_XGEMM} and record["fingerprint"] == FINGERPRINT
 
 
+def test_every_candidate_has_a_label_of_its_own():
+    limits = {"local_memory_bytes": 49152, "max_work_group_size": 1024}
+    for kernel in ("Xgemm", "XgemmDirect"):
+        labels = [label for label, _ in tuning.candidates(kernel, vendor="NVIDIA", limits=limits, count=400)]
+        assert len(labels) == len(set(labels)) > 100
+
+
 def test_pretune_restarts_a_search_whose_candidate_broke_the_queue_without_it(tmp_path):
     runs, child = _fake_children()
 
     def losing_once(env, arguments, module=None, timeout_s=None):
         if arguments[0] == "tune" and "--exclude" not in arguments:
             runs.append((env, arguments))
-            return {"error": "Xgemm:random-7 broke the device's queue", "lost_on": "Xgemm:random-7"}
+            return {"error": f"{lost} broke the device's queue", "lost_on": lost}
         return child(env, arguments, module, timeout_s)
 
+    lost = "Xgemm:CLBlast database: AMD Radeon (radeonsi, polaris10, ACO, D"  # labels may hold commas
     result = run_ocl_pretune([{"model": "resnet18"}], budget_s=60, cache_base=tmp_path, run_child=losing_once)
     tunes = [arguments for _, arguments in runs if arguments[0] == "tune"]
-    assert len(tunes) == 2 and tunes[1][tunes[1].index("--exclude") + 1] == "Xgemm:random-7"
-    assert result["verdict"] == "tuned" and any("Xgemm:random-7 broke" in note for note in result["notes"])
+    assert len(tunes) == 2 and json.loads(tunes[1][tunes[1].index("--exclude") + 1]) == [lost]
+    assert result["verdict"] == "tuned" and any(f"{lost} broke" in note for note in result["notes"])
 
 
 def test_pretune_persists_clblasts_own_when_fresh_processes_do_not_confirm(tmp_path):

@@ -855,9 +855,11 @@ def _run_plan(plan: _PointwisePlan, args, kwargs, bound):
 
 def _pointwise_op(op, args, kwargs, bound):
     key = _meta_key((args, tuple(sorted(kwargs.items()))))
-    plan = _pointwise_plans.get((op, key)) if key is not None else None
-    if plan is not None:
-        return _run_plan(plan, args, kwargs, bound)
+    if key is not None:
+        key = (op, key, _index_of(args, kwargs))  # the kernel belongs to one device's context
+        plan = _pointwise_plans.get(key)
+        if plan is not None:
+            return _run_plan(plan, args, kwargs, bound)
     base = _base(op)
     operand_names, expr, scalar_names = POINTWISE[base]
     if bound.get("approximate") == "tanh" and base in _GELU_TANH:
@@ -876,11 +878,13 @@ def _pointwise_op(op, args, kwargs, bound):
     scalars = {name: (1 if bound[name] is None else bound[name]) for name in scalar_names}
     operands = [float(x) if isinstance(x, bool) else x for x in operands]
     flat = pointwise(expr, out, operands, compute, scalars)
-    written = _written(op, bound)
-    if flat is not None and key is not None and (not written or written[0] is bound.get("self")):
+    written = _schema_of(op)[1]  # the names of the arguments the op writes
+    # planned: functional ops and in-place ones (which write self, never resized); not out= overloads, whose
+    # target is another tensor each call (the key knows shapes, not which tensor) and may need a resize
+    if flat is not None and key is not None and written in ((), ("self",)) and not _schema_of(op)[2]:
         if len(_pointwise_plans) >= META_CACHE_SIZE:
             _pointwise_plans.clear()
-        _pointwise_plans[(op, key)] = _PointwisePlan(
+        _pointwise_plans[key] = _PointwisePlan(
             "self" if written else None, tuple(out.shape), tuple(out.stride()), out.dtype, operand_names,
             scalar_names, flat[0], flat[1], f"pointwise {expr}")
     return out
@@ -2034,7 +2038,7 @@ def _convolution(op, args, kwargs, bound):
         if mask[1]:
             grad_weight = empty([cout, cg, kh, kw], _contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
             gw = _mat(grad_weight, cout, kk)  # the first chunk's GEMM writes it (beta 0), the others add
-            if own_wgrad and n and length:
+            if own_wgrad and n and length and grad_weight.numel():
                 _own_weight_grad_1x1(dev, grad, x, grad_weight, groups)
         if wgrad or (grad_in and fold):  # grad with the chunk's images side by side: (cout, count * L)
             grad_t = empty([cout, chunk * length], [chunk * length, 1], x.dtype, index)
@@ -2924,7 +2928,10 @@ def _cpu_fallback(op, args, kwargs):
 
     def unwrap(value):
         if isinstance(value, torch.Tensor) and value.device.type == NAME:
-            key = value.untyped_storage()._cdata
+            storage = value.untyped_storage()
+            # zero-byte tensors share one storage (empty()): each gets a host storage of its own, or the CPU op
+            # would resize several outputs over one host storage
+            key = storage._cdata if storage.nbytes() else ("zero-byte", id(value))
             if key not in host_storages:
                 host_storages[key] = (_storage_to_host(value), value)
             host_storage = host_storages[key][0]

@@ -203,11 +203,14 @@ def candidates(kernel: str, *, vendor: str, limits: dict, count: int, seed: int 
         offer(f"CLBlast database: {row['entry']}", row["parameters"])
     spaces = [row["values"] for row in table["space"].values() if row["kernel"] == kernel]
     rng = random.Random(seed)
+    database = len(found)
     for _attempt in range(200 * count):
         if len(found) >= count or not spaces:
             break
         space = spaces[rng.randrange(len(spaces))]
-        offer("random from CLBlast's tuner space", {name: rng.choice(values) for name, values in space.items()})
+        # numbered: a label names one candidate (a search restarted without a faulting one skips only it)
+        offer(f"random #{len(found) - database + 1} from CLBlast's tuner space",
+              {name: rng.choice(values) for name, values in space.items()})
     return found
 
 

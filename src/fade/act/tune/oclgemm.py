@@ -76,7 +76,7 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
         for _ in range(1 + MAX_LOST_RESTARTS):  # a candidate that breaks the queue ends its process: go on without it
             begun = time.monotonic()
             tuned = run_child(DEFAULTS_ENV, ["tune", "--shapes", shapes_file, "--budget-s", str(left_s), "--device",
-                                             device] + (["--exclude", ",".join(excluded)] if excluded else []),
+                                             device] + (["--exclude", json.dumps(excluded)] if excluded else []),
                               module=MODULE, timeout_s=left_s + CHILD_OVERHEAD_S)
             if not tuned.get("lost_on"):
                 break
@@ -198,7 +198,7 @@ def _child_tune(args) -> dict:
     shapes = _load_shapes(args.shapes)
     try:
         result = tuning.tune(dev, shapes, args.budget_s, progress=lambda message: print(message, file=sys.stderr),
-                             exclude=frozenset(filter(None, args.exclude.split(","))))
+                             exclude=frozenset(json.loads(args.exclude)))
     except tuning.DeviceLost as lost:
         return {"error": str(lost), "lost_on": lost.candidate}
     for part in ("default", "tuned"):
@@ -269,7 +269,7 @@ def child_main(argv=None) -> int:
     step.add_argument("--record", action="store_true")
     tune = verbs.add_parser("tune")
     tune.add_argument("--budget-s", type=float, required=True)
-    tune.add_argument("--exclude", default="", help="comma-separated candidates not to try (Xgemm:label)")
+    tune.add_argument("--exclude", default="[]", help="a JSON list of candidates not to try (\"Xgemm:label\")")
     measure = verbs.add_parser("measure")
     measure.add_argument("--parameters", default=None)
     for verb in (step, tune, measure):
@@ -281,7 +281,9 @@ def child_main(argv=None) -> int:
 
     die_with_parent()  # a killed `fade tune --pretune` takes this child along
     result = {"step": _child_step, "tune": _child_tune, "measure": _child_measure}[args.verb](args)
-    print(json.dumps(result, default=str))
+    print(json.dumps(result, default=str), flush=True)
+    if "lost_on" in result:  # the queue is broken: tearing down its context could crash and lose the answer
+        os._exit(0)
     return 0
 
 
