@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -136,11 +137,20 @@ def env_choice(name: str, default: str, allowed: tuple) -> str:
     return default
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled_source(body: str, header: tuple, names: tuple = (), values: tuple = (),
+                     wide_indices: bool = False) -> str:
+    """A kernel source with its types and geometry compiled in: `#define` each of `header` ("T float", ...), then
+    NAME value for each of `names` and `values` (as long literals where indices need 64 bits), then `body`. One
+    object per argument set, so its hash, the kernel cache's key, is computed once."""
+    suffix = "L" if wide_indices else ""
+    return ("".join(f"#define {line}\n" for line in header) +
+            "".join(f"#define {name} {value}{suffix}\n" for name, value in zip(names, values)) + body)
+
+
 # memory
-def _reclaim(full: bool | int = True) -> None:
-    """Dead tensors' buffers back to their devices' pools: every entry (True), the YOUNG_SWEEP newest (False),
-    or the `full` newest (an int)."""
-    young = None if full is True else runtime.YOUNG_SWEEP if full is False else full
+def _reclaim(young: int | None = None) -> None:
+    """Dead tensors' buffers back to their devices' pools: every tensor's, or the `young` newest tensors'."""
     for block in _table.sweep(young):
         runtime.device(block.device).release(block.buffer)
 
@@ -380,10 +390,14 @@ __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' +
     out[off + i] = {store};
 }}"""
         entry = _flat_kernels[key] = (_dev(out).kernel("pointwise_flat", source), _numpy_scalar(ct, compute))
-    kernel, np_ct = entry
-    _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
-                     np.int64(out.numel()), *_operand_args(operands, scalars, np_ct), label=f"pointwise {expr}")
+    _launch_flat(*entry, out, operands, scalars, f"pointwise {expr}")
     return entry
+
+
+def _launch_flat(kernel, np_ct, out: torch.Tensor, operands, scalars: dict, label: str) -> None:
+    """A pointwise_flat kernel over out's elements."""
+    _dev(out).launch(kernel, (out.numel(),), None, _block(out).buffer, np.int64(out.storage_offset()),
+                     np.int64(out.numel()), *_operand_args(operands, scalars, np_ct), label=label)
 
 
 def _pointwise_parts(expr: str, dtypes: list, scalars: dict, ct: str, ot: str, to_bool: bool, index) -> tuple:
@@ -694,11 +708,20 @@ def _meta_key(value):
     return None
 
 
-def _meta(op, args, kwargs):
+def _remember(cache: dict, key, value) -> None:
+    """cache[key] = value in one of the per-geometry caches (meta results, views, plans): emptied once it holds
+    META_CACHE_SIZE entries, so a program that keeps making new shapes does not grow it without bound."""
+    if len(cache) >= META_CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+
+
+def _meta(op, args, kwargs, key=None):
     """An op's meta result (a tensor or a tuple of them), cached by its arguments' geometry, dtypes and scalars:
     torch's meta kernels are about half of a small op's Python dispatch cost, and some (max_pool2d_with_indices)
-    run Python decompositions of a millisecond. Only the result's geometry is ever read."""
-    key = _meta_key((args, tuple(sorted(kwargs.items()))))
+    run Python decompositions of a millisecond. Only the result's geometry is ever read. `key`: the
+    arguments' _meta_key when the caller has it already."""
+    key = key if key is not None else _meta_key((args, tuple(sorted(kwargs.items()))))
     if key is not None:
         key = (op, key)
         cached = _meta_cache.get(key)
@@ -707,16 +730,14 @@ def _meta(op, args, kwargs):
     meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
     if key is not None and (isinstance(meta_result, torch.Tensor) or (
             isinstance(meta_result, tuple) and all(isinstance(r, torch.Tensor) for r in meta_result))):
-        if len(_meta_cache) >= META_CACHE_SIZE:
-            _meta_cache.clear()
-        _meta_cache[key] = meta_result
+        _remember(_meta_cache, key, meta_result)
     return meta_result
 
 
-def _output_for(op, args, kwargs, bound) -> tuple:
+def _output_for(op, args, kwargs, bound, key=None) -> tuple:
     """(the tensor the op writes, the meta result): its in-place/out= argument, or a fresh tensor shaped as
-    the op's meta result."""
-    meta_result = _meta(op, args, kwargs)
+    the op's meta result. `key`: as for _meta."""
+    meta_result = _meta(op, args, kwargs, key)
     written = _written(op, bound)
     if written:
         target = written[0]
@@ -789,15 +810,10 @@ POINTWISE = {  # base name -> (operand argument names, expression, scalar argume
 }
 
 
+@functools.lru_cache(maxsize=None)
 def _base(op) -> str:
     """aten::add_ -> add, aten::_softmax -> _softmax."""
-    found = _bases.get(op)
-    if found is None:
-        found = _bases[op] = op._schema.name.split("::")[1].rstrip("_")
-    return found
-
-
-_bases: dict = {}
+    return op._schema.name.split("::")[1].rstrip("_")
 
 
 def _finish(op, bound, result):
@@ -830,7 +846,7 @@ class _PointwisePlan:
     """What an elementwise op did the first time for one argument geometry (dtypes, shapes, strides, scalars),
     kept when it ran the flat kernel: the next call with that geometry allocates, binds and launches, without
     the meta result, the output's checks or the kernel's lookup (~15 us of Python an op)."""
-    written: str | None  # the in-place/out= argument's name, or None (a fresh output)
+    written: str | None  # "self" for an in-place op, or None (a fresh output)
     size: tuple
     stride: tuple
     dtype: torch.dtype
@@ -844,19 +860,24 @@ class _PointwisePlan:
 def _run_plan(plan: _PointwisePlan, args, kwargs, bound):
     out = bound[plan.written] if plan.written else \
         empty(plan.size, plan.stride, plan.dtype, _index_of(args, kwargs))
-    operands = [float(x) if isinstance(x, bool) else x for x in (bound[name] for name in plan.operand_names)]
-    scalars = {name: (1 if bound[name] is None else bound[name]) for name in plan.scalar_names}
-    numel = out.numel()
-    if numel:
-        _dev(out).launch(plan.kernel, (numel,), None, _block(out).buffer, np.int64(out.storage_offset()),
-                         np.int64(numel), *_operand_args(operands, scalars, plan.np_ct), label=plan.label)
+    if out.numel():
+        _launch_flat(plan.kernel, plan.np_ct, out, *_pointwise_inputs(bound, plan.operand_names, plan.scalar_names),
+                     plan.label)
     return out
 
 
+def _pointwise_inputs(bound: dict, operand_names, scalar_names) -> tuple:
+    """(operands, named scalars) of an elementwise op from its bound arguments: bools as floats, alpha 1 when
+    not given."""
+    operands = [float(x) if isinstance(x, bool) else x for x in (bound[name] for name in operand_names)]
+    return operands, {name: (1 if bound[name] is None else bound[name]) for name in scalar_names}
+
+
 def _pointwise_op(op, args, kwargs, bound):
-    key = _meta_key((args, tuple(sorted(kwargs.items()))))
-    if key is not None:
-        key = (op, key, _index_of(args, kwargs))  # the kernel belongs to one device's context
+    arguments = _meta_key((args, tuple(sorted(kwargs.items()))))
+    key = None
+    if arguments is not None:
+        key = (op, arguments, _index_of(args, kwargs))  # the kernel belongs to one device's context
         plan = _pointwise_plans.get(key)
         if plan is not None:
             return _run_plan(plan, args, kwargs, bound)
@@ -866,7 +887,7 @@ def _pointwise_op(op, args, kwargs, bound):
         expr = _GELU_TANH[base]
     elif bound.get("rounding_mode") is not None or bound.get("approximate") not in (None, "none"):
         raise _NoKernel("a variant without a kernel")
-    out, _ = _output_for(op, args, kwargs, bound)
+    out, _ = _output_for(op, args, kwargs, bound, arguments)
     operands = [bound[name] for name in operand_names]
     tensors = [x for x in operands if isinstance(x, torch.Tensor)]
     compute = out.dtype
@@ -875,18 +896,15 @@ def _pointwise_op(op, args, kwargs, bound):
     if compute == torch.bfloat16 or any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
                                         for x in operands):
         raise _NoKernel("bfloat16")
-    scalars = {name: (1 if bound[name] is None else bound[name]) for name in scalar_names}
-    operands = [float(x) if isinstance(x, bool) else x for x in operands]
+    operands, scalars = _pointwise_inputs(bound, operand_names, scalar_names)
     flat = pointwise(expr, out, operands, compute, scalars)
     written = _schema_of(op)[1]  # the names of the arguments the op writes
     # planned: functional ops and in-place ones (which write self, never resized); not out= overloads, whose
     # target is another tensor each call (the key knows shapes, not which tensor) and may need a resize
     if flat is not None and key is not None and written in ((), ("self",)) and not _schema_of(op)[2]:
-        if len(_pointwise_plans) >= META_CACHE_SIZE:
-            _pointwise_plans.clear()
-        _pointwise_plans[key] = _PointwisePlan(
+        _remember(_pointwise_plans, key, _PointwisePlan(
             "self" if written else None, tuple(out.shape), tuple(out.stride()), out.dtype, operand_names,
-            scalar_names, flat[0], flat[1], f"pointwise {expr}")
+            scalar_names, flat[0], flat[1], f"pointwise {expr}"))
     return out
 
 
@@ -1219,18 +1237,11 @@ void own_gemm(__global const T* A, long a_off, __global const T* B, long b_off, 
 """
 
 
-_own_gemm_sources: dict = {}  # (dtype, geometry) -> source
-
-
 def _own_gemm_kernel(dev: runtime.Device, dtype, values: dict):
-    """own_gemm built for a geometry (`values`: the defines of _OWN_GEMM_SOURCE), its source made once."""
-    key = (dtype, tuple(values.items()))
-    source = _own_gemm_sources.get(key)
-    if source is None:
-        source = _own_gemm_sources[key] = (
-            f"#define T {_cl_type(dtype)}\n#define ACC {'double' if dtype == torch.float64 else 'float'}\n" +
-            "".join(f"#define {name} {value}L\n" for name, value in values.items()) + _OWN_GEMM_SOURCE)
-    return dev.kernel("own_gemm", source)
+    """own_gemm built for a geometry (`values`: the defines of _OWN_GEMM_SOURCE)."""
+    header = (f"T {_cl_type(dtype)}", f"ACC {'double' if dtype == torch.float64 else 'float'}")
+    return dev.kernel("own_gemm", _compiled_source(_OWN_GEMM_SOURCE, header, tuple(values), tuple(values.values()),
+                                                   True))
 
 
 OWN_GEMM_SPLIT_GROUPS = 512  # work-groups a split-K own_gemm aims at (the H100 has 132 compute units)
@@ -1269,17 +1280,21 @@ def _own_gemm(out: _Mat, a: _Mat, b: _Mat, alpha: float, beta: float, batch: int
               strides: tuple = (0, 0, 0)) -> None:
     """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _OWN_GEMM_SOURCE: any strides for a
     and b, out row-major. One program per geometry (built once, disk-cached by pyopencl)."""
-    m, k, n = a.rows, a.cols, b.cols
-    if not (m and n and batch):
+    if not (a.rows and b.cols and batch):
         return
     dev = runtime.device(out.index)
-    wide = out.dtype == torch.float64
+    kernel, grid = _own_gemm_geometry(dev, out, a, b, batch, strides)
+    scalar = np.float64 if out.dtype == torch.float64 else np.float32
+    dev.launch(kernel, grid, (16, 16, 1), a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer,
+               np.int64(out.offset), scalar(alpha), scalar(beta))
+
+
+def _own_gemm_geometry(dev: runtime.Device, out: _Mat, a: _Mat, b: _Mat, batch: int, strides: tuple) -> tuple:
+    """(kernel, global size) of own_gemm for these matrices' shapes and strides (their offsets are arguments)."""
+    m, k, n = a.rows, a.cols, b.cols
     values = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
                   B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2])
-    scalar = np.float64 if wide else np.float32
-    dev.launch(_own_gemm_kernel(dev, out.dtype, values), (-(-n // 64) * 16, -(-m // 64) * 16, batch), (16, 16, 1),
-               a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer, np.int64(out.offset),
-               scalar(alpha), scalar(beta))
+    return _own_gemm_kernel(dev, out.dtype, values), (-(-n // 64) * 16, -(-m // 64) * 16, batch)
 
 
 SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...
@@ -1315,16 +1330,12 @@ def _sum_pieces(dev, partial, pieces: int, out: "_Mat", beta: float) -> None:
     accumulated in double where the device has fp64."""
     dtype = out.dtype
     wide = "double" if dtype == torch.float64 or dev.info.fp64 else "float"
-    source = _sum_sources.get((dtype, wide))
-    if source is None:
-        source = _sum_sources[(dtype, wide)] = f"#define T {_cl_type(dtype)}\n#define ACC {wide}\n" + _SUM_PIECES_SOURCE
+    source = _compiled_source(_SUM_PIECES_SOURCE, (f"T {_cl_type(dtype)}", f"ACC {wide}"))
     scalar = np.float64 if dtype == torch.float64 else np.float32
     m, n = out.rows, out.cols
     dev.launch(dev.kernel("sum_pieces", source), (m * n,), None, partial, np.int64(pieces), np.int64(m), np.int64(n),
                out.buffer, np.int64(out.offset), np.int64(out.row_stride), scalar(beta))
 
-
-_sum_sources: dict = {}
 
 
 def _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces) -> None:
@@ -1444,10 +1455,8 @@ def _view(op, args, kwargs):
         results = result if isinstance(result, (list, tuple)) else (result,)
         if all(isinstance(r, torch.Tensor) and r.untyped_storage()._cdata == base.untyped_storage()._cdata
                for r in results):
-            if len(_view_geometry) >= META_CACHE_SIZE:
-                _view_geometry.clear()
-            _view_geometry[(op, key)] = (type(result) if isinstance(result, (list, tuple)) else None, tuple(
-                (r.storage_offset() - base.storage_offset(), tuple(r.size()), r.stride(), r.dtype) for r in results))
+            _remember(_view_geometry, (op, key), (type(result) if isinstance(result, (list, tuple)) else None, tuple(
+                (r.storage_offset() - base.storage_offset(), tuple(r.size()), r.stride(), r.dtype) for r in results)))
     return result
 
 
@@ -1849,32 +1858,25 @@ def _contiguous(t: torch.Tensor, at_start: bool = False) -> torch.Tensor:
     return dense
 
 
-_conv_sources: dict = {}  # (dtype, accumulation type, geometry) -> the convolution kernels' source
 # A forward without bias on contiguous tensors whose layout is one launch per group (depthwise, per-image-own)
 # keeps a plan: the next call with the same geometry and settings allocates and launches, skipping the
 # layout's set-up (~25 us of Python a convolution); mobilenet_v2 makes 52 a step.
 _conv_plans: dict = {}
 
 
-def _remember_conv_plan(key, plan) -> None:
-    if len(_conv_plans) >= META_CACHE_SIZE:
-        _conv_plans.clear()
-    _conv_plans[key] = plan
-
-
-def _own_forward_plan(dev, x, weight, n: int, c: int, cout: int, groups: int, length: int):
-    """A 1x1 convolution's forward by own_gemm (per-image-own): out[i]_g = W_g @ x[i]_g, as _own_gemm runs it."""
-    cg, coutg = c // groups, cout // groups
-    values = dict(M=coutg, N=length, K=cg, A_RS=cg, A_CS=1, A_BS=0, B_RS=length, B_CS=1, B_BS=c * length,
-                  C_RS=length, C_BS=cout * length)
-    kernel = _own_gemm_kernel(dev, x.dtype, values)
-    shape, strides = [n, cout] + list(x.shape[2:]), _contiguous_strides([n, cout] + list(x.shape[2:]))
+def _own_forward_plan(dev, out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, groups: int):
+    """A 1x1 convolution's forward by own_gemm (per-image-own), out[i]_g = W_g @ x[i]_g, with the geometry of
+    the call that made `out`: the matrices _own_gemm got then, and per call only the tensors' offsets."""
+    n, c, cout = x.shape[0], x.shape[1], out.shape[1]
+    cg, coutg, length = c // groups, cout // groups, x.numel() // max(n * c, 1)
+    kernel, grid = _own_gemm_geometry(dev, _mat(out, coutg, length), _mat(weight, coutg, cg), _mat(x, cg, length), n,
+                                      (0, c * length, cout * length))
+    shape, strides = list(out.shape), list(out.stride())
     scalar = np.float64 if x.dtype == torch.float64 else np.float32
-    grid = (-(-length // 64) * 16, -(-coutg // 64) * 16, n)
 
     def forward(x, weight):
         out = empty(shape, strides, x.dtype, x.device.index)
-        for group in range(groups):
+        for group in range(groups):  # the offsets _mat(..., start) gives in the layout's loop
             dev.launch(kernel, grid, (16, 16, 1), _block(weight).buffer,
                        np.int64(weight.storage_offset() + group * coutg * cg), _block(x).buffer,
                        np.int64(x.storage_offset() + group * cg * length), _block(out).buffer,
@@ -1914,12 +1916,8 @@ def _convolution(op, args, kwargs, bound):
     fits = max(n * c * h * w, n * cout * oh * ow, c * kh * kw * n * length) < 2**31
     names = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "M")
     values = (n, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, coutg)
-    source = _conv_sources.get((x.dtype, wide, values))
-    if source is None:  # one object per geometry: its hash, the kernel cache's key, is computed once
-        source = _conv_sources[(x.dtype, wide, values)] = (
-            f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n#define IDX {'int' if fits else 'long'}\n" +
-            "".join(f"#define {name} {value}{'' if fits else 'L'}\n" for name, value in zip(names, values)) +
-            _CONV_SOURCE)
+    header = (f"T {_cl_type(x.dtype)}", f"ACC {wide}", f"IDX {'int' if fits else 'long'}")
+    source = _compiled_source(_CONV_SOURCE, header, names, values, not fits)
     index = x.device.index
     forward = _base(op) == "convolution"
     if not forward:
@@ -1938,7 +1936,7 @@ def _convolution(op, args, kwargs, bound):
                 return out
 
             if plan_key is not None:
-                _remember_conv_plan(plan_key, depthwise)
+                _remember(_conv_plans, plan_key, depthwise)
             return _conv_bias(depthwise(x, weight), bound, cout)
         grad_input = grad_weight = None
         if mask[0]:
@@ -2101,9 +2099,10 @@ def _convolution(op, args, kwargs, bound):
     own = one_by_one and CONV_OWN_GEMM != "off"
 
     def chosen(layout: str):  # run the layout; remember a plan for a 1x1 forward by own_gemm
+        result = run(layout)
         if layout == "per-image-own" and forward and plan_key is not None and n and length:
-            _remember_conv_plan(plan_key, _own_forward_plan(dev, x, weight, n, c, cout, groups, length))
-        return run(layout)
+            _remember(_conv_plans, plan_key, _own_forward_plan(dev, result, x, weight, groups))
+        return result
 
     if own and CONV_OWN_GEMM == "on":
         return chosen("per-image-own")
@@ -2208,7 +2207,6 @@ __kernel void max_pool2d_backward_c(__global const T* grad, long grad_off, __glo
     out[g] = acc;
 }
 """
-_pool_sources: dict = {}  # (dtype, geometry) -> the backward's source
 
 
 def _pair(value, default=None) -> tuple:
@@ -2249,14 +2247,10 @@ def _max_pool(op, args, kwargs, bound):
         oh, ow = grad.shape[-2:]
         if grad.numel():
             geometry = (planes, h, w, oh, ow, sh, sw, ph, pw, (kh - 1) * dh, (kw - 1) * dw)
-            backward = _pool_sources.get((x.dtype, geometry))
-            if backward is None:
-                fits = max(planes * h * w, planes * oh * ow) < 2**31
-                names = ("PLANES", "H", "W", "OH", "OW", "SH", "SW", "PH", "PW", "EH", "EW")
-                backward = _pool_sources[(x.dtype, geometry)] = (
-                    f"#define T {_cl_type(x.dtype)}\n#define IDX {'int' if fits else 'long'}\n" +
-                    "".join(f"#define {name} {value}{'' if fits else 'L'}\n" for name, value in zip(names, geometry))
-                    + _POOL_BACKWARD_SOURCE)
+            fits = max(planes * h * w, planes * oh * ow) < 2**31
+            backward = _compiled_source(
+                _POOL_BACKWARD_SOURCE, (f"T {_cl_type(x.dtype)}", f"IDX {'int' if fits else 'long'}"),
+                ("PLANES", "H", "W", "OH", "OW", "SH", "SW", "PH", "PW", "EH", "EW"), geometry, not fits)
             dev.launch(dev.kernel("max_pool2d_backward_c", backward), (out.numel(),), None,
                        _block(grad).buffer, np.int64(grad.storage_offset()), _block(index).buffer,
                        np.int64(index.storage_offset()), _block(out).buffer, label="max_pool2d_backward")
@@ -2593,23 +2587,12 @@ def _bn_partials(dev, source: str, local: int, scratch: _Scratch, wide, x: torch
 
 
 def _bn_setup(dev, dtype) -> tuple:
-    """(kernel source, work-group size, accumulation dtype) of the batch-norm kernels for `dtype` on `dev`; the
-    same source object each time (its hash, the kernel cache's key, is computed once)."""
-    found = _bn_setups.get((dev.index, dtype))
-    if found is None:
-        found = _bn_setups[(dev.index, dtype)] = _bn_setup_of(dev, dtype)
-    return found
-
-
-_bn_setups: dict = {}
-
-
-def _bn_setup_of(dev, dtype) -> tuple:
+    """(kernel source, work-group size, accumulation dtype) of the batch-norm kernels for `dtype` on `dev`."""
     wide = torch.float64 if dtype == torch.float64 or dev.info.fp64 else torch.float32
     local = min(256, dev.max_work_group_size)
     local = 1 << (local.bit_length() - 1)
-    source = f"#define T {_cl_type(dtype)}\n#define ACC {_cl_type(wide)}\n#define LOCAL {local}\n" + _BN_SOURCE
-    return source, local, wide
+    header = (f"T {_cl_type(dtype)}", f"ACC {_cl_type(wide)}", f"LOCAL {local}")
+    return _compiled_source(_BN_SOURCE, header), local, wide
 
 
 def _channel_sums(grad: torch.Tensor) -> torch.Tensor:
@@ -2862,15 +2845,10 @@ _HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, 
 
 def _native(op, args, kwargs):
     """The device kernel for op, or raise _NoKernel."""
-    route = _routes.get(op)
-    if route is None:
-        route = _routes[op] = _route_of(op)
-    return route(op, args, kwargs)
+    return _route_of(op)(op, args, kwargs)
 
 
-_routes: dict = {}  # op -> its route (below), worked out from its schema once
-
-
+@functools.lru_cache(maxsize=None)
 def _route_of(op):
     """The function (op, args, kwargs) that runs `op` on the device: what _native used to decide per call from
     the op's schema (~5 us of attribute walks per op)."""

@@ -189,17 +189,17 @@ class Device:
         return 1 << (nbytes - 1).bit_length() if nbytes <= (1 << 20) else -(-nbytes // (1 << 20)) * (1 << 20)
 
     def null_buffer(self):
-        """The one small buffer behind every zero-byte tensor of this device (no kernel touches it; release()
-        never pools it): a batch norm alone makes three such tensors a call."""
+        """The one small buffer behind every zero-byte tensor of this device (no kernel touches it; the tensor
+        over it lives for the process, so it never returns to the pool): a batch norm makes three a call."""
         if self._null_buffer is None:
             self._null_buffer = self.cl.Buffer(self.context, self.cl.mem_flags.READ_WRITE, 64)
         return self._null_buffer
 
     def allocate(self, nbytes: int, reclaim):
-        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim(full)` pools dead tensors' buffers
-        (True: every tensor's; False: the YOUNG_SWEEP newest; an int: that many newest): on a pool miss the
-        YOUNG_FIRST newest, then the YOUNG_SWEEP newest, all of them once FULL_SWEEP_BYTES of new buffers were
-        made since the last full sweep, and before the pool is emptied for room."""
+        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim(young)` pools the buffers of dead
+        tensors among the `young` newest (None: all): on a pool miss the YOUNG_FIRST newest, then the YOUNG_SWEEP
+        newest, all of them once FULL_SWEEP_BYTES of new buffers were made since the last full sweep, and before
+        the pool is emptied for room."""
         size = self.rounded(nbytes)
         if size > self.info.max_allocation_bytes or size > self.info.global_memory_bytes:
             raise OutOfMemoryError(f"ocl:{self.index} ({self.info.name}): cannot allocate {nbytes} bytes; the "
@@ -211,7 +211,7 @@ class Device:
                 reclaim(YOUNG_FIRST)
                 free = self.pool.get(size)
             if not free:
-                reclaim(False)
+                reclaim(YOUNG_SWEEP)
                 free = self.pool.get(size)
             if not free and self.fresh_bytes > FULL_SWEEP_BYTES:
                 self._reclaim_all(reclaim)
@@ -243,12 +243,10 @@ class Device:
 
     def _reclaim_all(self, reclaim) -> None:
         """Every dead tensor's buffer back to the pool: a full sweep, which restarts the count to the next."""
-        reclaim(True)
+        reclaim(None)
         self.fresh_bytes = 0
 
     def release(self, buffer) -> None:
-        if buffer is self._null_buffer:
-            return
         with self.lock:
             self.pool.setdefault(buffer.size, []).append(buffer)
             self.pooled_bytes += buffer.size
