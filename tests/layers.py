@@ -4,9 +4,12 @@ function-local ones too, since a lazy import still couples the layers).
 The pipeline is collect -> analyze -> act -> measure -> report, with the CLI on top (docs/layout.md):
 
 - LAYER_FORBIDS: `analyze` and `report` are pure over plain data: no torch, no collect, measure or act.
-  `measure`, `collect` and `guard` never import a renderer (`report`) or the CLI.
-- No library module imports the `fade` facade (fade/__init__.py), except to read `__version__`; only the CLI
-  and the facade's own API module sit above it.
+  `measure`, `collect` and `hostwork` never import a renderer (`report`) or the CLI. `measure` never imports
+  `act` (the tuner drives measurement, not the other way round), and `collect` never imports `analyze` (a
+  probe records what it saw; deciding what it means comes after). The leaf modules (fade.version, fade.kfd,
+  fade.env_change, fade.errors, fade.files, fade.results) import no layer, so every layer may read them.
+- No library module imports the `fade` facade (fade/__init__.py), not even for `__version__`: that is read
+  from fade.version. Only the CLI, the facade and its API module (TOP_MODULES, TOP_PREFIXES) sit above it.
 - No module imports another module's `_private` name, by `from m import _x` or by `m._x` on an imported module.
 - Library modules never print or exit: they return data, and progress reaches them as a callback.
   PRINTS_ALLOWED lists the few entry points that own a process's stdout (a worker's protocol, a
@@ -19,16 +22,23 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-# layer -> module prefixes it must not import
+# what a leaf module must not import: any layer, so that every layer may import it
+LEAF_FORBIDS = ("torch", "fade.collect", "fade.analyze", "fade.act", "fade.measure", "fade.hostwork", "fade.report",
+                "fade.cli")
+# layer -> module prefixes it must not import (fade.ocl is left out: it still imports act, another issue)
 LAYER_FORBIDS = {
     "fade.analyze": ("torch", "fade.collect", "fade.measure", "fade.act"),
     "fade.report": ("torch", "fade.collect", "fade.measure", "fade.act"),
-    "fade.measure": ("fade.report", "fade.cli"),
-    "fade.collect": ("fade.report", "fade.cli"),
+    "fade.measure": ("fade.act", "fade.report", "fade.cli"),
+    "fade.collect": ("fade.analyze", "fade.report", "fade.cli"),
     "fade.hostwork": ("fade.report", "fade.cli"),
     "fade.act": ("fade.cli",),
-    "fade.files": ("torch", "fade.collect", "fade.measure", "fade.act", "fade.report", "fade.cli"),
-    "fade.results": ("torch", "fade.collect", "fade.measure", "fade.act", "fade.report", "fade.cli"),
+    "fade.version": LEAF_FORBIDS,
+    "fade.kfd": LEAF_FORBIDS,
+    "fade.env_change": LEAF_FORBIDS,
+    "fade.errors": LEAF_FORBIDS,
+    "fade.files": LEAF_FORBIDS,
+    "fade.results": LEAF_FORBIDS,
 }
 # modules above the library: they may import the facade and print
 TOP_MODULES = ("fade", "fade.__main__", "fade.api")
@@ -116,7 +126,7 @@ def check_tree(src: Path, known_modules: set | None = None) -> list:
                         aliases[alias.asname or alias.name] = full
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 target = aliases.get(node.value.id)
-                if target == "fade" and not top and node.attr != "__version__" and f"fade.{node.attr}" not in known:
+                if target == "fade" and not top and f"fade.{node.attr}" not in known:
                     violations.append(Violation(module, node.lineno, f"uses the facade: fade.{node.attr}"))
                 if target and target != module and node.attr.startswith("_") and not node.attr.startswith("__"):
                     violations.append(Violation(module, node.lineno, f"uses {target}.{node.attr}, a private name"))
@@ -135,7 +145,7 @@ def check_tree(src: Path, known_modules: set | None = None) -> list:
                             violations.append(Violation(module, node.lineno, f"{layer} imports {source}"))
                 if source == "fade" and names is not None and not top:
                     for name in names:
-                        if name != "__version__" and f"fade.{name}" not in known:
+                        if f"fade.{name}" not in known:
                             violations.append(Violation(module, node.lineno, f"imports the facade: fade.{name}"))
                 if source != module and source.startswith("fade"):
                     for name in names or []:

@@ -36,13 +36,20 @@ def _parameters(function, leave_out=()) -> list:
 def test_the_api_mirrors_the_library_functions_it_fronts():
     """Same names, kinds and defaults: a default changed in the library must change here too."""
     from fade.act import patches
-    from fade.act.tune import profile, tuner
+    from fade.act.tune import tuner, tuning_file
     from fade.collect import snapshot
     from fade.hostwork import process, session
 
-    assert _parameters(fade.tune) == _parameters(tuner.tune)
+    api_tune = {name: (kind, default) for name, kind, default in _parameters(fade.tune)}
+    # fade.tune fronts both tuners: the in-process one (a module) and run_tune (a zoo name or module:function)
+    for name, kind, default in _parameters(tuner.tune, leave_out=("clock", "output", "example_inputs")):
+        assert api_tune[name] == (kind, default), name
+    for name, kind, default in _parameters(tuner.run_tune, leave_out=("model", "mode", "output")):
+        if name in api_tune:
+            assert api_tune[name][1] == default, name
+    assert {"batch", "size", "exhaustive", "quick", "resume", "out"} <= set(api_tune)
     assert _parameters(fade.guard) == _parameters(session.guard)
-    assert _parameters(fade.load_tuning) == _parameters(profile.load_tuning, leave_out=("on_message",))
+    assert _parameters(fade.load_tuning) == _parameters(tuning_file.load_tuning, leave_out=("on_message",))
     assert _parameters(fade.apply_fade_patches) == _parameters(patches.apply_fade_patches,
                                                                leave_out=("on_message", "guard_at_exit"))
     assert _parameters(fade.collect_snapshot) == _parameters(snapshot.collect_snapshot)
@@ -51,8 +58,9 @@ def test_the_api_mirrors_the_library_functions_it_fronts():
 
 
 def test_import_fade_is_light_and_fade_guard_stays_the_function():
-    """`import fade` imports no torch and no library module; importing the guard's package (fade.hostwork)
-    afterwards does not rebind `fade.guard` (it used to be both a function and a subpackage)."""
+    """`import fade` imports no torch and no library module (fade.version holds one line); importing the guard's
+    package (fade.hostwork) afterwards does not rebind `fade.guard` (it used to be both a function and a
+    subpackage)."""
     code = (
         "import json, sys, fade; loaded = sorted(m for m in sys.modules if m.startswith('fade'));"
         "torch_loaded = 'torch' in sys.modules; import fade.hostwork;"
@@ -62,7 +70,7 @@ def test_import_fade_is_light_and_fade_guard_stays_the_function():
                             env={"PYTHONPATH": SRC_ROOT, "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
     loaded, torch_loaded, guard_callable, guard_type = json.loads(result.stdout)
-    assert loaded == ["fade", "fade.api"] and not torch_loaded
+    assert loaded == ["fade", "fade.api", "fade.version"] and not torch_loaded
     assert guard_callable and guard_type == "function"
 
 

@@ -38,6 +38,19 @@ def _plant(tmp_path, files: dict) -> Path:
         ({"fade/act/x.py": "from fade.measure import y\ny._helper()\n", "fade/measure/y.py": ""},
          "uses fade.measure.y._helper, a private name"),
         ({"fade/measure/x.py": "def f():\n    print('hi')\n"}, "calls print()"),
+        # the back-edges issue 26 removed: each fails again if planted
+        ({"fade/measure/step/config.py": "def f():\n    from fade.act.tune import knobs\n",
+          "fade/act/tune/__init__.py": ""}, "fade.measure imports fade.act.tune"),
+        ({"fade/measure/session.py": "def f():\n    from fade.act.patches import device_truth\n",
+          "fade/act/patches.py": ""}, "fade.measure imports fade.act.patches"),
+        ({"fade/measure/suites/dist/launch.py": "def f():\n    from fade.act.patches import EnvChange\n",
+          "fade/act/patches.py": ""}, "fade.measure imports fade.act.patches"),
+        ({"fade/collect/snapshot.py": "from fade.analyze.devices import KFD_PROPERTY_MAX\n",
+          "fade/analyze/devices.py": ""}, "fade.collect imports fade.analyze.devices"),
+        ({"fade/results.py": "from fade import __version__\n"}, "imports the facade: fade.__version__"),
+        ({"fade/report/html.py": "import fade\nv = fade.__version__\n"}, "uses the facade: fade.__version__"),
+        ({"fade/version.py": "from fade.analyze import specs\n", "fade/analyze/specs.py": ""},
+         "fade.version imports fade.analyze"),
     ],
 )
 def test_a_planted_violation_is_reported(tmp_path, files, expected):
@@ -45,9 +58,11 @@ def test_a_planted_violation_is_reported(tmp_path, files, expected):
     assert any(expected in v for v in violations), violations
 
 
-def test_reading_the_version_and_the_cli_printing_are_allowed(tmp_path):
+def test_the_version_is_read_from_fade_version_and_the_cli_may_use_the_facade(tmp_path):
     files = {
-        "fade/results.py": "from fade import __version__\nimport fade\nv = fade.__version__\n",
-        "fade/cli/__init__.py": "import fade\nprint(fade.tune)\n",
+        "fade/version.py": "__version__ = '0'\n",
+        "fade/results.py": "from fade.version import __version__\n",
+        "fade/report/html.py": "import fade.version\nv = fade.version.__version__\n",
+        "fade/cli/__init__.py": "import fade\nfrom fade import __version__\nprint(fade.tune, fade.__version__)\n",
     }
     assert check_tree(_plant(tmp_path, files)) == []

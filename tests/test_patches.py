@@ -117,7 +117,7 @@ def test_device_truth_names_the_range_when_the_index_does_not_exist():
 
 def test_a_tuning_profile_adds_its_env_lines_after_the_doctors_fixes(tmp_path, monkeypatch):
     from fade.act.tune import device as tune_device
-    from tests.tune.test_profile import H100, make_profile
+    from tests.tune.test_tuning_file import H100, make_profile
 
     _, path = make_profile(tmp_path)
     monkeypatch.setattr(tune_device, "static_fingerprint", lambda environ=None: dict(H100))
@@ -131,7 +131,7 @@ def test_a_tuning_profile_adds_its_env_lines_after_the_doctors_fixes(tmp_path, m
 
 def test_a_profile_from_another_device_applies_nothing(tmp_path, monkeypatch):
     from fade.act.tune import device as tune_device
-    from tests.tune.test_profile import MI300, make_profile
+    from tests.tune.test_tuning_file import MI300, make_profile
 
     _, path = make_profile(tmp_path)
     monkeypatch.setattr(tune_device, "static_fingerprint", lambda environ=None: dict(MI300))

@@ -14,9 +14,8 @@ torch is imported lazily: `import fade` alone never starts a GPU runtime. Every 
 fade.api, which imports each library module inside the function that needs it.
 """
 
-__version__ = "0.1.0"
-
-from fade.api import (  # noqa: E402 - after __version__, which fade.api reads
+from fade.version import __version__
+from fade.api import (
     BenchResult,
     DoctorResult,
     apply_fade_patches,

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
-from fade import __version__
+from fade.version import __version__
 
 DOCTOR_SCHEMA_VERSION = 1  # `fade doctor --json`: bump only on an incompatible change of the report's keys
 BENCH_SCHEMA_VERSION = 1  # BenchResult.to_dict(): the same rule
@@ -142,7 +142,7 @@ class BenchResult:
     run: object  # fade.measure.runner.RunSummary
     summary: list = field(default_factory=list)
     plots: list = field(default_factory=list)
-    env: list = field(default_factory=list)  # act.patches.EnvChange per variable FADE set for the run's processes
+    env: list = field(default_factory=list)  # fade.env_change.EnvChange per variable FADE set for the run's processes
     rank: int = 0  # dist: this process's rank (only rank 0 holds records and renders)
     comparison: object = None  # models on several devices: fade.analyze.compare.Comparison, the last device the baseline
 
@@ -305,7 +305,7 @@ def apply_fade_patches(
 ) -> list:
     """Set the safe env fixes for this machine's GPUs. Call it before the first torch.cuda call.
 
-    Returns every change considered (fade.act.patches.EnvChange), including the ones skipped because you
+    Returns every change considered (fade.env_change.EnvChange), including the ones skipped because you
     set the variable. verbose: print each change (and a profile's warnings) to stderr.
     profile: a `fade tune` profile; its env lines follow the doctor's fixes (a profile from another device
         warns and applies nothing). Model-level knobs come back from fade.load_tuning(profile).
@@ -323,9 +323,10 @@ def apply_fade_patches(
 def device_truth(index: int = 0):
     """The corrected view of torch device `index`: CUs, wave size, peaks (fade.analyze.devices.DeviceTruth).
     Never patches torch. IndexError when torch has no such device."""
-    from fade.act.patches import device_truth as truth
+    from fade.analyze.devices import torch_device_truth
+    from fade.collect.snapshot import collect_snapshot
 
-    return truth(index)
+    return torch_device_truth(collect_snapshot(torch="inprocess"), index)
 
 
 def load_tuning(
@@ -339,12 +340,12 @@ def load_tuning(
     """Apply the `fade tune` profile at `path` to this process: env (user values win) and process-wide torch
     flags; returns the Tuning (env set, model knobs to apply, warnings).
 
-    Call it before the first torch.cuda call: TunableOp and MIOpen read their variables once. ProfileError
+    Call it before the first torch.cuda call: TunableOp and MIOpen read their variables once. TuningFileError
     for an unreadable or corrupt profile; a profile from another device warns and applies nothing.
     verbose: print each env variable and warning to stderr. fingerprint: this device (default: read
     without starting the GPU runtime).
     """
-    from fade.act.tune.profile import load_tuning as load
+    from fade.act.tune.tuning_file import load_tuning as load
 
     return load(path, environ=environ, fingerprint=fingerprint, set_torch_flags=set_torch_flags, verbose=verbose,
                 on_message=_to_stderr)
@@ -352,28 +353,50 @@ def load_tuning(
 
 def tune(
     model,
-    example_inputs,
+    example_inputs=None,
     loss_fn: Optional[Callable] = None,
     *,
     target=None,
     mode: Optional[str] = None,
+    batch: int = 64,
+    size: Optional[int] = None,
     budget_min: float = 5.0,  # fade.act.tune.tuner.DEFAULT_BUDGET_MIN (a test holds them equal)
     device: Optional[str] = None,
+    exhaustive: bool = False,
+    quick: bool = False,
+    resume: bool = True,
+    out: Union[str, os.PathLike, None] = None,
     progress: Optional[Callable[[str], None]] = None,
-) -> dict:
-    """Tune `model` (a torch.nn.Module) on `example_inputs` in this process and return the profile.
+):
+    """Search the fastest numerically sound knobs for a model on this device; returns a TuneResult
+    (fade.act.tune.tuner: `.tuning` is the tuning file's content, `.to_dict()` its JSON, `.recommends`,
+    `.changed`, `.diagnosis`, `.exit_status`). What `fade tune` runs.
 
-    loss_fn: `loss_fn(output) -> loss` or `loss_fn(output, target) -> loss` (nn.CrossEntropyLoss()) for
-    training, or None for inference. target: the loss's target (default: derived from one forward pass, seeded
-    class indices for classification losses; the profile's loss_target says which). mode: "train" or "infer"
-    (default: train when loss_fn is given). budget_min: search time in minutes. progress: receives one
-    line per step of the search. Trials run here, not in workers, so env knobs are left out: `fade tune
-    module:function` searches them too. Save the profile with fade.act.tune.profile.save_profile and apply
-    it with fade.load_tuning.
+    model: a zoo name ("resnet50") or "module:function" (see fade.measure.zoo.workload): trials run in isolated
+        workers, env knobs included, with `mode` (default "train"), `batch`, `size` (image side or sequence
+        length), `exhaustive`, `quick` (short timing) and `resume` (reuse an interrupted search's journal).
+        Or a torch.nn.Module: trials run in this process on `example_inputs` (a tensor or tuple), env knobs are
+        left out (and the file says so); `loss_fn` is `loss_fn(output) -> loss` or `loss_fn(output, target)`
+        (nn.CrossEntropyLoss()) for training, None for inference; `target` the loss's target (default: derived
+        from one forward pass, the file's loss_target says how).
+    budget_min: the whole run in minutes (set-up, the profiled window of the baseline, the search and the final
+        check). out: where to write the tuning file (atomically), or None. progress: one line per step.
+    Apply a tuning file with fade.load_tuning.
     """
-    from fade.act.tune.tuner import tune as run
+    from fade.act.tune.tuner import run_tune
+    from fade.act.tune.tuner import tune as tune_module
+    from fade.errors import FadeUsageError
 
-    return run(model, example_inputs, loss_fn, target=target, mode=mode, budget_min=budget_min, device=device, progress=progress)
+    if isinstance(model, str):
+        if example_inputs is not None or loss_fn is not None or target is not None:
+            raise FadeUsageError(f"tune({model!r}): a zoo name or module:function builds its own inputs and loss; "
+                                 "pass example_inputs/loss_fn only with a torch.nn.Module")  # fmt: skip
+        return run_tune(model, mode=mode or "train", batch=batch, budget_min=budget_min, device=device, size=size,
+                        exhaustive=exhaustive, quick=quick, resume=resume, progress=progress, output=out)  # fmt: skip
+    if example_inputs is None:
+        raise FadeUsageError("tune(model, example_inputs, ...): a torch.nn.Module needs example_inputs")
+    return tune_module(model, example_inputs, loss_fn, target=target, mode=mode, budget_min=budget_min, device=device,
+                       progress=progress, output=out)  # fmt: skip
 
 
 def enable_process_guard(mode: str = "warn", device=None, *, sample_every: int = 20,

@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
-import fade
 from fade.errors import FadeUsageError
+from fade.version import __version__
 
 SCHEMA_VERSION = 1
 GZIP_MAGIC = b"\x1f\x8b"  # a gzip member's first two bytes (RFC 1952)
@@ -57,7 +57,7 @@ def make_record(
     timing = getattr(result, "timing", None)
     record = {
         "schema_version": SCHEMA_VERSION,
-        "fade_version": fade.__version__,
+        "fade_version": __version__,
         "run_id": run_id,
         "case_id": case.case_id,
         "suite": case.suite,

@@ -86,20 +86,22 @@ def test_summary_uses_the_newest_record_per_case_and_device():
 def test_peaks_come_from_device_truth_and_a_failure_degrades(monkeypatch):
     from types import SimpleNamespace
 
-    from fade.act import patches
+    from fade.analyze import devices
+    from fade.collect import snapshot
     from fade.measure import session
 
     peaks = SimpleNamespace(tflops={"bf16": 989.4, "fp8": 1978.9}, bandwidth_gbs=3352.0, basis="table", source="NVIDIA H100 datasheet")
     truth = SimpleNamespace(peaks=peaks, to_dict=lambda: {"name": "NVIDIA H100 80GB HBM3", "peaks": {"tflops": {"bf16": 989.4}}})
-    monkeypatch.setattr(patches, "device_truth", lambda index: truth)
+    monkeypatch.setattr(snapshot, "collect_snapshot", lambda **options: {})
+    monkeypatch.setattr(devices, "torch_device_truth", lambda snapshot, index: truth)
     info, found = session.device_truth_and_peaks("cuda:0")
     assert info["name"] == "NVIDIA H100 80GB HBM3" and "torch" in info
     assert found == {"tflops": {"bf16": 989.4, "fp8": 1978.9}, "bandwidth_gbs": 3352.0, "basis": "table", "source": "NVIDIA H100 datasheet"}
 
-    def broken(index):
+    def broken(snapshot, index):
         raise IndexError("no torch GPU device 0")
 
-    monkeypatch.setattr(patches, "device_truth", broken)
+    monkeypatch.setattr(devices, "torch_device_truth", broken)
     info, found = session.device_truth_and_peaks("cuda:0")
     assert info["error"].startswith("device_truth(0) failed: IndexError") and found is None
     assert session.device_truth_and_peaks("cpu")[1] is None  # the CPU has no peak

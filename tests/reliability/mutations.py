@@ -47,7 +47,7 @@ def results_seed() -> list:
 
 
 def profile_seed() -> dict:
-    from fade.act.tune.profile import KIND, SCHEMA_VERSION
+    from fade.act.tune.tuning_file import KIND, SCHEMA_VERSION
 
     return {"schema_version": SCHEMA_VERSION, "kind": KIND, "device": {"name": "cpu", "arch": None},
             "model": "resnet18", "mode": "train", "batch": 2,
@@ -211,7 +211,7 @@ def feed_snapshot(path: Path) -> str:
 
 
 def feed_profile(path: Path) -> str:
-    from fade.act.tune.profile import env_lines, load_profile, load_tuning
+    from fade.act.tune.tuning_file import env_lines, read_tuning, load_tuning
 
     environ: dict = {}
     try:
@@ -221,7 +221,7 @@ def feed_profile(path: Path) -> str:
     except FadeUsageError:
         assert environ == {}, "a rejected profile set variables"  # validated whole before anything applies
         raise
-    env_lines(load_profile(path), environ={})
+    env_lines(read_tuning(path), environ={})
     assert all(value == environ.get(name) for name, value, status in tuning.env if status == "set")
     return "accepted"
 

@@ -100,7 +100,7 @@ def test_bench_prints_the_unreadable_lines_resume_skipped(tmp_path, capsys):
 
 # -- hole 3: a profile is validated whole before any of it is applied ------------------------------------
 def profile(**changes) -> dict:
-    from fade.act.tune.profile import KIND, SCHEMA_VERSION
+    from fade.act.tune.tuning_file import KIND, SCHEMA_VERSION
 
     data = {"schema_version": SCHEMA_VERSION, "kind": KIND, "device": {"name": "cpu"}, "model": "m", "mode": "train",
             "batch": 2, "knobs": {"precision": "default"}, "env": {"A_FIRST": "1", "Z_LAST": "2"}}  # fmt: skip
@@ -116,12 +116,12 @@ def profile(**changes) -> dict:
     (json.dumps(profile(env={"A_FIRST": "1", "Z_LAST": "a\0b"})).encode(), "without NUL"),
 ], ids=["binary", "deep", "knob-list", "env-name-equals", "env-nul"])  # fmt: skip
 def test_a_bad_profile_is_one_line_and_sets_nothing(tmp_path, content, says):
-    from fade.act.tune.profile import ProfileError, load_tuning
+    from fade.act.tune.tuning_file import TuningFileError, load_tuning
 
     path = tmp_path / "p.json"
     path.write_bytes(content)
     environ: dict = {}
-    with pytest.raises(ProfileError) as raised:
+    with pytest.raises(TuningFileError) as raised:
         load_tuning(path, environ=environ, fingerprint={"name": "cpu"}, set_torch_flags=False)
     assert says in str(raised.value) and "\n" not in str(raised.value)
     assert environ == {}

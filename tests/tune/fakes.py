@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fade.act.tune.knobs import Knob
+from fade.analyze.knobs import Knob
 from fade.act.tune.search import Trial
 
 SOURCE = "test fixture"

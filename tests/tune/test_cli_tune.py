@@ -7,7 +7,7 @@ import pytest
 
 import fade.cli as cli
 from fade.cli import tune as cli_tune
-from tests.tune.test_profile import H100, make_profile
+from tests.tune.test_tuning_file import H100, make_profile
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_show_prints_a_matching_profiles_env_lines(fade_main, capsys, tmp_path, 
 
 def test_tune_writes_a_profile(fade_main, capsys, tmp_path, monkeypatch):
     """The search runs on a fake timer (run_tune's measure is injectable); the CLI writes and renders."""
-    from fade.act import tune as tune_package
+    from fade.act.tune import tuner as tune_package
     from tests.tune.fakes import REFERENCE, FakeTimer, FixedHost
 
     timer = FakeTimer({("precision", "amp-bf16"): 0.5})

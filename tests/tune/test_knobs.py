@@ -2,7 +2,7 @@
 
 import pytest
 
-from fade.act.tune.knobs import GROUP_ORDER, KnobTableError, Target, load_knobs, searched_knobs, unmet_needs
+from fade.analyze.knobs import GROUP_ORDER, KnobTableError, Target, load_knobs, searched_knobs, unmet_needs
 
 
 def test_every_bundled_row_loads_with_a_source():

@@ -9,13 +9,13 @@ import pytest
 from fade.act.tune.cache import open_cache
 from fade.act.tune.tuner import run_tune
 from tests.tune.fakes import REFERENCE, FakeTimer, FixedHost
-from tests.tune.test_profile import H100
+from tests.tune.test_tuning_file import H100
 
 
 def tune_fake(tmp_path, timer, **kwargs):
     options = {"fingerprint": dict(H100), "measure": timer, "reference": REFERENCE, "clock": getattr(timer, "clock", None),
                "cache_base": tmp_path / "cache", "budget_min": 10.0, "host_probe": FixedHost()}  # fmt: skip
-    return run_tune("resnet50", **{**options, **kwargs})
+    return run_tune("resnet50", **{**options, **kwargs}).to_dict()
 
 
 def test_a_quiet_host_keeps_the_proven_choice_and_records_the_load(tmp_path):
@@ -90,7 +90,7 @@ def test_a_torn_journal_line_does_not_swallow_the_next_trial(tmp_path):
 
 
 def test_cli_exit_code_says_when_nothing_is_recommended(tmp_path, monkeypatch, capsys):
-    from fade.act import tune as tune_package
+    from fade.act.tune import tuner as tune_package
     from fade.cli.tune import add_verbs
     import argparse
 

@@ -72,15 +72,20 @@ def test_a_failing_baseline_stops_the_search():
 
 
 def test_the_budget_stops_the_search_and_marks_what_was_not_tried():
-    """Each trial costs 10 s; of an 80 s budget 40 s stay for the final check (twice the baseline's and
-    the best trial's cost): baseline + 3 candidates start (compile first, then precision)."""
+    """Each trial costs 10 s; of an 80 s budget 40 s stay for the final check. The knobs that need no compile go
+    first: tf32 and amp-bf16 run (30 s spent), then 10 s are left and a trial may take half of that, so amp-fp16
+    (expected 10 s), channels_last and the optimizer are not tried, and the compile mode, whose cost nothing has
+    shown yet, is not started on 5 s."""
     timer = FakeTimer({("precision", "amp-bf16"): 0.5})
     result = search(KNOBS, timer, reference=REFERENCE, budget_s=80, clock=timer.clock)
     rows = statuses(result)
-    assert rows[("compile", "default")] == "within-noise"
+    assert rows[("precision", "tf32")] == "within-noise"
     assert rows[("precision", "amp-bf16")] == "accepted"
     assert rows[("precision", "amp-fp16")] == "not-tried"
     assert rows[("optimizer_impl", "fused")] == "not-tried"
+    compile_row = next(row for row in result.candidates if row.knob == "compile")
+    assert compile_row.status == "not-tried" and "no compiled trial has shown its cost yet" in compile_row.reason
+    assert {"precision": "amp-fp16", "channels_last": "off", "compile": "off", "optimizer_impl": "default"} not in timer.calls
 
 
 def test_the_final_check_reverts_a_choice_that_is_slower_when_interleaved():
@@ -145,36 +150,53 @@ def test_a_torn_journal_line_is_skipped(tmp_path):
 
 
 def test_a_candidate_expected_to_outrun_the_budget_left_is_not_started():
-    """compile=default costs 10 s; max-autotune is expected at 3x that (knob table `cost`): 30 s > 22 s left
-    (82 s budget, 40 s reserved for the final check, 20 s spent on the baseline and compile=default)."""
+    """compile=default, the first compile, costs 10 s; max-autotune is expected at 8x that (knob table `cost`):
+    80 s, more than half of the 190 s left (400 s budget, 100 s reserved, 110 s spent), so it never starts and its
+    row says what it was expected to cost."""
     from dataclasses import replace
 
-    knobs = [KNOBS[0], replace(KNOBS[2], values=("off", "default", "max-autotune"), cost={"max-autotune": 3.0})]
+    knobs = [KNOBS[0], replace(KNOBS[2], values=("off", "default", "max-autotune"), cost={"default": 1.0, "max-autotune": 8.0})]
     timer = FakeTimer({})
-    result = search(knobs, timer, reference=REFERENCE, budget_s=82, clock=timer.clock)
+
+    def measure(config, timeout_s=None):
+        timer.now += 100 if config == {"precision": "tf32", "compile": "off"} else 0  # a slow eager trial: 110 s
+        return timer(config)
+
+    result = search(knobs, measure, reference=REFERENCE, budget_s=400, clock=timer.clock)
     row = next(row for row in result.candidates if row.value == "max-autotune")
-    assert row.status == "not-tried" and "expected to take ~30 s, 22 s of the search budget left" in row.reason
+    assert row.status == "not-tried" and row.expected_s == pytest.approx(80)
+    assert "expected to take ~80 s; a trial may take 50% of the" in row.reason
     assert {"precision": "default", "compile": "max-autotune"} not in timer.calls
+    assert {"precision": "default", "compile": "default"} in timer.calls
 
 
 def test_a_trial_that_outruns_the_budget_left_is_stopped_and_marked_not_tried():
-    from fade.act.tune.search import MIN_TRIAL_TIMEOUT_S, Trial
+    """The first compile, cost unknown, may take half of the search budget left; it outruns that and is
+    stopped, and the knobs after it still run."""
+    from fade.act.tune.search import MIN_TRIAL_TIMEOUT_S, TRIAL_SHARE, Trial
 
-    timer = FakeTimer({})
-    timeouts = []
+    timer = FakeTimer({("optimizer_impl", "fused"): 0.8})
+    timeouts = {}
+    knobs = [KNOBS[0], KNOBS[2], KNOBS[3]]  # compile visited before the optimizer here: a plan can put it there
 
     def measure(config, timeout_s=None):
-        timeouts.append(timeout_s)
+        timeouts[tuple(sorted(config.items()))] = timeout_s
         if config["compile"] == "default":  # a compile that would take 500 s
             timer.now += timeout_s
             return Trial(config, (), "failed", f"timeout: no result after {timeout_s:g} s")
         return timer(config)
 
-    result = search(KNOBS, measure, reference=REFERENCE, budget_s=200, clock=timer.clock)
+    from fade.analyze.tuneplan import Plan, Visit
+
+    plan = Plan(visits=[Visit("precision", ("tf32", "amp-bf16", "amp-fp16"), "x"), Visit("compile", ("default",), "y"),
+                        Visit("optimizer_impl", ("fused",), "z")])  # fmt: skip
+    result = search(knobs, measure, reference=REFERENCE, budget_s=400, clock=timer.clock, plan=plan)
     row = next(row for row in result.candidates if row.knob == "compile")
     assert row.status == "not-tried" and "outran" in row.reason
-    assert all(timeout is None or timeout >= MIN_TRIAL_TIMEOUT_S for timeout in timeouts)
-    assert timeouts[1] == pytest.approx(200 - 50 - 10)  # after the baseline: budget - final reserve (25%) - 10 s spent
+    assert all(timeout is None or timeout >= MIN_TRIAL_TIMEOUT_S for timeout in timeouts.values())
+    compile_timeout = timeouts[(("compile", "default"), ("optimizer_impl", "default"), ("precision", "default"))]
+    assert compile_timeout == pytest.approx(TRIAL_SHARE * (400 - 100 - 40))  # after baseline and 3 precisions
+    assert statuses(result)[("optimizer_impl", "fused")] == "accepted"  # the overrun starved nothing after it
 
 
 def test_the_final_check_times_both_sides_in_one_worker_when_the_measure_can():
@@ -210,26 +232,19 @@ MOBILENET_KNOBS = [
 ]
 
 
-def test_compile_first_finds_the_precision_that_pays_only_under_cuda_graphs(monkeypatch):
-    """mobilenet_v2 inference on an H100 (issue 14): amp-bf16 is 21% slower in eager mode but the fastest
-    under reduce-overhead. One table-order pass (compile last, the search before issue 14) keeps fp32 +
-    reduce-overhead; compile first finds amp-bf16 + channels_last + reduce-overhead, 1.47x more."""
-    from fade.act.tune import search as search_module
-
-    table_order = FakeTimer({}, step_ms=mobilenet_v2_step_ms)
-    with monkeypatch.context() as one_pass:
-        one_pass.setattr(search_module, "MAX_PASSES", 1)
-        missed = search(MOBILENET_KNOBS, table_order, reference=REFERENCE, budget_s=1000, clock=table_order.clock,
-                        compile_first=False)
-    assert missed.chosen == {"precision": "default", "channels_last": "off", "compile": "reduce-overhead"}
+def test_the_precision_that_pays_only_under_cuda_graphs_is_found_after_the_eager_knobs():
+    """mobilenet_v2 inference on an H100 (issue 14): amp-bf16 is 21% slower in eager mode but the fastest under
+    reduce-overhead. Eager knobs first keep fp32, reduce-overhead is accepted on it, and the second pass judges
+    precision and layout again under CUDA graphs: amp-bf16 + channels_last + reduce-overhead, 1.47x more."""
     timer = FakeTimer({}, step_ms=mobilenet_v2_step_ms)
     found = search(MOBILENET_KNOBS, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
     assert found.chosen == {"precision": "amp-bf16", "channels_last": "on", "compile": "reduce-overhead"}
     assert found.verdict == "faster"
-    assert found.after["samples_per_s"] / missed.after["samples_per_s"] == pytest.approx(33700 / 22870)
-    rows = statuses(found)
-    assert rows[("compile", "reduce-overhead")] == "accepted"
-    assert rows[("precision", "amp-bf16")] == "accepted"
+    assert found.after["samples_per_s"] / found.before["samples_per_s"] == pytest.approx(33700 / 11470)
+    first_compiled = next(index for index, call in enumerate(timer.calls) if call["compile"] != "off")
+    assert first_compiled == 5  # the baseline, three precisions and channels_last ran in eager mode first
+    rows = [row for row in found.candidates if row.knob == "precision" and row.value == "amp-bf16"]
+    assert [row.status for row in rows] == ["slower", "accepted"]
     assert all(row.reason for row in found.candidates)  # every row says why it was kept or dropped
     assert found.elapsed_s <= 1000  # within the same budget
 
@@ -296,10 +311,9 @@ GPT2_INFER_H100 = {("default", "off"): 347, ("default", "reduce-overhead"): 352,
                    ("amp-bf16", "reduce-overhead"): 3348, ("tf32", "off"): 1124}
 
 
-def test_a_later_pass_judges_cuda_graphs_again_once_bf16_makes_the_step_launch_bound():
-    """gpt2-small inference on an H100: reduce-overhead gains 1% in fp32 (GEMM-bound: within noise, dropped),
-    then amp-bf16 wins 4x and the step becomes launch-bound, where reduce-overhead gives 2.3x. One pass keeps
-    amp-bf16 alone (the shakedown's 0.43x); the second pass judges compile again and takes it."""
+def test_cuda_graphs_are_judged_on_the_precision_that_makes_the_step_launch_bound():
+    """gpt2-small inference on an H100: reduce-overhead gains 1% in fp32 (GEMM-bound), amp-bf16 wins 4x and makes
+    the step launch-bound, where reduce-overhead gives 2.3x. Eager knobs first: amp-bf16, then CUDA graphs on it."""
     knobs = [KNOBS[0], knob("compile", "compile", ["off", "reduce-overhead"])]
 
     def step_ms(config):
@@ -308,12 +322,110 @@ def test_a_later_pass_judges_cuda_graphs_again_once_bf16_makes_the_step_launch_b
     timer = FakeTimer({}, step_ms=step_ms, spread=0.02)
     found = search(knobs, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
     assert found.chosen == {"precision": "amp-bf16", "compile": "reduce-overhead"}
-    later = {(row.knob, row.value): row for row in found.candidates if row.reason.startswith("pass 2")}
-    assert later[("compile", "reduce-overhead")].status == "accepted"
-    assert "after precision=amp-bf16" in later[("compile", "reduce-overhead")].reason
-    # precision is judged again under CUDA graphs (compile moved since its visit); amp-bf16 stays, and
-    # default + reduce-overhead, judged in pass 1, is not measured twice
-    assert {value for knob_id, value in later if knob_id == "precision"} == {"tf32", "amp-fp16"}
-    assert all(row.status != "accepted" for (knob_id, _), row in later.items() if knob_id == "precision")
+    assert statuses(found)[("compile", "reduce-overhead")] == "accepted"
     searched = timer.calls[:found.trials_measured]  # the final check's re-measurements come after
     assert len({tuple(sorted(call.items())) for call in searched}) == len(searched)  # no configuration twice
+
+
+def test_a_precision_that_wins_only_with_a_compile_mode_inside_the_noise_is_found_by_the_probe():
+    """compile=reduce-overhead alone is within the noise on fp32 (1%) and amp-bf16 loses in eager mode (launch-
+    bound), but the two together are 3x faster: the interaction probe judges the precisions under the fastest
+    sound compile mode once."""
+    knobs = [KNOBS[0], knob("compile", "compile", ["off", "reduce-overhead"])]
+    rates = {("default", "off"): 1000, ("default", "reduce-overhead"): 1010, ("amp-bf16", "off"): 800,
+             ("amp-bf16", "reduce-overhead"): 3000}  # fmt: skip
+
+    def step_ms(config):
+        return 64e3 / rates.get((config["precision"], config["compile"]), 900)
+
+    timer = FakeTimer({}, step_ms=step_ms)
+    found = search(knobs, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    assert found.chosen == {"precision": "amp-bf16", "compile": "reduce-overhead"}
+    probe = next(row for row in found.candidates if row.why.startswith("interaction") and row.value == "amp-bf16")
+    assert probe.status == "accepted" and probe.config == found.chosen
+
+
+
+
+ISSUE_26_KNOBS = [
+    knob("precision", "precision", ["default", "tf32", "amp-bf16", "amp-fp16"]),
+    knob("channels_last", "layout", ["off", "on"]),
+    knob("cudnn_benchmark", "backend", ["off", "on"]),
+    knob("compile", "compile", ["off", "default", "reduce-overhead", "max-autotune"],
+         cost={"default": 1.0, "reduce-overhead": 1.0, "max-autotune": 8.0}),
+    knob("optimizer_impl", "optimizer", ["default", "foreach", "fused"]),
+]
+
+
+class SlowCompiles(FakeTimer):
+    """Eager trials take `eager_s`; a compiled trial takes `compile_s[mode]` of wall time, and is stopped (its
+    timeout charged to the clock) when that exceeds the limit the search gives it."""
+
+    def __init__(self, speedups, *, eager_s, compile_s, **fields):
+        super().__init__(speedups, cost_s=eager_s, **fields)
+        self.compile_s = compile_s
+        self.timeouts = []
+
+    def measure(self, config, timeout_s=None):
+        from fade.act.tune.search import Trial
+
+        self.timeouts.append((dict(config), timeout_s))
+        mode = config.get("compile", "off")
+        if mode == "off":
+            return self(config)
+        wall_s = self.compile_s[mode]
+        if timeout_s is not None and wall_s > timeout_s:
+            self.calls.append(dict(config))
+            self.now += timeout_s
+            return Trial(config, (), "failed", f"timeout: no result after {timeout_s:g} s", cost_s=timeout_s)
+        trial = self(config)
+        self.now += wall_s - self.cost_s
+        return Trial(trial.config, trial.samples_s, "ok", None, trial.numerics, 64, cost_s=wall_s)
+
+
+def test_slow_compiles_cannot_starve_the_cheap_knobs_and_an_overrunning_compile_is_stopped():
+    """Issue 26's H200 case on a fake clock: compiles of 200 s (max-autotune 1500 s) and a 300 s budget. The knobs
+    that need no compile run first, 5 s each, and find amp-bf16 + channels_last (5x); the first compile is given
+    half of what is left, overruns and is stopped; the other compile modes are not started, each saying why."""
+    timer = SlowCompiles({("precision", "amp-bf16"): 0.25, ("channels_last", "on"): 0.8}, eager_s=5.0,
+                         compile_s={"default": 200.0, "reduce-overhead": 200.0, "max-autotune": 1500.0})  # fmt: skip
+    result = search(ISSUE_26_KNOBS, timer.measure, reference=REFERENCE, budget_s=300, clock=timer.clock)
+    rows = statuses(result)
+    for value in ("tf32", "amp-bf16", "amp-fp16"):
+        assert rows[("precision", value)] != "not-tried"
+    assert rows[("channels_last", "on")] == "accepted"
+    assert result.chosen["precision"] == "amp-bf16" and result.chosen["channels_last"] == "on"
+    assert result.verdict == "faster"
+    compile_rows = [row for row in result.candidates if row.knob == "compile"]
+    assert compile_rows[0].status == "not-tried" and "outran" in compile_rows[0].reason
+    assert all(row.status == "not-tried" for row in compile_rows)
+    assert any("expected to take" in row.reason for row in compile_rows[1:])
+    assert result.elapsed_s <= 300 + 60
+
+
+def test_a_compile_that_fits_is_measured_and_max_autotune_is_left_with_its_expected_cost():
+    """Compiles of 40 s: reduce-overhead (first, the cheapest factor with default) is measured on the best eager
+    configuration; max-autotune, expected at 8x the first compile (320 s), is not started in a 300 s budget."""
+    timer = SlowCompiles({("precision", "amp-bf16"): 0.25, ("compile", "reduce-overhead"): 0.7}, eager_s=5.0,
+                         compile_s={"default": 40.0, "reduce-overhead": 40.0, "max-autotune": 400.0})  # fmt: skip
+    result = search(ISSUE_26_KNOBS, timer.measure, reference=REFERENCE, budget_s=300, clock=timer.clock)
+    assert result.chosen["precision"] == "amp-bf16" and result.chosen["compile"] == "reduce-overhead"
+    autotune = next(row for row in result.candidates if row.value == "max-autotune")
+    assert autotune.status == "not-tried" and autotune.expected_s == pytest.approx(320)
+    assert {**result.chosen, "compile": "max-autotune"} not in timer.calls
+    assert result.elapsed_s <= 300 + 60
+
+
+def test_a_named_value_the_budget_did_not_reach_is_said_first_with_the_budget_that_covers_it():
+    """The profile named amp-bf16 (GEMM at a low share of peak); a 60 s budget of 10 s trials ends before it.
+    The verdict starts by saying so, with a budget that would have measured it."""
+    from fade.analyze.tuneplan import Plan, Visit
+
+    plan = Plan(visits=[Visit("channels_last", ("on",), "x"), Visit("precision", ("tf32", "amp-bf16", "amp-fp16"), "y")],
+                named={"precision=amp-bf16": "gemm_low_peak"})  # fmt: skip
+    timer = FakeTimer({("channels_last", "on"): 0.8})
+    result = search(KNOBS, timer, reference=REFERENCE, budget_s=60, clock=timer.clock, plan=plan)
+    assert [entry["value"] for entry in result.untried_named] == ["amp-bf16"]
+    assert result.verdict_reason.startswith("Not measured, though the profile named it: precision=amp-bf16 (gemm_low_peak)")
+    assert result.budget_needed_s > 60
+    assert f"--budget {int(-(-result.budget_needed_s // 60))}" in result.verdict_reason

@@ -87,3 +87,30 @@ def test_a_checked_fp16_run_reports_how_many_updates_happened():
     prepared = prepare(make_workload, "train", {"precision": "amp-fp16"}, "cpu", quick=True)
     numerics = prepared.numerics
     assert 0 <= numerics["updates_before_last"] <= len(numerics["losses"]) - 1
+
+
+def test_the_baseline_diagnosis_runs_the_profilers_rules_on_the_step():
+    """The tuner's diagnosis is `fade profile`'s summary of the baseline step; on the CPU there is no device
+    timeline, so the plan keeps the default order and says why."""
+    from fade.act.tune.trial import diagnose_step
+    from fade.act.tune.tuner import plan_for
+    from fade.analyze.knobs import Target, load_knobs, searched_knobs
+
+    diagnosis = diagnose_step(make_workload, "tiny", "train", 8, None, "cpu")
+    assert diagnosis["device_timeline"] is False and diagnosis["platform"] == "cpu"
+    assert [verdict["rule"] for verdict in diagnosis["verdicts"]] == ["cpu_only"]
+    assert diagnosis["step_ms"] > 0
+    knobs, _ = searched_knobs(load_knobs(), Target("cpu", torch.__version__, "train", image=True))
+    plan = plan_for(knobs, {"status": "ok", **diagnosis})
+    assert "CPU-only profile" in plan.note and plan.unanswered == []
+    assert [visit.knob for visit in plan.visits] == ["precision", "channels_last", "compile"]
+
+
+def test_a_failed_diagnosis_leaves_the_default_order_and_says_why():
+    from fade.act.tune.tuner import plan_for
+    from fade.analyze.knobs import Target, load_knobs, searched_knobs
+
+    knobs, _ = searched_knobs(load_knobs(), Target("cuda", "2.11.0", "train", image=True))
+    plan = plan_for(knobs, {"status": "failed", "reason": "timeout: no result after 180 s"})
+    assert "could not be profiled (timeout" in plan.note
+    assert plan.visits[-1].knob == "compile" and plan.named == {}

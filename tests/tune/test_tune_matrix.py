@@ -7,7 +7,7 @@ import pytest
 
 from tests.cliutil import load_benchmark
 
-from fade.act.tune.profile import build_profile
+from fade.act.tune.tuning_file import build_tuning
 from fade.act.tune.search import search
 from tests.tune.fakes import FakeTimer, knob
 
@@ -21,7 +21,7 @@ def script():
 
 def fake_tune(model, *, mode, batch, budget_min, output, **kwargs):
     """run_tune's signature; a fake search that finds channels_last faster, written where asked."""
-    from fade.act.tune.profile import save_profile
+    from fade.act.tune.tuning_file import save_tuning
 
     knobs = [knob("precision", "precision", ["default", "tf32", "amp-bf16"]), knob("channels_last", "layout", ["off", "on"])]
     timer = FakeTimer({("channels_last", "on"): 0.5}, cost_s=1.0)
@@ -33,8 +33,8 @@ def fake_tune(model, *, mode, batch, budget_min, output, **kwargs):
                            "math_dtype": "fp32", "finite": True}, batch, trial.cost_s)  # fmt: skip
 
     result = search(knobs, measure, budget_s=60 * budget_min, clock=timer.clock)
-    profile = build_profile(result, knobs, fingerprint=CPU, model=model, mode=mode, batch=batch, budget_s=60 * budget_min)
-    save_profile(profile, output)
+    profile = build_tuning(result, knobs, fingerprint=CPU, model=model, mode=mode, batch=batch, budget_s=60 * budget_min)
+    save_tuning(profile, output)
     return profile
 
 

@@ -15,26 +15,13 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from dataclasses import dataclass
 from typing import Callable
 
 from fade.analyze.doctor import evaluate
 from fade.collect.snapshot import collect_snapshot
+from fade.env_change import EnvChange
 
 APPLIED_MARKER = "FADE_APPLIED"
-
-
-@dataclass(frozen=True)
-class EnvChange:
-    name: str
-    value: str
-    status: str  # "set" | "kept-user-value" | "already-set-by-fade"
-    rule: str  # the finding id that asked for it
-    reason: str  # the finding's title
-
-    def __str__(self) -> str:
-        verb = {"set": "set", "kept-user-value": "kept your", "already-set-by-fade": "already set"}[self.status]
-        return f"fade: {verb} {self.name}={self.value}  ({self.rule}: {self.reason})"
 
 
 def _gpu_runtime_started() -> bool:
@@ -109,7 +96,7 @@ def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = N
     if applied_before:
         environ[APPLIED_MARKER] = ",".join(sorted(applied_before))
     if profile is not None:
-        from fade.act.tune.profile import load_tuning
+        from fade.act.tune.tuning_file import load_tuning
 
         tuning = load_tuning(profile, environ=environ, verbose=False)
         for name, value, status in tuning.env:
@@ -126,15 +113,3 @@ def apply_fade_patches(*, environ: dict | None = None, snapshot: dict | None = N
 
         enable_process_guard(mode=guard if isinstance(guard, str) else "warn", at_exit=guard_at_exit)
     return changes
-
-
-def device_truth(index: int = 0):
-    """The corrected view of torch device `index` (CUs, wave size, peaks). Never patches torch."""
-    from fade.analyze.devices import device_truths
-
-    snapshot = collect_snapshot(torch="inprocess")
-    for truth in device_truths(snapshot):
-        if truth.index == index:
-            return truth
-    count = (snapshot.get("torch") or {}).get("device_count", 0)
-    raise IndexError(f"no torch GPU device {index} (torch sees {count})")

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from fade.analyze import specs
 from fade.analyze.tool_output import parse_nvidia_smi, parse_rocminfo
+from fade.kfd import KFD_PROPERTY_MAX
 
 PCI_VENDORS = {"0x1002": "amd", "0x10de": "nvidia", "0x8086": "intel"}
 AMD_KFD_VENDOR_ID = 4098  # 0x1002
@@ -43,10 +44,6 @@ class DeviceTruth:
         data = asdict(self)
         data["peaks"] = asdict(self.peaks) if self.peaks else None
         return data
-
-
-
-KFD_PROPERTY_MAX = 2**64 - 1  # KFD writes its topology properties as unsigned 64-bit integers
 
 
 def numeric_properties(properties: dict) -> dict:
@@ -267,3 +264,12 @@ def device_truths(snapshot: dict) -> list[DeviceTruth]:
         if vendor in ("amd", "nvidia") and vendor not in seen_vendors:
             truths.append(_truth_for_pci(dev))
     return truths
+
+
+def torch_device_truth(snapshot: dict, index: int) -> DeviceTruth:
+    """The DeviceTruth of torch device `index` in `snapshot`; IndexError naming the range when there is none."""
+    for truth in device_truths(snapshot):
+        if truth.index == index:
+            return truth
+    count = (snapshot.get("torch") or {}).get("device_count", 0)
+    raise IndexError(f"no torch GPU device {index} (torch sees {count})")

@@ -49,13 +49,13 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
-import fade
 from fade.analyze.kernels import CLASSES, classify_kernel
 from fade.analyze.trace import (
     BLOCKING_MEMCPY_CALLS, LAUNCH_CALLS, MEMCPY_CALLS, SYNC_CALLS, TraceEvents, collect_events, flops_by_kind,
     validate_trace,
 )
 from fade.errors import FadeUsageError
+from fade.version import __version__
 
 SCHEMA_VERSION = 1
 IDLE_CAUSES = ("host_wait", "sync_wait", "other")
@@ -119,7 +119,7 @@ class ProfileSummary:
     def to_dict(self) -> dict:
         return {
             "schema_version": self.schema_version,
-            "fade_version": fade.__version__,
+            "fade_version": __version__,
             "kind": "profile-summary",
             "device_timeline": self.device_timeline,
             "platform": self.platform,
@@ -470,7 +470,7 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lin
                 fix += "; on ROCm try PYTORCH_TUNABLEOP_ENABLED=1 (TunableOp picks hipBLASLt/rocBLAS per shape)"
             verdicts.append({"rule": "one_kernel_dominates", "share": share * busy / window,
                              "title": f"one kernel takes {100 * share:.0f}% of device time: {top['name'][:120]}",
-                             "fix": fix})
+                             "fix": fix, "kernel_class": top["class"]})
     gemm_share = (total.class_us["gemm"] + total.class_us["convolution"]) / busy
     mfu = total.flops.get("mfu_gemm_conv")
     if gemm_share >= GEMM_SHARE and mfu is not None and mfu < GEMM_LOW_MFU:
@@ -493,11 +493,27 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lin
                      + f", the device idle behind them {100 * sync_wait:.0f}% of the step",
             "fix": "move the read after the step or read every N steps. " + GUARD_LINE})
     verdicts.sort(key=lambda v: -(v["share"] or 0.0))
+    _add_tune_first(verdicts)
     if not verdicts:
         verdicts.append({"rule": "device_busy", "share": busy / window,
                          "title": f"the device is busy {100 * busy / window:.0f}% of the step and no rule fired",
                          "fix": "compare kernels against their roofline: fade ops"})
     return verdicts
+
+
+def _add_tune_first(verdicts: list) -> None:
+    """Each verdict that a knob answers (data/knobs.toml `answers`) gets `tune_first`, the values `fade tune` tries
+    first for it (fade.analyze.tuneplan), and says so in its fix: the profile's fix line and the tuner's first
+    trials come from the same table, so they cannot disagree."""
+    from fade.analyze.knobs import load_knobs
+    from fade.analyze.tuneplan import answering_values, verdict_key
+
+    knobs = load_knobs()
+    for verdict in verdicts:
+        values = answering_values(knobs, verdict_key(verdict))
+        if values:
+            verdict["tune_first"] = values
+            verdict["fix"] += f" (`fade tune` tries these first where they apply: {', '.join(values)})"
 
 
 # -- before/after ---------------------------------------------------------------------------------------
@@ -531,7 +547,7 @@ def compare_profiles(before, after) -> dict:
     kernels.sort(key=lambda k: -abs(k["delta_us"]))
     return {
         "schema_version": SCHEMA_VERSION,
-        "fade_version": fade.__version__,
+        "fade_version": __version__,
         "kind": "profile-comparison",
         "steps": {"before": ta["steps"], "after": tb["steps"]},
         "step": row("window", ta["window_us"], tb["window_us"]),

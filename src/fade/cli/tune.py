@@ -1,8 +1,9 @@
-"""`fade tune`: a thin shell over fade.act.tune.run_tune (search and write a profile) and load_profile
-(`--show`: print a profile's env lines, snippet and results). Exit codes are fade.errors.ExitCode (EPILOG):
-0 when the final check proved a configuration faster, 1 when the profile recommends nothing (its knobs are
-the baseline's), 2 for bad input (an unknown model, a budget <= 0, an -o that cannot be written, a corrupt
-profile or one from another device; one stderr line each), 3 when this machine cannot run the request.
+"""`fade tune`: a thin shell over fade.api.tune (search and write a tuning file) and read_tuning
+(`--show`: print a tuning file's env lines, snippet and results), rendered by fade.report.tune. Exit codes are
+fade.errors.ExitCode (EPILOG): 0 when the final check proved a configuration faster, 1 when the tuning file
+recommends nothing (its knobs are the baseline's), 2 for bad input (an unknown model, a budget <= 0, an -o that
+cannot be written, a corrupt tuning file or one from another device; one stderr line each), 3 when this machine
+cannot run the request.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 from fade.cli.args import add_device_flag, check_writable, positive_float, positive_int
 from fade.errors import ExitCode, FadeUsageError
+from fade.report.tune import render_tuning
 
 DEFAULT_PROFILE = "fade-tuning.json"
 EPILOG = """exit codes:
@@ -35,25 +37,25 @@ def cmd_tune(args) -> int:
     if not args.model:
         raise FadeUsageError("fade tune: give MODEL (a zoo name or module:function), or --show PROFILE")
     check_output(args.output)  # before minutes of search, not after
-    from fade.act.tune import run_tune
+    from fade.api import tune
 
     def progress(message: str) -> None:
         print(f"fade tune: {message}", file=sys.stderr)
 
     try:
-        profile = run_tune(args.model, mode=args.mode, batch=args.batch, budget_min=args.budget, device=args.device,
-                           size=args.size, exhaustive=args.exhaustive, quick=args.quick, resume=not args.fresh,
-                           progress=progress, output=args.output)  # fmt: skip
+        result = tune(args.model, mode=args.mode, batch=args.batch, budget_min=args.budget, device=args.device,
+                      size=args.size, exhaustive=args.exhaustive, quick=args.quick, resume=not args.fresh,
+                      progress=progress, out=args.output)  # fmt: skip
     except RuntimeError as error:  # the worker could not start here: a valid request this machine cannot run
         print(f"fade: cannot run here: {error}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
-    except OSError as error:  # the profile could not be written after all: the journal keeps the search
+    except OSError as error:  # the tuning file could not be written after all: the journal keeps the search
         print(f"fade: cannot write {args.output}: {error.strerror or error}; the search is kept, "
               "run the same command with a writable -o to finish it", file=sys.stderr)  # fmt: skip
         return ExitCode.USAGE
-    _render(profile)
+    print(render_tuning(result.to_dict()))
     print(f"wrote {args.output}; apply it with fade.load_tuning({args.output!r})", file=sys.stderr)
-    return ExitCode.OK if profile.get("recommends") else ExitCode.FINDINGS
+    return ExitCode.OK if result.recommends else ExitCode.FINDINGS
 
 
 def check_output(path: str) -> None:
@@ -65,16 +67,16 @@ def check_output(path: str) -> None:
 
 def _show(args) -> int:
     from fade.act.tune.device import static_fingerprint
-    from fade.act.tune.profile import check_device, env_lines, load_profile
+    from fade.act.tune.tuning_file import check_device, env_lines, read_tuning
 
-    profile = load_profile(args.show)
-    check_device(profile, static_fingerprint(), path=args.show)  # ProfileError: another device's profile, exit 2
+    profile = read_tuning(args.show)
+    check_device(profile, static_fingerprint(), path=args.show)  # TuningFileError: another device's profile, exit 2
     if args.json:
         print(json.dumps(profile, indent=2))
     elif args.env:
         print("\n".join(env_lines(profile)))
     else:
-        _render(profile)
+        print(render_tuning(profile))
     return ExitCode.OK
 
 
@@ -115,32 +117,6 @@ def _pretune_ocl(args) -> int:
             print(f"fade tune: {row['model']} step {before * 1e3:.1f} ms -> {after * 1e3:.1f} ms "
                   f"(x{before / after:.2f}); CLBlast: {result['verdict']}", file=sys.stderr)
     return ExitCode.OK
-
-
-def _render(profile: dict) -> None:
-    """Terminal text (not a contract: the JSON is)."""
-    before, after = profile.get("before"), profile.get("after")
-    print(f"{profile['model']} {profile['mode']} b{profile['batch']} on {profile['device'].get('name')}: {profile['verdict']}")
-    if profile.get("verdict_reason"):
-        print(f"  {profile['verdict_reason']}")
-    final = profile.get("final_check") or {}
-    if before and after and final.get("speedup"):
-        print(f"  final check: baseline {before['samples_per_s']:.4g} samples/s (IQR {100 * before['relative_iqr']:.1f}%)"
-              f"  candidate {after['samples_per_s']:.4g} (IQR {100 * after['relative_iqr']:.1f}%)  x{final['speedup']:.2f}")  # fmt: skip
-    print(f"  chosen: {', '.join(f'{k}={v}' for k, v in profile['changed'].items()) or 'PyTorch defaults (nothing recommended)'}")
-    load = profile.get("host_load")
-    if load:
-        print(f"  host load: other processes {load['other_cores']:.2f} of {load['cores']} cores, run queue {load['run_queue']}")
-    for row in profile["candidates"]:
-        if row["status"] in ("baseline",):
-            continue
-        name = f"{row['knob']}={row['value']}" if row["knob"] else json.dumps(row["config"], sort_keys=True)
-        rate = f"{row['samples_per_s']:.4g}/s" if row.get("samples_per_s") else "-"
-        print(f"  {row['status']:<13} {name:<32} {rate:>10}  {row['reason']}")
-    for knob, reason in profile.get("left_out", {}).items():
-        print(f"  not searched  {knob}: {reason}")
-    for line in profile.get("env_lines", []):
-        print(f"  {line}")
 
 
 def add_verbs(verbs) -> None:

@@ -12,10 +12,10 @@ import json
 import platform
 from pathlib import Path
 
-from fade import __version__
+from fade.version import __version__
 from fade.collect import system, tools
 from fade.errors import FadeUsageError
-from fade.analyze.devices import KFD_PROPERTY_MAX
+from fade.kfd import KFD_PROPERTY_MAX
 
 SCHEMA_VERSION = 1
 

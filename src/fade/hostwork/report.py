@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from fade.hostwork.callsite import display_path
+from fade.version import __version__
 
 SCHEMA_VERSION = 1
 
@@ -85,8 +86,6 @@ class GuardReport:
         return [record for record in self.records if record.kind == kind]
 
     def to_dict(self) -> dict:
-        from fade import __version__  # here, not at import: `import fade` imports this package
-
         data = {"schema_version": SCHEMA_VERSION, "fade_version": __version__}
         data.update(asdict(self))
         for record, raw in zip(self.records, data["records"]):

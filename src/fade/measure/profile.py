@@ -344,13 +344,14 @@ def profile_script(command: list, *, device: str, wait: int = 1, warmup: int = 1
 def profile_workload(model: str, *, mode: str = "train", variant: str = "default", batch: int = 32,
                      size: Optional[int] = None, device: str, wait: int = 2, warmup: int = 2, active: int = 3,
                      trace_path=None, measure_overhead: bool = True, quick: bool = False,
-                     on_progress: Optional[Callable[[str], None]] = None) -> dict:
+                     on_progress: Optional[Callable[[str], None]] = None, build: Optional[Callable] = None) -> dict:
     """Profile one model-bench case's step: the workload built as `fade bench models` builds it
     (zoo.workload.build_workload, step.runner.apply_config, StepRunner under step.config.pinned), the
     bench's checked steps run (step.runner.checked_step_count: they compile and warm the step, and move the
     weights as the bench's do), its learning rate frozen as for the bench's timed steps, then profile_steps
     with the bench's own timing of the unprofiled step (models.case.time_step with suite.FULL_TIMING, or
-    QUICK_TIMING when `quick`, as `fade bench models --quick`), and one step under LineRecorder.
+    QUICK_TIMING when `quick`, as `fade bench models --quick`), and one step under LineRecorder. `build()`, when
+    given, returns the Workload instead (the tuner's in-process model object); `model` then only labels it.
 
     Returns {capture, lines, peak, workload, variant}: `peak` is the spec-table peak of the dtype the
     variant's GEMM/conv math runs in (models.case.peak_for_flops, as the bench's % of peak), decided from the
@@ -382,7 +383,7 @@ def profile_workload(model: str, *, mode: str = "train", variant: str = "default
     training = mode == "train"
     progress(f"building {model} (batch {batch}) on {device}")
     torch.manual_seed(WEIGHT_SEED)
-    workload = build_workload(model, batch, size, device)
+    workload = build() if build is not None else build_workload(model, batch, size, device)
     if not training:  # as the bench: BatchNorm statistics of the example batch (step.numerics.calibrate_batchnorm)
         calibrate_batchnorm(workload.model, workload.inputs)
     runnable = apply_config(workload, parsed)

@@ -1,8 +1,8 @@
 """The measuring process's view of its device: which device, what it supports, its peaks, and running a case.
 
 One Session per process (the worker, or the caller's process when cases run in-process). It reads device
-truth and peaks from `fade.act.patches.device_truth` (the doctor's spec table), the stack fingerprint, and opens
-telemetry once; `execute_case` then turns one Case into one record.
+truth and peaks the doctor's way (`fade.analyze.devices` over an in-process snapshot, the spec table), the
+stack fingerprint, and opens telemetry once; `execute_case` then turns one Case into one record.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def _available(module) -> bool:
 def device_truth_and_peaks(device: str):
     """(the record's `device` dict, peaks dict or None). Never raises: a failure leaves {"error": ...}.
 
-    GPU peaks come from `fade.act.patches.device_truth(index).peaks` (the doctor's spec table). The CPU has no peak.
+    GPU peaks come from the device truth of an in-process snapshot (`fade.analyze.devices.torch_device_truth`,
+    the doctor's spec table). The CPU has no peak.
     """
     device_type, _, index_text = device.partition(":")
     if device_type == "cpu":
@@ -123,9 +124,10 @@ def device_truth_and_peaks(device: str):
     info: dict = {}
     peaks = None
     try:
-        from fade.act.patches import device_truth
+        from fade.analyze.devices import torch_device_truth
+        from fade.collect.snapshot import collect_snapshot
 
-        truth = device_truth(index)
+        truth = torch_device_truth(collect_snapshot(torch="inprocess"), index)
         info = dict(truth.to_dict())
         peaks = peaks_to_dict(truth.peaks)
     except Exception as error:  # device truth is the lead's module; measuring goes on without it

@@ -548,7 +548,7 @@ def fingerprint(dev) -> dict:
 
 def persist(cache, fingerprint_: dict, chosen: dict, evidence: dict) -> Path:
     """Write the chosen parameters into the tuning cache (atomic, under its lock)."""
-    from fade import __version__
+    from fade.version import __version__
 
     record = {"schema_version": SCHEMA_VERSION, "fade_version": __version__, "fingerprint": fingerprint_,
               "precision": TUNED_DTYPE, "parameters": chosen, "evidence": evidence}

@@ -18,12 +18,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
-import fade
 from fade.errors import FadeUsageError
 from fade.files import atomic_write_text
 from fade.results import latest_records, read_records, summarize
 from fade.analyze.compare import VERDICTS, Comparison, compare_sets, result_sets, row_and_column
 from fade.report.compare import cell_text, column_title, fitting_unit, footer_lines, format_value
+from fade.version import __version__
 
 FIGURE_DPI = 100
 MODEL_PANEL_INCHES = (6.0, 2.6)  # one network, one mode: a bar per variant
@@ -143,7 +143,7 @@ def _header(files: list, latest: list) -> str:
         statuses[record.get("status")] = statuses.get(record.get("status"), 0) + 1
     counts = ", ".join(f"{count} {escape(status)}" for status, count in sorted(statuses.items(), key=str)) or "no records"
     return (
-        f"<p class=dim>Generated {escape(generated)} by FADE {escape(fade.__version__)}. "
+        f"<p class=dim>Generated {escape(generated)} by FADE {escape(__version__)}. "
         f"Latest result per case and device: {counts}.</p>"
         "<table><tr><th>results file</th><th>records</th><th>runs</th><th>suites</th></tr>" + rows + "</table>"
     )

@@ -42,7 +42,7 @@ def run_ocl_pretune(workloads: list, *, device: str = "ocl:0", budget_s: float =
     """Pre-tune CLBlast for `workloads` ([{model, mode, batch, size}]) plus `extra_shapes` (GemmShape dicts) on
     `device`; returns {workloads (before/after step times), shapes, tune, gemm (per shape default vs tuned
     GFLOP/s), verdict, persisted, cache_dir, device, notes}. Nothing here touches OpenCL: the children do."""
-    from fade import __version__
+    from fade.version import __version__
     from fade.act.tune.cache import open_cache
     from fade.ocl.tuning import CACHE_FILE, persist, shape_from_dict
 

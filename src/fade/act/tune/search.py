@@ -1,47 +1,59 @@
-"""The noise-aware knob search: greedy coordinate ascent over the knob table, within a time budget.
+"""The noise-aware knob search: cost-aware, profile-guided coordinate ascent over the knob table, within a budget.
 
 Method
-    The baseline (every knob at its first value: PyTorch's defaults) is measured first. Then compile first:
-    the compile knob's values are measured against the baseline, because the compile mode decides which
-    precision and layout win (on an H100, mobilenet_v2 inference at batch 64: amp-bf16 is 21% slower than
-    fp32 in eager mode, launch-bound, yet 1.44x faster once reduce-overhead's CUDA graphs remove the launch
-    cost; a search that judges precision in eager mode first never sees that). The other knobs are then
-    visited in knobs.GROUP_ORDER (precision, layout, backend, optimizer) under the best compile mode, each
-    value measured with the rest of the current best configuration (coordinate ascent). `compile_first=False`
-    keeps the table's order (compile last), the search before issue 14, for comparison. The passes repeat (up to
-    MAX_PASSES) while a pass changed the best configuration: a knob is visited again, over every value but its
-    current one, when the other knobs' values moved since its last visit (gpt2-small inference on an H100:
-    CUDA graphs gain 1% in fp32, where the step is GEMM-bound, and 2.3x once amp-bf16 makes it launch-bound).
-    No configuration is judged twice; rows of a later pass say which knobs had moved. Every value of a knob
-    is judged against the configuration before that knob (its start), and of the values that beat the start
-    beyond the noise bar the fastest median is kept: a steady candidate (reduce-overhead: CUDA graphs, 0.04%
-    spread) is not lost to a wandering one (compile default, 28%) whose spread would hide the difference
-    (mobilenet_v2 infer, H100, docs/performance.md). A candidate is
-        rejected      when it crashed, ran out of memory, timed out, or failed the numerics check
-                      (numerics.check: loss vs fp32 from the same seed, finite gradients, outputs);
-        accepted      when its median step time beats the start's by more than the noise bar
-                      (noise_bar: the larger relative IQR of the two, at least NOISE_FLOOR) and is the
-                      fastest such value of its knob so far; it becomes the current best (an earlier
-                      accepted value of the knob is then marked slower, with the reason);
-        within-noise  when it is faster by less than the bar;
-        slower        otherwise;
-        skipped       when it needs another knob value the current best lacks (knob table `needs`);
-        not-tried     when the search budget ran out before it, when its expected cost (the knob table's
-                      `cost` factor times the dearest trial of that knob so far) exceeds the budget left,
-                      or when it outran the budget left and was stopped.
+    The baseline (every knob at its first value: PyTorch's defaults) is measured first. The order of the rest is
+    the plan's (fade.analyze.tuneplan.plan_search, from a profiled window of the baseline step): the knob values
+    that answer the profile's verdicts first (GEMM/conv at a low % of peak: precision and layout; launch-bound:
+    CUDA graphs), then the knobs that need no compile (seconds a trial), then the compile modes on the best eager
+    configuration, cheapest first. Why: on an H200 (issue 26) a torchvision CNN's search measured compile modes
+    first, max-autotune ran until it was stopped, and the budget ended before amp-bf16 and channels_last, the knobs
+    worth 5x: FADE chose 0.20x of the best hand configuration. Each knob's values are measured with the rest of the
+    current best configuration (coordinate ascent) and judged against the configuration before that knob (its
+    start); of the values that beat the start beyond the noise bar the fastest median is kept, so a steady
+    candidate (reduce-overhead: CUDA graphs, 0.04% spread) is not lost to a wandering one (compile default, 28%)
+    whose spread would hide the difference (mobilenet_v2 infer, H100, docs/performance.md).
+Interaction
+    Compile modes decide which precision wins (mobilenet_v2 inference at batch 64 on an H100: amp-bf16 is 21%
+    slower than fp32 in eager mode, launch-bound, yet 1.44x faster once reduce-overhead's CUDA graphs remove the
+    launch cost). So the passes repeat (up to MAX_PASSES) while a pass changed the best configuration: a knob is
+    visited again, over every value but its current one, when the other knobs' values moved since its last visit
+    (gpt2-small inference on an H100: CUDA graphs gain 1% in fp32, where the step is GEMM-bound, and 2.3x once
+    amp-bf16 makes it launch-bound). When no compile mode beat the eager configuration, the precisions that did
+    not win in eager mode are judged once more under the fastest sound compile mode (the interaction probe), since
+    the compile mode alone may be within the noise while compile plus bf16 is not. No configuration is judged
+    twice; rows of a later pass say which knobs had moved.
+Cost
+    Every trial has an expected cost before it starts (expected_cost_s): a trial that compiles is expected at the
+    first compiled trial's wall time times the knob table's cost factor of its mode over that of the first
+    (max-autotune 8x); any other at the dearest trial that compiled nothing so far. A trial starts only when its
+    expected cost fits TRIAL_SHARE of the search budget left (a compile of unknown cost: when that share is at
+    least MIN_TRIAL_TIMEOUT_S), and it is stopped at that share, or at OVERRUN_FACTOR times its expected cost if
+    sooner (never below MIN_TRIAL_TIMEOUT_S): one compile can take at most half of what is left, never all of it.
+Statuses
+        rejected      it crashed, ran out of memory, or failed the numerics check (numerics.check: loss vs fp32
+                      from the same seed, finite gradients, outputs);
+        accepted      its median step time beats the start's by more than the noise bar (noise_bar: the larger
+                      relative IQR of the two, at least NOISE_FLOOR) and it is the fastest such value of its
+                      knob so far; it becomes the current best (an earlier accepted value of the knob is then
+                      marked slower, with the reason);
+        within-noise  faster by less than the bar;   slower  otherwise;
+        skipped       it needs another knob value the current best lacks (knob table `needs`);
+        not-tried     the budget ran out before it, its expected cost did not fit the share of the budget left,
+                      or it outran that share and was stopped.
+    Every row says why it was tried in its place (`why`: the verdict that names it, or its knob's place in the
+    plan). A value the profile named that was never measured is listed first in the verdict (`untried_named`),
+    with the budget that would have covered it (`budget_needed_s`): nothing important is left untried in silence.
     `exhaustive=True` measures every combination instead (for verification) and picks the fastest sound
     one, subject to the same bar against the baseline.
 Budget
-    `budget_s` covers everything: the caller's set-up (`spent_s`), the search and the final check. The
-    final check keeps a reserve (FINAL_SHARE of the budget, or twice the cost of the baseline and best
-    trials if more); a candidate is started only while budget beyond the reserve is left, and (when
-    `measure` takes `timeout_s`) it is stopped when it outruns that share (at least
-    MIN_TRIAL_TIMEOUT_S), so one max-autotune compile cannot eat the whole budget.
+    `budget_s` covers everything: the caller's set-up (`spent_s`: fingerprint, fp32 reference, the diagnosis),
+    the search and the final check. The final check keeps a reserve (FINAL_SHARE of the budget, or twice the cost
+    of the baseline and best trials if more); trials use only what lies beyond it.
 Final check
     The chosen configuration and the baseline are re-measured interleaved, so clock drift hits both alike:
     in one worker taking turns (`measure.side_by_side`, nothing compiled twice), else FINAL_ORDER
     repeated FINAL_ROUNDS times; the before/after figures come from these pooled
-    samples, not from the search. A profile only says what this check proved: unless the chosen
+    samples, not from the search. A result only says what this check proved: unless the chosen
     configuration is faster than the baseline beyond the bar here, the baseline's knobs are the result
     (verdict "not-proven" when within the bar, "reverted" when slower) and a candidates row says why. If the
     search's baseline and the final check's baseline differ by more than max(HOST_DRIFT_TOLERANCE, the bar,
@@ -66,12 +78,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from fade.act.tune import numerics
-from fade.act.tune.knobs import baseline_config, unmet_needs
+from fade.analyze.knobs import baseline_config, unmet_needs
+from fade.analyze.tuneplan import Plan, plan_search
 from fade.measure.timing import quantile
 
 NOISE_FLOOR = 0.02  # 2%: below this, run-to-run drift of one H100 under its power cap (docs/performance.md) decides
 FINAL_SHARE = 0.25  # of the budget, kept for the interleaved final check (at least)
-MIN_TRIAL_TIMEOUT_S = 30.0  # a trial started near the end of the budget still gets this long
+MIN_TRIAL_TIMEOUT_S = 30.0  # no trial is stopped sooner: a worker start and a small compile take this long
+# a trial may take at most this share of the search budget left: the first compile (cost unknown) cannot eat the rest
+TRIAL_SHARE = 0.5
+OVERRUN_FACTOR = 3.0  # a trial with a known expected cost is stopped at 3x it: something else is wrong by then
 # Coordinate ascent passes: knobs interact both ways on the H100 (mobilenet_v2 infer: bf16 pays only under CUDA
 # graphs; gpt2-small infer: CUDA graphs pay only once bf16 makes the step launch-bound,
 # results/tune-shakedown-h100/), so a knob is judged again when the knobs after it moved. Three passes cover
@@ -135,6 +151,8 @@ class Candidate:
     speedup_vs_best: Optional[float] = None  # best median / this median, against the best at the time
     noise_bar: Optional[float] = None
     cost_s: Optional[float] = None  # wall time of the trial: build, compile, checks and timing
+    why: str = ""  # why it was tried in its place (the plan: the verdict that names it, or its knob's place)
+    expected_s: Optional[float] = None  # the trial's expected cost when it was judged (expected_cost_s)
 
 
 @dataclass
@@ -152,6 +170,9 @@ class SearchResult:
     verdict_reason: str = ""
     candidate: Optional[dict] = None  # what the search chose before the final check judged it
     samples_per_step: Optional[int] = None  # the batch the workload really has (a user's may differ from --batch)
+    plan: dict = field(default_factory=dict)  # fade.analyze.tuneplan.Plan.to_dict(): the diagnosis and the order
+    untried_named: list = field(default_factory=list)  # {knob, value, verdict, reason, expected_s}: named, never measured
+    budget_needed_s: Optional[float] = None  # about what budget would have measured untried_named too
 
     @property
     def recommends(self) -> bool:
@@ -191,141 +212,56 @@ def search(
     clock: Callable[[], float] = time.monotonic,
     progress: Optional[Callable[[str], None]] = None,
     spent_s: float = 0.0,
-    compile_first: bool = True,
+    plan: Optional[Plan] = None,
 ) -> SearchResult:
-    """Search `knobs` (already filtered and ordered: knobs.searched_knobs) as the module docstring says.
+    """Search `knobs` (already filtered: knobs.searched_knobs) in `plan`'s order (default: plan_search without a
+    diagnosis) as the module docstring says.
 
     `measure(config)` returns a Trial and must not raise for a candidate's own failure (it returns status
-    "failed"). `reference` is fp32's {"losses", "rounded_losses"} for training candidates. `journal` has
-    `load() -> {config_key: Trial dict}` and `append(Trial dict)` (cache.Journal). SearchError if the
-    baseline fails; KeyboardInterrupt passes through after the journal holds every finished trial.
+    "failed"); a measure that takes `timeout_s` is given each trial's limit. `reference` is fp32's {"losses",
+    "rounded_losses"} for training candidates. `journal` has `load() -> {config_key: Trial dict}` and
+    `append(Trial dict)` (cache.Journal). SearchError if the baseline fails; KeyboardInterrupt passes through
+    after the journal holds every finished trial.
     """
     if budget_s <= 0:
         raise ValueError("budget_s must be > 0")
-    started = clock() - spent_s  # the caller's set-up (fingerprint, fp32 reference) counts against the budget
-
-    def search_left_s(best: Trial) -> float:
-        """Budget left for search trials: the final check's reserve is FINAL_SHARE of the budget, or twice
-        what the baseline and the best trial cost if more (it builds and compiles both again)."""
-        reserve_s = max(FINAL_SHARE * budget_s, 2 * (baseline_trial.cost_s + best.cost_s))
-        return budget_s - reserve_s - (clock() - started)
-    recorded = journal.load() if journal is not None else {}
-    counts = {"measured": 0, "resumed": 0}
-    say = progress or (lambda message: None)
-
-    takes_timeout = "timeout_s" in inspect.signature(measure).parameters
-    costs: dict = {}  # (knob id, value) -> wall seconds its trial took, for _expected_cost_s
-
-    def run(config: dict, timeout_s: Optional[float] = None) -> Trial:
-        key = config_key(config)
-        if key in recorded:
-            counts["resumed"] += 1
-            return Trial.from_dict(recorded[key])
-        trial = measure(dict(config), timeout_s=timeout_s) if takes_timeout else measure(dict(config))
-        counts["measured"] += 1
-        if journal is not None:
-            journal.append(trial.to_dict())
-        recorded[key] = trial.to_dict()
-        return trial
-
-    def reason_rejected(trial: Trial) -> Optional[str]:
-        if trial.status != "ok":
-            return trial.reason or trial.status
-        if not trial.samples_s:
-            return "no timing samples"
-        return numerics.check(trial.numerics, reference)
-
+    started = clock() - spent_s  # the caller's set-up (fingerprint, fp32 reference, diagnosis) counts against the budget
+    plan = plan or plan_search(knobs)
+    state = _State(knobs, measure, reference=reference, budget_s=budget_s, journal=journal, clock=clock,
+                   started=started, say=progress or (lambda message: None), plan=plan)  # fmt: skip
     baseline = baseline_config(knobs)
-    baseline_trial = run(baseline)
-    failure = reason_rejected(baseline_trial)
+    baseline_trial = state.run(baseline)
+    failure = state.reason_rejected(baseline_trial)
     if failure:
         raise SearchError(f"the baseline configuration itself fails: {failure}")
-    candidates = [_row(None, None, baseline_trial, "baseline", "PyTorch's defaults")]
-    say(f"baseline: {_rate(baseline_trial):.4g} samples/s")
+    state.baseline_trial = baseline_trial
+    state.note_cost(baseline, baseline_trial)
+    state.candidates.append(_row(None, None, baseline_trial, "baseline", "PyTorch's defaults"))
+    state.say(f"baseline: {_rate(baseline_trial):.4g} samples/s")
 
     if exhaustive:
-        best = _exhaustive(knobs, baseline_trial, run, reason_rejected, candidates)
+        best = _exhaustive(knobs, baseline_trial, state.run, state.reason_rejected, state.candidates)
     else:
-        best = baseline_trial
-        judged = {config_key(baseline)}  # configurations already judged in this search: never judged twice
-        seen_with: dict = {}  # knob id -> the other knobs' values when it was last visited
-        for pass_number in range(1, MAX_PASSES + 1):
-            best_before_pass = best.config
-            for knob in search_order(knobs, compile_first=compile_first):
-                others = {name: value for name, value in best.config.items() if name != knob.id}
-                seen_before = seen_with.get(knob.id)
-                if seen_before == others:
-                    continue  # nothing it depends on moved since its last visit
-                seen_with[knob.id] = others
-                start, kept_row = best, None  # each value is judged against the configuration before this knob
-                values = knob.values[1:] if pass_number == 1 else [v for v in knob.values if v != best.config[knob.id]]
-                first_row = len(candidates)
-                for value in values:
-                    config = {**best.config, knob.id: value}
-                    if config_key(config) in judged:
-                        continue
-                    judged.add(config_key(config))
-                    left_s = search_left_s(best)
-                    if left_s <= 0:
-                        if pass_number == 1:  # a later pass is a second look: its unstarted values say nothing new
-                            candidates.append(Candidate(knob.id, value, config, "not-tried", "the search budget ran out"))
-                        continue
-                    unmet = unmet_needs(knobs, config)
-                    if unmet:
-                        candidates.append(Candidate(knob.id, value, config, "skipped", unmet))
-                        continue
-                    expected_s = _expected_cost_s(knob, value, costs)
-                    if expected_s is not None and expected_s > left_s:
-                        reason = f"expected to take ~{expected_s:.0f} s, {left_s:.0f} s of the search budget left"
-                        candidates.append(Candidate(knob.id, value, config, "not-tried", reason))
-                        say(f"{knob.id}={value}: not tried ({reason})")
-                        continue
-                    trial = run(config, timeout_s=max(left_s, MIN_TRIAL_TIMEOUT_S))
-                    costs[(knob.id, value)] = trial.cost_s
-                    if trial.status != "ok" and (trial.reason or "").startswith("timeout"):
-                        reason = f"outran the {left_s:.0f} s left of the search budget and was stopped"
-                        candidates.append(_row(knob.id, value, trial, "not-tried", reason))
-                        say(f"{knob.id}={value}: not tried ({reason})")
-                        continue
-                    failure = reason_rejected(trial)
-                    if failure:
-                        candidates.append(_row(knob.id, value, trial, "rejected", failure))
-                        say(f"{knob.id}={value}: rejected: {failure}")
-                        continue
-                    speedup, bar = compare(trial, start)
-                    if speedup > 1 + bar and trial.median_s >= best.median_s:  # beats the start, not the value kept
-                        status = "slower"
-                        reason = (f"{100 * (speedup - 1):.1f}% faster than without {knob.id}, beyond the {100 * bar:.1f}% noise bar, "
-                                  f"but {knob.id}={best.config[knob.id]} is faster still")  # fmt: skip
-                    elif speedup > 1 + bar:
-                        status, reason = "accepted", f"{100 * (speedup - 1):.1f}% faster than the best so far, beyond the {100 * bar:.1f}% noise bar"
-                    elif speedup >= 1:
-                        status, reason = "within-noise", f"{100 * (speedup - 1):.1f}% faster, inside the {100 * bar:.1f}% noise bar"
-                    else:
-                        status, reason = "slower", f"{100 * (1 - speedup):.1f}% slower than the best so far"
-                    row = _row(knob.id, value, trial, status, reason, speedup, bar)
-                    candidates.append(row)
-                    say(f"{knob.id}={value}: {status} ({reason})")
-                    if status == "accepted":
-                        if kept_row is not None:  # an earlier value of this knob, beaten on the median
-                            kept_row.status = "slower"
-                            kept_row.reason += f"; then {knob.id}={value} was faster still"
-                        best, kept_row = trial, row
-                if pass_number > 1:
-                    for row in candidates[first_row:]:
-                        row.reason = f"pass {pass_number}, after {_changed(knob.id, start.config, seen_before)}: {row.reason}"
-            if best.config == best_before_pass:
-                break  # a pass that changed nothing: every knob was judged under the final configuration
+        best = _coordinate_ascent(state, baseline_trial)
+    searched_s = clock() - started  # set-up and search, before the final check
+    reserve_s = 2 * (baseline_trial.cost_s + best.cost_s)
 
+    candidates = state.candidates
     chosen = best.config
     verdict, before, after, why = "baseline-kept", None, None, "no candidate beat PyTorch's defaults beyond the noise bar"
     if chosen != baseline:
         before_trial, after_trial = _final_check(measure, baseline, chosen)
         before, after = _figures(before_trial), _figures(after_trial)
-        verdict, why, row = judge_final(baseline_trial, before_trial, after_trial, reason_rejected(after_trial))
+        verdict, why, row = judge_final(baseline_trial, before_trial, after_trial, state.reason_rejected(after_trial))
         candidates.append(row)
         if verdict != "faster":
             chosen = baseline
+    elapsed_s = clock() - started
+    untried = state.untried_named()
+    needed_s = None
+    if untried:
+        needed_s = budget_needed_s(searched_s, [entry["expected_s"] for entry in untried], state.dearest_trial_s(), reserve_s)
+        why = untried_line(untried, needed_s) + " " + why
     return SearchResult(
         chosen=chosen,
         baseline=baseline,
@@ -334,27 +270,284 @@ def search(
         after=after,
         verdict=verdict,
         left_out=dict(left_out or {}),
-        elapsed_s=clock() - started,
-        trials_measured=counts["measured"],
-        trials_resumed=counts["resumed"],
+        elapsed_s=elapsed_s,
+        trials_measured=state.counts["measured"],
+        trials_resumed=state.counts["resumed"],
         verdict_reason=why,
         candidate=dict(best.config),
         samples_per_step=baseline_trial.samples_per_step,
+        plan=plan.to_dict(),
+        untried_named=untried,
+        budget_needed_s=needed_s,
     )
+
+
+class _State:
+    """What one search keeps while it runs: trials (and the journal), the candidates table, the costs measured
+    so far (expected_cost_s), the budget left, and which named values were measured."""
+
+    def __init__(self, knobs, measure, *, reference, budget_s, journal, clock, started, say, plan):
+        self.knobs, self.measure, self.reference, self.budget_s = knobs, measure, reference, budget_s
+        self.journal, self.clock, self.started, self.say, self.plan = journal, clock, started, say, plan
+        self.recorded = journal.load() if journal is not None else {}
+        self.counts = {"measured": 0, "resumed": 0}
+        self.takes_timeout = "timeout_s" in inspect.signature(measure).parameters
+        self.compile_knob = next((knob for knob in knobs if knob.group == "compile"), None)
+        self.eager_costs: list = []  # wall seconds of trials that compiled nothing
+        self.compile_costs: list = []  # (mode, wall seconds) of compiled trials, in measurement order
+        self.candidates: list = []
+        self.judged: set = set()  # configurations already judged in this search: never judged twice
+        self.measured_values: set = set()  # "knob=value" that some measured trial had
+        self.baseline_trial: Optional[Trial] = None
+        self.accepted: dict = {}  # id(row) -> Trial of each accepted row: the new best
+
+    # -- trials
+    def run(self, config: dict, timeout_s: Optional[float] = None) -> Trial:
+        key = config_key(config)
+        if key in self.recorded:
+            self.counts["resumed"] += 1
+            return Trial.from_dict(self.recorded[key])
+        if self.takes_timeout:
+            trial = self.measure(dict(config), timeout_s=timeout_s)
+        else:
+            trial = self.measure(dict(config))
+        self.counts["measured"] += 1
+        if self.journal is not None:
+            self.journal.append(trial.to_dict())
+        self.recorded[key] = trial.to_dict()
+        return trial
+
+    def reason_rejected(self, trial: Trial) -> Optional[str]:
+        if trial.status != "ok":
+            return trial.reason or trial.status
+        if not trial.samples_s:
+            return "no timing samples"
+        return numerics.check(trial.numerics, self.reference)
+
+    # -- cost
+    def compile_mode(self, config: dict) -> Optional[str]:
+        """The compile mode `config` runs under, or None when it compiles nothing."""
+        if self.compile_knob is None:
+            return None
+        value = config.get(self.compile_knob.id, self.compile_knob.baseline)
+        return None if value == self.compile_knob.baseline else value
+
+    def note_cost(self, config: dict, trial: Trial) -> None:
+        if not trial.cost_s:
+            return
+        mode = self.compile_mode(config)
+        if mode is None:
+            self.eager_costs.append(trial.cost_s)
+        else:
+            self.compile_costs.append((mode, trial.cost_s))
+
+    def expected_s(self, knob, value: str, config: dict) -> Optional[float]:
+        return expected_cost_s(self.compile_knob, self.compile_mode(config), knob.cost.get(value, 1.0) if knob.group != "compile" else 1.0,
+                               self.eager_costs, self.compile_costs)  # fmt: skip
+
+    def dearest_trial_s(self) -> float:
+        return max(self.eager_costs + [cost for _, cost in self.compile_costs] + [0.0])
+
+    def search_left_s(self, best: Trial) -> float:
+        """Budget left for search trials: the final check's reserve is FINAL_SHARE of the budget, or twice what
+        the baseline and the best trial cost if more (it builds and compiles both again)."""
+        reserve_s = max(FINAL_SHARE * self.budget_s, 2 * (self.baseline_trial.cost_s + best.cost_s))
+        return self.budget_s - reserve_s - (self.clock() - self.started)
+
+    # -- judging one candidate
+    def judge(self, knob, value: str, config: dict, start: Trial, best: Trial, *, why: str, record_unstarted: bool):
+        """Measure `config` (knob=value on top of `best`) and append its row; the row, or None when the
+        configuration was judged before or was not started and `record_unstarted` is False."""
+        key = config_key(config)
+        if key in self.judged:
+            return None
+        self.judged.add(key)
+        left_s = self.search_left_s(best)
+        named = f"{knob.id}={value}" in self.plan.named
+        if left_s <= 0:
+            if record_unstarted or named:
+                row = Candidate(knob.id, value, config, "not-tried", "the search budget ran out", why=why,
+                                expected_s=self.expected_s(knob, value, config))  # fmt: skip
+                self.candidates.append(row)
+                return row
+            return None
+        unmet = unmet_needs(self.knobs, config)
+        if unmet:
+            row = Candidate(knob.id, value, config, "skipped", unmet, why=why)
+            self.candidates.append(row)
+            return row
+        expected = self.expected_s(knob, value, config)
+        share_s = TRIAL_SHARE * left_s
+        if (expected is not None and expected > share_s) or (expected is None and share_s < MIN_TRIAL_TIMEOUT_S):
+            if expected is not None:
+                reason = f"expected to take ~{expected:.0f} s; a trial may take {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left"
+            else:
+                reason = (f"no compiled trial has shown its cost yet, and {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of "
+                          f"search budget left is under the {MIN_TRIAL_TIMEOUT_S:.0f} s a trial gets at least")  # fmt: skip
+            self.say(f"{knob.id}={value}: not tried ({reason})")
+            if record_unstarted or named:
+                row = Candidate(knob.id, value, config, "not-tried", reason, why=why, expected_s=expected)
+                self.candidates.append(row)
+                return row
+            return None
+        timeout_s = share_s if expected is None else min(share_s, OVERRUN_FACTOR * expected)
+        timeout_s = max(timeout_s, MIN_TRIAL_TIMEOUT_S)
+        self.say(f"{knob.id}={value}: measuring ({why})")
+        trial = self.run(config, timeout_s=timeout_s)
+        self.note_cost(config, trial)
+        self.measured_values.update(f"{name}={setting}" for name, setting in config.items())
+        if trial.status != "ok" and (trial.reason or "").startswith("timeout"):
+            reason = f"outran its {timeout_s:.0f} s limit ({100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left) and was stopped"
+            row = _row(knob.id, value, trial, "not-tried", reason, why=why, expected_s=expected)
+            self.candidates.append(row)
+            self.say(f"{knob.id}={value}: not tried ({reason})")
+            return row
+        failure = self.reason_rejected(trial)
+        if failure:
+            row = _row(knob.id, value, trial, "rejected", failure, why=why, expected_s=expected)
+            self.candidates.append(row)
+            self.say(f"{knob.id}={value}: rejected: {failure}")
+            return row
+        speedup, bar = compare(trial, start)
+        if speedup > 1 + bar and trial.median_s >= best.median_s:  # beats the start, not the value kept
+            status = "slower"
+            reason = (f"{100 * (speedup - 1):.1f}% faster than without {knob.id}, beyond the {100 * bar:.1f}% noise bar, "
+                      f"but {knob.id}={best.config[knob.id]} is faster still")  # fmt: skip
+        elif speedup > 1 + bar:
+            status, reason = "accepted", f"{100 * (speedup - 1):.1f}% faster than the best so far, beyond the {100 * bar:.1f}% noise bar"
+        elif speedup >= 1:
+            status, reason = "within-noise", f"{100 * (speedup - 1):.1f}% faster, inside the {100 * bar:.1f}% noise bar"
+        else:
+            status, reason = "slower", f"{100 * (1 - speedup):.1f}% slower than the best so far"
+        row = _row(knob.id, value, trial, status, reason, speedup, bar, why=why, expected_s=expected)
+        self.candidates.append(row)
+        self.say(f"{knob.id}={value}: {status} ({reason})")
+        if status == "accepted":
+            self.accepted[id(row)] = trial
+        return row
+
+    def untried_named(self) -> list:
+        """The values the plan named that no trial measured, with the row that says why."""
+        untried = []
+        for name, verdict in self.plan.named.items():
+            if name in self.measured_values:
+                continue
+            knob_id, value = name.split("=", 1)
+            row = next((row for row in reversed(self.candidates) if row.knob == knob_id and row.value == value), None)
+            untried.append({"knob": knob_id, "value": value, "verdict": verdict,
+                            "reason": row.reason if row else "the search ended before it",
+                            "expected_s": row.expected_s if row else None})  # fmt: skip
+        return untried
+
+
+def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
+    """The plan's visits, pass after pass while a pass moved the best configuration (module docstring)."""
+    knobs_by_id = {knob.id: knob for knob in state.knobs}
+    best = baseline_trial
+    seen_with: dict = {}  # knob id -> the other knobs' values when it was last visited
+    for pass_number in range(1, MAX_PASSES + 1):
+        best_before_pass = best.config
+        for visit in state.plan.visits:
+            knob = knobs_by_id.get(visit.knob)
+            if knob is None:
+                continue
+            others = {name: value for name, value in best.config.items() if name != knob.id}
+            seen_before = seen_with.get(knob.id)
+            if seen_before == others:
+                continue  # nothing it depends on moved since its last visit
+            seen_with[knob.id] = others
+            start, kept_row = best, None  # each value is judged against the configuration before this knob
+            values = [value for value in visit.values if value != best.config[knob.id]]
+            if pass_number > 1 and knob.baseline != best.config[knob.id]:
+                values.append(knob.baseline)  # a later pass may find the baseline value better again
+            first_row = len(state.candidates)
+            for value in values:
+                config = {**best.config, knob.id: value}
+                row = state.judge(knob, value, config, start, best, why=state.plan.why(knob.id, value),
+                                  record_unstarted=pass_number == 1)  # a later pass's unstarted values say nothing new
+                if row is not None and row.status == "accepted":
+                    if kept_row is not None:  # an earlier value of this knob, beaten on the median
+                        kept_row.status = "slower"
+                        kept_row.reason += f"; then {knob.id}={value} was faster still"
+                    best, kept_row = state.accepted[id(row)], row
+            if pass_number > 1:
+                for row in state.candidates[first_row:]:
+                    row.reason = f"pass {pass_number}, after {_changed(knob.id, start.config, seen_before)}: {row.reason}"
+        if pass_number == 1:
+            best = _interaction_probe(state, best)
+        if best.config == best_before_pass:
+            break  # a pass that changed nothing: every knob was judged under the final configuration
+    return best
+
+
+def _interaction_probe(state: _State, best: Trial) -> Trial:
+    """When no compile mode beat the eager configuration: the precisions that did not win in eager mode, judged
+    once under the fastest sound compile mode (module docstring, Interaction)."""
+    precision = next((knob for knob in state.knobs if knob.group == "precision"), None)
+    if precision is None or state.compile_knob is None or state.compile_mode(best.config) is not None:
+        return best
+    sound_modes = [row for row in state.candidates if row.knob == state.compile_knob.id and row.samples_per_s
+                   and row.status in ("within-noise", "slower") and row.config == {**best.config, state.compile_knob.id: row.value}]  # fmt: skip
+    if not sound_modes:
+        return best
+    mode = max(sound_modes, key=lambda row: row.samples_per_s).value
+    rejected = {row.value for row in state.candidates if row.knob == precision.id and row.status == "rejected"}
+    order = next((visit.values for visit in state.plan.visits if visit.knob == precision.id), precision.values[1:])
+    start, kept_row = best, None
+    for value in [value for value in (*order, precision.baseline) if value != best.config[precision.id] and value not in rejected]:
+        config = {**best.config, precision.id: value, state.compile_knob.id: mode}
+        why = (f"interaction: {precision.id}={value} judged under compile={mode}, which alone was within the noise "
+               "(bf16 can lose in eager mode and win under CUDA graphs)")  # fmt: skip
+        row = state.judge(precision, value, config, start, best, why=why, record_unstarted=True)
+        if row is not None and row.status == "accepted":
+            if kept_row is not None:
+                kept_row.status = "slower"
+                kept_row.reason += f"; then {precision.id}={value} was faster still"
+            best, kept_row = state.accepted[id(row)], row
+    return best
+
+
+def expected_cost_s(compile_knob, mode: Optional[str], factor: float, eager_costs: list, compile_costs: list) -> Optional[float]:
+    """Seconds a trial is expected to take (module docstring, Cost). A compiled trial under `mode`: the dearest
+    trial of that mode so far, else the first compiled trial times the table's cost factor of `mode` over that
+    of the first one's mode; None before any compiled trial. Any other: `factor` (the knob's cost factor for the
+    value) times the dearest eager trial so far; None before any."""
+    if mode is None:
+        return factor * max(eager_costs) if eager_costs else None
+    same = [cost for measured_mode, cost in compile_costs if measured_mode == mode]
+    if same:
+        return max(same)
+    if not compile_costs:
+        return None
+    first_mode, first_cost = compile_costs[0]
+    factors = compile_knob.cost if compile_knob is not None else {}
+    return first_cost * factors.get(mode, 1.0) / factors.get(first_mode, 1.0)
+
+
+def budget_needed_s(searched_s: float, expected: list, fallback_s: float, reserve_s: float) -> float:
+    """About what budget would have measured the untried values too: the search as it ran (`searched_s`, set-up
+    included), plus each one's expected cost (else the dearest trial measured) and the rest of the share rule's
+    room for the dearest of them, plus the final check's reserve (FINAL_SHARE of the budget, or `reserve_s`)."""
+    costs = [cost if cost is not None else fallback_s for cost in expected]
+    search_s = searched_s + sum(costs) + max(costs + [0.0]) * (1 / TRIAL_SHARE - 1)
+    return max(search_s / (1 - FINAL_SHARE), search_s + reserve_s)
+
+
+def untried_line(untried: list, needed_s: float) -> str:
+    """'Not measured, though the profile named them: precision=amp-bf16 (gemm_low_peak), ...; a budget of about
+    9 min would have covered them.'"""
+    import math
+
+    names = ", ".join(f"{entry['knob']}={entry['value']} ({entry['verdict']})" for entry in untried)
+    minutes = max(1, math.ceil(needed_s / 60.0))
+    return (f"Not measured, though the profile named {'it' if len(untried) == 1 else 'them'}: {names}; a budget of about "
+            f"{minutes} min (--budget {minutes}) would have covered {'it' if len(untried) == 1 else 'them'}.")  # fmt: skip
 
 
 def _changed(knob_id: str, config: dict, before: Optional[dict]) -> str:
     """Which other knobs moved since `knob_id` was last judged: 'precision=amp-bf16, channels_last=on'."""
     moved = [f"{name}={value}" for name, value in config.items() if name != knob_id and (before or {}).get(name) != value]
     return ", ".join(moved) or "nothing"
-
-
-def search_order(knobs: list, *, compile_first: bool = True) -> list:
-    """The knobs in the order the coordinate ascent visits them: compile first (module docstring), then the rest
-    in the table's order; `compile_first=False`: the table's order."""
-    if not compile_first:
-        return list(knobs)
-    return [knob for knob in knobs if knob.group == "compile"] + [knob for knob in knobs if knob.group != "compile"]
 
 
 def judge_final(search_baseline: Trial, before: Trial, after: Trial, failure: Optional[str]) -> tuple:
@@ -425,16 +618,6 @@ def _exhaustive(knobs, baseline_trial: Trial, run, reason_rejected, candidates: 
     return fastest
 
 
-def _expected_cost_s(knob, value: str, costs: dict) -> Optional[float]:
-    """Seconds a trial of knob=value is expected to take: the knob table's cost factor for the value times
-    the dearest trial of the same knob so far; None when the table gives no factor or nothing was measured."""
-    factor = knob.cost.get(value)
-    measured = [cost for (knob_id, _), cost in costs.items() if knob_id == knob.id]
-    if factor is None or not measured:
-        return None
-    return factor * max(measured)
-
-
 def _final_check(measure, baseline: dict, chosen: dict) -> tuple:
     """(baseline Trial, chosen Trial), each pooled over the final rounds.
 
@@ -482,7 +665,8 @@ def _rate(trial: Trial) -> float:
     return trial.samples_per_step / trial.median_s
 
 
-def _row(knob, value, trial: Trial, status: str, reason: str, speedup=None, bar=None) -> Candidate:
+def _row(knob, value, trial: Trial, status: str, reason: str, speedup=None, bar=None, *, why: str = "",
+         expected_s: Optional[float] = None) -> Candidate:  # fmt: skip
     timed = trial.status == "ok" and bool(trial.samples_s)
     return Candidate(
         knob=knob,
@@ -495,5 +679,7 @@ def _row(knob, value, trial: Trial, status: str, reason: str, speedup=None, bar=
         speedup_vs_best=speedup,
         noise_bar=bar,
         cost_s=round(trial.cost_s, 2) if trial.cost_s else None,
+        why=why,
+        expected_s=round(expected_s, 1) if expected_s is not None else None,
     )
 

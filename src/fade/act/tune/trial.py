@@ -56,6 +56,47 @@ def measure_reference(make_workload, mode: str, device: str, *, quick: bool = Fa
     return {"losses": reference["losses"], "rounded_losses": reference["rounded_losses"]}
 
 
+DIAGNOSIS_STEPS = 2  # profiled steps of the baseline: a pattern (launch-bound, GEMM share) shows in one; two for a median
+
+
+def tune_diagnose(ctx, *, model: str, mode: str, batch: int, size: Optional[int] = None) -> CaseResult:
+    """The baseline step profiled for a short window: see diagnose_step."""
+    from fade.measure.zoo.workload import build_workload
+
+    diagnosis = diagnose_step(lambda: build_workload(model, batch, size, ctx.device), model, mode, batch, size, ctx.device)
+    return CaseResult(value=float(len(diagnosis["verdicts"])), unit="verdicts", formula="verdicts of the baseline step's profile",
+                      extra={"diagnosis": diagnosis})  # fmt: skip
+
+
+def diagnose_step(make_workload, label: str, mode: str, batch: int, size: Optional[int], device: str) -> dict:
+    """What `fade profile` says of the baseline step (PyTorch's defaults), from DIAGNOSIS_STEPS profiled steps after
+    one unprofiled and one warm-up step, summarized by fade.analyze.profile (the same rules and thresholds as
+    `fade profile`): {verdicts, device_timeline, platform, step_ms, busy_share, host_wait_share, gemm_conv_share,
+    mfu_gemm_conv, peak_dtype}. The tuner orders its search by the verdicts (fade.analyze.tuneplan)."""
+    from fade.measure.profile import profile_workload, summarize_capture
+
+    profiled = profile_workload(label, mode=mode, variant="default", batch=batch, size=size, device=device, wait=1,
+                                warmup=1, active=DIAGNOSIS_STEPS, quick=True, build=make_workload)  # fmt: skip
+    summary = summarize_capture(profiled["capture"], lines=profiled["lines"], peak=profiled["peak"],
+                                context={"workload": profiled["workload"], "variant": profiled["variant"]})  # fmt: skip
+    total = summary["total"]
+    window = total.get("window_us") or 0.0
+    busy = total.get("busy_us")
+    classes = total.get("class_us") or {}
+    step_s = (summary.get("step_time") or {}).get("unprofiled_s")
+    return {
+        "verdicts": summary["verdicts"],
+        "device_timeline": summary["device_timeline"],
+        "platform": summary["platform"],
+        "step_ms": 1e3 * step_s if step_s else None,
+        "busy_share": busy / window if busy is not None and window else None,
+        "host_wait_share": (total.get("idle_us") or {}).get("host_wait", 0.0) / window if busy is not None and window else None,
+        "gemm_conv_share": (classes.get("gemm", 0.0) + classes.get("convolution", 0.0)) / busy if busy else None,
+        "mfu_gemm_conv": (total.get("flops") or {}).get("mfu_gemm_conv"),
+        "peak_dtype": (summary.get("peak") or {}).get("dtype"),
+    }
+
+
 def tune_trial(ctx, *, model: str, mode: str, batch: int, knobs: dict, size: Optional[int] = None) -> CaseResult:
     """`model` in `mode` under `knobs` (knob id -> value): numerics and timing, as the module docstring says."""
     from fade.measure.zoo.workload import build_workload
@@ -187,4 +228,4 @@ def _output_error(reference_module, runner: StepRunner) -> dict:
             "fp32_output_rms": output_rms(expected), "rounding_spread": rounding_spread}  # fmt: skip
 
 
-__all__ = ["tune_trial", "tune_reference", "tune_side_by_side", "measure_trial", "measure_reference", "side_by_side", "prepare"]
+__all__ = ["tune_trial", "tune_reference", "tune_diagnose", "diagnose_step", "tune_side_by_side", "measure_trial", "measure_reference", "side_by_side", "prepare"]

@@ -1,10 +1,14 @@
-"""`run_tune` (a zoo model or module:function, trials in isolated workers) and `tune` (a model object in
-this process): both filter the knob table, run search.search with a real measurement, and build a profile.
+"""One tuner: `run_tune` (a zoo model or module:function, trials in isolated workers) and `tune` (a model object in
+this process) both hand a measurement to `drive`, which profiles the baseline step, plans the search from that
+diagnosis (fade.analyze.tuneplan), runs search.search, judges the host load and builds the tuning file; both
+return a TuneResult.
 
 Workers: one IsolatedExecutor per environment. Env knobs (MIOpen find mode, TunableOp, NHWC suggestion)
 are read at runtime start-up, so a configuration with other env values gets a fresh worker started with
 that env (and the cache's paths: TunableOp CSV, MIOpen user DB, Inductor and Triton caches). In-process
-`tune` cannot restart the runtime: it leaves env knobs out and says so in the profile.
+`tune` cannot restart the runtime: it leaves env knobs out and says so in the tuning file; nor can it stop a
+trial that overruns its limit (a worker is killed), so there a compile's cost is bounded only by starting it
+when its expected cost fits.
 """
 
 from __future__ import annotations
@@ -12,13 +16,15 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import dataclass
 from typing import Callable, Optional
 
-from fade.act.tune import knobs as knob_table
+from fade.analyze import knobs as knob_table
 from fade.act.tune.cache import journal_key, open_cache
 from fade.act.tune.hostload import HostLoadProbe, is_busy
-from fade.act.tune.profile import build_profile, save_profile
+from fade.act.tune.tuning_file import build_tuning, save_tuning
 from fade.act.tune.search import Trial, recommend_nothing, search
+from fade.analyze.tuneplan import Plan, plan_search
 from fade.errors import FadeUsageError
 
 # Trial timing: models.FULL_TIMING's shape, shorter: a search measures ~10-20 configurations within minutes
@@ -38,6 +44,41 @@ QUICK_TIMING = {"warmup_s": 0.0, "min_warmup_calls": 1, "min_run_s": 0.1, "budge
 TRIAL_TIMEOUT_S = 300.0  # torch.compile max-autotune of a ResNet training step takes minutes
 DEFAULT_BUDGET_MIN = 5.0  # the issue's "<= 5 min per model"
 MODES = ("train", "infer")
+DIAGNOSIS_TIMEOUT_S = 180.0  # the profiled window builds the model and runs ~8 eager steps; a hang must not eat the budget
+
+
+@dataclass
+class TuneResult:
+    """What one tuning run found: `tuning` is the tuning file's content (fade.act.tune.tuning_file.build_tuning;
+    `to_dict()` returns it), `path` where it was written (None when not). `exit_status`: 0 when the final check
+    proved the chosen configuration faster (fade.errors.ExitCode.OK), 1 when nothing is recommended."""
+
+    tuning: dict
+    path: Optional[str] = None
+
+    @property
+    def recommends(self) -> bool:
+        return bool(self.tuning.get("recommends"))
+
+    @property
+    def verdict(self) -> str:
+        return self.tuning["verdict"]
+
+    @property
+    def changed(self) -> dict:
+        """The knobs the tuning sets, as {knob: value}; empty when it recommends nothing."""
+        return dict(self.tuning.get("changed") or {})
+
+    @property
+    def diagnosis(self) -> Optional[dict]:
+        return self.tuning.get("diagnosis")
+
+    @property
+    def exit_status(self) -> int:
+        return 0 if self.recommends else 1
+
+    def to_dict(self) -> dict:
+        return dict(self.tuning)
 
 
 def check_request(model: str, *, mode: str, batch: int, budget_min: float) -> None:
@@ -142,6 +183,20 @@ class WorkerMeasure:
                             extra={"round_medians_s": list(side["round_medians_s"])})
                 for name, side in extra["sides"].items()}  # fmt: skip
 
+    def diagnose(self) -> dict:
+        """What `fade profile` says of the baseline step (trial.diagnose_step), with "status": "ok"; or
+        {"status": "failed", "reason"}: the search then runs in its default order."""
+        params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size}
+        try:
+            record = self._run("tune_diagnose", params, knob_table.baseline_config(self.knobs), timeout_s=DIAGNOSIS_TIMEOUT_S)
+        finally:
+            # the trials get a fresh worker: a launch-bound step timed after a torch.profiler session in the same
+            # process ran 34.3 ms against 25.4 ms in a fresh one on the H100 (fade.measure.profile.profile_steps)
+            self.close()
+        if record["status"] != "ok":
+            return {"status": "failed", "reason": f"{record['status']}: {record.get('error') or 'no reason given'}".splitlines()[0][:300]}
+        return {"status": "ok", **record["extra"]["diagnosis"]}
+
     def reference(self) -> dict:
         record = self._run("tune_reference", {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size},
                            knob_table.baseline_config(self.knobs))  # fmt: skip
@@ -196,20 +251,20 @@ def run_tune(
     fingerprint: Optional[dict] = None,
     measure: Optional[Callable[[dict], Trial]] = None,
     reference: Optional[dict] = None,
+    diagnosis: Optional[dict] = None,
     clock: Callable[[], float] = time.monotonic,
     progress: Optional[Callable[[str], None]] = None,
     output=None,
     host_probe=None,
-) -> dict:
-    """Tune `model` (a zoo name or module:function) and return the profile (profile.build_profile).
+) -> TuneResult:
+    """Tune `model` (a zoo name or module:function) in isolated workers on `device`.
 
-    `measure`, `reference`, `fingerprint`, `clock` and `host_probe` (start()/stop() -> host load, default
-    hostload.HostLoadProbe) are injectable (tests use a fake timer); by default trials run in isolated
-    workers on `device`. The search journal lives in the device's cache, so an interrupted run resumes where
-    it stopped (`resume=False` starts over). With `output` the profile is written there atomically before
-    the journal is cleared: a profile that cannot be written (OSError) leaves the journal, and the next run
-    resumes instead of searching again. When other processes kept the cores busy (hostload.is_busy), the
-    profile recommends nothing (verdict "noisy-host").
+    `measure`, `reference`, `diagnosis`, `fingerprint`, `clock` and `host_probe` (start()/stop() -> host load,
+    default hostload.HostLoadProbe) are injectable (tests use a fake timer; a measure without `diagnose()` and no
+    `diagnosis` searches in the default order). The search journal lives in the device's cache, so an interrupted
+    run resumes where it stopped (`resume=False` starts over). With `output` the tuning file is written there
+    atomically before the journal is cleared: a file that cannot be written (OSError) leaves the journal, and the
+    next run resumes instead of searching again.
     """
     check_request(model, mode=mode, batch=batch, budget_min=budget_min)
     started = clock()  # the budget covers the set-up below too: "<= budget" is the whole run
@@ -220,43 +275,96 @@ def run_tune(
     for message in cache.messages:
         (progress or (lambda text: None))(message)
     try:
-        return _search_and_keep(cache, model, mode=mode, batch=batch, budget_min=budget_min, device=device, size=size,
-                                exhaustive=exhaustive, quick=quick, resume=resume, fingerprint=fingerprint, measure=measure,
-                                reference=reference, clock=clock, progress=progress, output=output, host_probe=host_probe,
-                                started=started)  # fmt: skip
+        searched, left_out = knob_table.searched_knobs(knob_table.load_knobs(), target_for(model, mode, fingerprint))
+        journal = cache.journal(journal_key(model, mode, batch, size, exhaustive))
+        if not resume:
+            journal.clear()
+        worker = None
+        if measure is None:
+            worker = WorkerMeasure(searched, model=model, mode=mode, batch=batch, size=size, device=device,
+                                   cache_env=cache.env(), quick=quick)  # fmt: skip
+            measure = worker
+        try:
+            tuning = drive(measure, searched, left_out, label=model, mode=mode, batch=batch, size=size,
+                           fingerprint=fingerprint, budget_min=budget_min, exhaustive=exhaustive, journal=journal,
+                           reference=reference, diagnosis=diagnosis, clock=clock, progress=progress,
+                           host_probe=host_probe, started=started, cache_dir=str(cache.root),
+                           cache_messages=cache.messages)  # fmt: skip
+        finally:
+            if worker is not None:
+                worker.close()
+        if output is not None:
+            save_tuning(tuning, output)  # atomic; an OSError here leaves the journal for a resume
+        journal.clear()  # finished and kept: the next run of the same request measures afresh
+        return TuneResult(tuning, str(output) if output is not None else None)
     finally:
         cache.remove_if_temporary()  # a fallback /tmp/fade-tune-* directory: nothing in it persists anyway
 
 
-def _search_and_keep(cache, model: str, *, mode, batch, budget_min, device, size, exhaustive, quick, resume, fingerprint,
-                     measure, reference, clock, progress, output, host_probe, started) -> dict:  # fmt: skip
-    """run_tune after the cache is open: search, judge the host load, build and write the profile, clear the journal."""
-    all_knobs = knob_table.load_knobs()
-    searched, left_out = knob_table.searched_knobs(all_knobs, target_for(model, mode, fingerprint))
-    journal = cache.journal(journal_key(model, mode, batch, size, exhaustive))
-    if not resume:
-        journal.clear()
-    worker = None
-    if measure is None:
-        worker = WorkerMeasure(searched, model=model, mode=mode, batch=batch, size=size, device=device,
-                               cache_env=cache.env(), quick=quick)  # fmt: skip
-        measure = worker
-    try:
-        if reference is None and mode == "train":
-            reference = worker.reference() if worker is not None else None
-        result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, exhaustive=exhaustive,
-                        journal=journal, left_out=left_out, clock=clock, progress=progress, spent_s=clock() - started)  # fmt: skip
-    finally:
-        if worker is not None:
-            worker.close()
-    result, host_load = judge_host(result, host_probe, fingerprint)
-    profile = build_profile(result, searched, fingerprint=fingerprint, model=model, mode=mode, batch=batch, size=size,
-                            budget_s=60.0 * budget_min, exhaustive=exhaustive, cache_dir=str(cache.root),
-                            cache_messages=cache.messages, host_load=host_load)  # fmt: skip
-    if output is not None:
-        save_profile(profile, output)  # atomic; an OSError here leaves the journal for a resume
-    journal.clear()  # finished and kept: the next run of the same request measures afresh
-    return profile
+def drive(measure, searched: list, left_out: dict, *, label: str, mode: str, batch: int, size: Optional[int],
+          fingerprint: dict, budget_min: float, exhaustive: bool = False, journal=None, reference: Optional[dict] = None,
+          diagnosis: Optional[dict] = None, clock: Callable[[], float] = time.monotonic,
+          progress: Optional[Callable[[str], None]] = None, host_probe=None, started: Optional[float] = None,
+          cache_dir: Optional[str] = None, cache_messages: Optional[list] = None) -> dict:  # fmt: skip
+    """The one tuning pipeline over a measurement (WorkerMeasure, InProcessMeasure or a test's fake): the fp32
+    reference (training), the diagnosis of the baseline step (`measure.diagnose()` unless `diagnosis` is given),
+    the plan, the search, the host-load judgement, the tuning file's content. Everything from `started` on counts
+    against the budget."""
+    say = progress or (lambda message: None)
+    started = clock() if started is None else started
+    if reference is None and mode == "train" and hasattr(measure, "reference"):
+        say("measuring the fp32 reference losses (TF32 off)")
+        reference = measure.reference()
+    if diagnosis is None and hasattr(measure, "diagnose") and not exhaustive:
+        say("profiling the baseline step (PyTorch's defaults) to decide what to try first")
+        diagnosis = measure.diagnose()
+    plan = plan_for(searched, diagnosis)
+    for line in plan_lines(plan):
+        say(line)
+    result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, exhaustive=exhaustive,
+                    journal=journal, left_out=left_out, clock=clock, progress=progress, spent_s=clock() - started,
+                    plan=plan)  # fmt: skip
+    result, host_load = judge_host(result, host_probe, fingerprint) if host_probe is not None else (result, None)
+    return build_tuning(result, searched, fingerprint=fingerprint, model=label, mode=mode, batch=batch, size=size,
+                        budget_s=60.0 * budget_min, exhaustive=exhaustive, cache_dir=cache_dir,
+                        cache_messages=cache_messages, host_load=host_load, diagnosis=diagnosis)  # fmt: skip
+
+
+def plan_for(searched: list, diagnosis: Optional[dict]) -> Plan:
+    """The search plan from a diagnosis (WorkerMeasure.diagnose's dict), or the default order with the reason."""
+    if not diagnosis:
+        return plan_search(searched, note="no diagnosis: the search runs in the default order")
+    if diagnosis.get("status") != "ok":
+        return plan_search(searched, note=f"the baseline step could not be profiled ({diagnosis.get('reason')}); "
+                                          "the search runs in the default order")  # fmt: skip
+    verdicts = list(diagnosis.get("verdicts") or [])
+    if not diagnosis.get("device_timeline"):
+        verdicts = [verdict for verdict in verdicts if verdict.get("rule") != "cpu_only"]
+        note = ("CPU-only profile: no device timeline, so no verdict on kernels or launches; the knobs that need no "
+                "compile go first, the compile modes last")  # fmt: skip
+    else:
+        facts = []
+        if diagnosis.get("step_ms"):
+            facts.append(f"step {diagnosis['step_ms']:.3g} ms")
+        if diagnosis.get("busy_share") is not None:
+            facts.append(f"device busy {100 * diagnosis['busy_share']:.0f}%")
+        if diagnosis.get("gemm_conv_share") is not None:
+            facts.append(f"GEMM/conv {100 * diagnosis['gemm_conv_share']:.0f}% of device time")
+        if diagnosis.get("mfu_gemm_conv") is not None:
+            facts.append(f"at {100 * diagnosis['mfu_gemm_conv']:.0f}% of {diagnosis.get('peak_dtype') or 'the'} peak")
+        note = "the baseline step, profiled: " + (", ".join(facts) or "no figures")
+    return plan_search(searched, verdicts, note=note)
+
+
+def plan_lines(plan: Plan) -> list:
+    """The diagnosis and the order it gives, as progress lines (report.tune renders the same from the file)."""
+    lines = [f"diagnosis: {plan.note}"]
+    for verdict in plan.diagnosis:
+        lines.append(f"diagnosis: {verdict.get('title')}")
+    for entry in plan.unanswered:
+        lines.append(f"diagnosis: no knob fixes {entry['rule']}: {entry['fix']}")
+    lines.append("order: " + ", ".join(f"{visit.knob} ({'/'.join(visit.values)})" for visit in plan.visits))
+    return lines
 
 
 def judge_host(result, host_probe, fingerprint: dict) -> tuple:
@@ -268,29 +376,64 @@ def judge_host(result, host_probe, fingerprint: dict) -> tuple:
     return result, host_load
 
 
+class InProcessMeasure:
+    """measure(config) -> Trial in this process, on fresh deep copies of the user's model (tune()): no worker, so a
+    trial cannot be stopped when it overruns (`timeout_s` is accepted and not enforced) and env knobs are left out."""
+
+    def __init__(self, make_workload, mode: str, device: str, samples: int, label: str):
+        self.make_workload, self.mode, self.device, self.samples, self.label = make_workload, mode, device, samples, label
+
+    def __call__(self, config: dict, *, timeout_s: Optional[float] = None) -> Trial:
+        from fade.act.tune.trial import measure_trial
+
+        started = time.monotonic()
+        try:
+            result = measure_trial(self.make_workload, self.mode, config, self.device, TUNE_TIMING)
+        except Exception as error:  # noqa: BLE001 - in-process: a failing candidate is rejected, not fatal
+            reason = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+            return Trial(dict(config), (), "failed", reason, None, self.samples, time.monotonic() - started)
+        return Trial(dict(config), tuple(result.timing.samples_s), "ok", None, result.extra["numerics"], self.samples,
+                     time.monotonic() - started)  # fmt: skip
+
+    def reference(self) -> dict:
+        from fade.act.tune.trial import measure_reference
+
+        return measure_reference(self.make_workload, self.mode, self.device)
+
+    def diagnose(self) -> dict:
+        from fade.act.tune.trial import diagnose_step
+
+        try:
+            found = diagnose_step(self.make_workload, self.label, self.mode, self.samples, None, self.device)
+        except Exception as error:  # noqa: BLE001 - the diagnosis only orders the search: its failure is not fatal
+            return {"status": "failed", "reason": f"{type(error).__name__}: {error}".splitlines()[0][:300]}
+        return {"status": "ok", **found}
+
+
 def tune(model, example_inputs, loss_fn=None, *, target=None, mode: Optional[str] = None,
          budget_min: float = DEFAULT_BUDGET_MIN, device: Optional[str] = None,
-         progress: Optional[Callable[[str], None]] = None) -> dict:  # fmt: skip
-    """Tune `model` on `example_inputs` in this process and return the profile.
+         progress: Optional[Callable[[str], None]] = None, clock: Callable[[], float] = time.monotonic,
+         output=None) -> TuneResult:  # fmt: skip
+    """Tune `model` on `example_inputs` in this process.
 
     `loss_fn` (or None: inference) is `loss_fn(output) -> loss`, or `loss_fn(output, target) -> loss` such as
     nn.CrossEntropyLoss(): the target is `target`, or derived (derive_target) when not given. Trials run here,
     not in workers: env knobs (MIOpen find mode, TunableOp, NHWC suggestion) are left out because the
     runtime already read its env; `fade tune module:function` searches them. Each trial starts from a deep
-    copy of `model` with SGD (lr 0.01, momentum 0.9) when training.
+    copy of `model` with SGD (lr 0.01, momentum 0.9) when training. With `output` the tuning file is written there.
     """
     import copy
 
     import torch
 
     from fade.act.tune.device import device_fingerprint
-    from fade.act.tune.trial import measure_reference, measure_trial
     from fade.measure.zoo.workload import Workload
 
+    started = clock()
     mode = mode or ("train" if loss_fn is not None else "infer")
     if mode == "train" and loss_fn is None:
         raise FadeUsageError("tune(mode='train') needs loss_fn(output) -> loss")
-    if not budget_min > 0:
+    if isinstance(budget_min, bool) or not isinstance(budget_min, (int, float)) or not budget_min > 0:
         raise FadeUsageError(f"budget_min {budget_min}: must be > 0")
     inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     parameter = next(model.parameters(), None)
@@ -305,30 +448,21 @@ def tune(model, example_inputs, loss_fn=None, *, target=None, mode: Optional[str
         return Workload(copy.deepcopy(model), tuple(value for value in inputs), target, loss_fn, samples)
 
     fingerprint = device_fingerprint(device)
-    target = knob_table.Target(fingerprint["backend"], fingerprint["torch"], mode, image=image, attention=True)
-    searched, left_out = knob_table.searched_knobs(knob_table.load_knobs(), target)
+    knob_target = knob_table.Target(fingerprint["backend"], fingerprint["torch"], mode, image=image, attention=True)
+    searched, left_out = knob_table.searched_knobs(knob_table.load_knobs(), knob_target)
     for knob in [knob for knob in searched if knob.kind == "env"]:
         left_out[knob.id] = "an env knob: needs a fresh process (fade tune module:function searches it)"
     searched = [knob for knob in searched if knob.kind != "env"]
-
-    def measure(config: dict) -> Trial:
-        started = time.monotonic()
-        try:
-            result = measure_trial(make_workload, mode, config, device, TUNE_TIMING)
-        except Exception as error:  # noqa: BLE001 - in-process: a failing candidate is rejected, not fatal
-            reason = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-            return Trial(dict(config), (), "failed", reason, None, samples, time.monotonic() - started)
-        return Trial(dict(config), tuple(result.timing.samples_s), "ok", None, result.extra["numerics"], samples, time.monotonic() - started)
-
     host_probe = HostLoadProbe()
     host_probe.start()
-    reference = measure_reference(make_workload, mode, device) if mode == "train" else None
-    result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, left_out=left_out, progress=progress)
-    result, host_load = judge_host(result, host_probe, fingerprint)
-    profile = build_profile(result, searched, fingerprint=fingerprint, model=type(model).__name__, mode=mode, batch=samples,
-                            budget_s=60.0 * budget_min, host_load=host_load)  # fmt: skip
-    profile["loss_target"] = target_note
-    return profile
+    label = type(model).__name__
+    tuning = drive(InProcessMeasure(make_workload, mode, device, samples, label), searched, left_out, label=label,
+                   mode=mode, batch=samples, size=None, fingerprint=fingerprint, budget_min=budget_min, clock=clock,
+                   progress=progress, host_probe=host_probe, started=started)  # fmt: skip
+    tuning["loss_target"] = target_note
+    if output is not None:
+        save_tuning(tuning, output)
+    return TuneResult(tuning, str(output) if output is not None else None)
 
 
 CLASS_INDEX_LOSSES = ("CrossEntropyLoss", "NLLLoss", "MultiMarginLoss")  # target: class indices, not the output's shape

@@ -52,7 +52,7 @@ class ConfigError(ValueError):
 @functools.lru_cache(maxsize=1)
 def table_knobs() -> dict:
     """knob id -> Knob, every row of data/knobs.toml (read once)."""
-    from fade.act.tune.knobs import load_knobs
+    from fade.analyze.knobs import load_knobs
 
     return {knob.id: knob for knob in load_knobs()}
 

@@ -3,7 +3,7 @@ torchrun started here (`launch`), watched with a wall limit so that nothing hang
 
 `launch` starts `python -m torch.distributed.run --standalone --nproc-per-node N -m
 fade.measure.suites.dist REQUEST.json` in its own session, with the environment of `dist_environment`
-(every variable FADE sets is returned as act.patches.EnvChange; a value the user set wins). Rank 0 appends
+(every variable FADE sets is returned as fade.env_change.EnvChange; a value the user set wins). Rank 0 appends
 each record to the results file and writes its progress to an event file (rank.EventFile), which this
 process relays to the caller's RunProgress and reads to know the case in flight. Limits: the ranks must
 report their start within STARTUP_TIMEOUT_S; a case may run case_wall_limit_s (the collective timeout,
@@ -73,9 +73,9 @@ def rank_environment(environ) -> Optional[dict]:
 
 
 def dist_environment(environ: dict, device_type: Optional[str]) -> list:
-    """Set CUDA_ENV in `environ` for a CUDA device (or an unspecified one) unless already set; returns an
-    act.patches.EnvChange per variable, "set" or "kept-user-value"."""
-    from fade.act.patches import EnvChange
+    """Set CUDA_ENV in `environ` for a CUDA device (or an unspecified one) unless already set; returns a
+    fade.env_change.EnvChange per variable, "set" or "kept-user-value"."""
+    from fade.env_change import EnvChange
 
     if device_type not in (None, "cuda"):
         return []

@@ -1,12 +1,13 @@
-"""The tuning profile (versioned JSON) and `load_tuning`, which applies one in the user's program.
+"""The tuning file `fade tune` writes (versioned JSON) and `load_tuning`, which applies one in the user's program.
 
-A profile records the chosen knobs, the env lines and a Python snippet that reproduce them, before/after
+A tuning file records the chosen knobs, the env lines and a Python snippet that reproduce them, before/after
 throughput with spreads, every candidate with its status and reason, and the device fingerprint it was
 tuned on. Applying it sets its environment variables (a value the user set wins, as in
 apply_fade_patches), and the torch flags it can set process-wide (TF32 math, cudnn.benchmark, MIOpen
 immediate mode). Model-level knobs (autocast dtype, channels_last, compile mode, SDPA backend, optimizer
 implementation) are returned for the user's code, or applied by `tuned(model)` for the module-level ones.
-A profile from another device applies nothing and warns.
+A tuning file from another device applies nothing and warns. The JSON keeps its "kind", KIND, from the days
+the file was called a profile: saved files keep loading.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-from fade import __version__
+from fade.version import __version__
 from fade.act.tune import device as device_facts
 from fade.errors import FadeUsageError
 
@@ -32,11 +33,11 @@ PRECISION_FP32_MATH = {"default": None, "tf32": ("tf32", "tf32"), "amp-bf16": No
 AUTOCAST = {"amp-bf16": "bfloat16", "amp-fp16": "float16"}
 
 
-class ProfileError(FadeUsageError):
-    """A profile that cannot be used: unreadable, not a profile, another schema, another device."""
+class TuningFileError(FadeUsageError):
+    """A tuning file that cannot be used: unreadable, not a tuning file, another schema, another device."""
 
 
-def build_profile(
+def build_tuning(
     result,
     knobs: list,
     *,
@@ -50,10 +51,11 @@ def build_profile(
     cache_dir: Optional[str] = None,
     cache_messages: Optional[list] = None,
     host_load: Optional[dict] = None,
+    diagnosis: Optional[dict] = None,
 ) -> dict:
-    """The profile of one search.SearchResult: its knobs are what the final check proved ("recommends" is
+    """The tuning file of one search.SearchResult: its knobs are what the final check proved ("recommends" is
     False and the knobs are the baseline's otherwise); `host_load` is hostload.HostLoadProbe's reading."""
-    from fade.act.tune.knobs import config_env
+    from fade.analyze.knobs import config_env
     from fade.act.tune.search import NOISE_FLOOR
 
     chosen = dict(result.chosen)
@@ -92,6 +94,10 @@ def build_profile(
                         "rule": "the knobs are the candidate's only when this check measured it faster than the "
                                 "baseline beyond the noise bar, and the baseline agreed with the search's"},  # fmt: skip
         "host_load": host_load,
+        "diagnosis": diagnosis,
+        "plan": dict(result.plan),
+        "untried_named": list(result.untried_named),
+        "budget_needed_s": result.budget_needed_s,
         "candidates": [_candidate_dict(candidate) for candidate in result.candidates],
         "left_out": dict(result.left_out),
         "search": {
@@ -101,7 +107,9 @@ def build_profile(
             "trials_measured": result.trials_measured,
             "trials_resumed": result.trials_resumed,
             "noise_floor": NOISE_FLOOR,
-            "rule": "compile modes first, then the other knobs under the best one; a value is accepted when "
+            "rule": "the values the baseline's profile names first, then the knobs that need no compile, then the "
+                    "compile modes cheapest first, then the knobs again under the best compile mode; a trial starts "
+                    "only when its expected cost fits half of the search budget left; a value is accepted when "
                     "start_median / candidate_median > 1 + max(noise_floor, IQR/median of either side) and it is the "
                     "fastest such value of its knob (start: the configuration before that knob)",
         },
@@ -165,46 +173,46 @@ def python_snippet(chosen: dict, mode: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def save_profile(profile: dict, path) -> Path:
+def save_tuning(profile: dict, path) -> Path:
     from fade.files import atomic_write_text
 
     return atomic_write_text(Path(path), json.dumps(profile, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def load_profile(path) -> dict:
-    """The profile at `path`, checked; ProfileError (one line, naming the file and the fix) otherwise."""
+def read_tuning(path) -> dict:
+    """The tuning file at `path`, checked; TuningFileError (one line, naming the file and the fix) otherwise."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
-        raise ProfileError(f"profile {path}: cannot read it ({error.strerror or error})") from None
+        raise TuningFileError(f"profile {path}: cannot read it ({error.strerror or error})") from None
     except UnicodeDecodeError:
-        raise ProfileError(f"profile {path}: not UTF-8 text (a binary file?); re-run `fade tune`") from None
+        raise TuningFileError(f"profile {path}: not UTF-8 text (a binary file?); re-run `fade tune`") from None
     try:
         profile = json.loads(text)
     except ValueError as error:
         reason = str(error).splitlines()[0][:120]
-        raise ProfileError(f"profile {path}: not JSON ({reason}); is it truncated? re-run `fade tune`") from None
+        raise TuningFileError(f"profile {path}: not JSON ({reason}); is it truncated? re-run `fade tune`") from None
     except RecursionError:
-        raise ProfileError(f"profile {path}: JSON nested too deeply; re-run `fade tune`") from None
+        raise TuningFileError(f"profile {path}: JSON nested too deeply; re-run `fade tune`") from None
     if not isinstance(profile, dict) or profile.get("kind") != KIND:
-        raise ProfileError(f"profile {path}: not a FADE tuning profile (no \"kind\": \"{KIND}\")")
+        raise TuningFileError(f"profile {path}: not a FADE tuning profile (no \"kind\": \"{KIND}\")")
     if profile.get("schema_version") != SCHEMA_VERSION:
-        raise ProfileError(
+        raise TuningFileError(
             f"profile {path}: schema_version {profile.get('schema_version')!r}, this FADE reads {SCHEMA_VERSION}; re-run `fade tune`"
         )
     missing = [name for name in REQUIRED_FIELDS if name not in profile]
     if missing:
-        raise ProfileError(f"profile {path}: missing field(s) {', '.join(missing)}; re-run `fade tune`")
+        raise TuningFileError(f"profile {path}: missing field(s) {', '.join(missing)}; re-run `fade tune`")
     if not isinstance(profile["knobs"], dict) or not isinstance(profile["env"], dict) or not isinstance(profile["device"], dict):
-        raise ProfileError(f"profile {path}: knobs, env and device must be JSON objects")
-    problem = profile_problem(profile)
+        raise TuningFileError(f"profile {path}: knobs, env and device must be JSON objects")
+    problem = tuning_problem(profile)
     if problem:
-        raise ProfileError(f"profile {path}: {problem}; re-run `fade tune`")
+        raise TuningFileError(f"profile {path}: {problem}; re-run `fade tune`")
     return profile
 
 
-def profile_problem(profile: dict) -> Optional[str]:
+def tuning_problem(profile: dict) -> Optional[str]:
     """The first reason `profile` cannot be applied as a whole, or None: checked before anything is applied,
     so a bad entry never leaves the environment half set."""
     for name, value in profile["knobs"].items():
@@ -227,12 +235,12 @@ def profile_problem(profile: dict) -> Optional[str]:
 
 
 def check_device(profile: dict, current: dict, *, path="profile") -> list:
-    """[] when `profile` was tuned on this device; ProfileError when it was another's. Returns the stack
+    """[] when `profile` was tuned on this device; TuningFileError when it was another's. Returns the stack
     differences (tuned on this device with other versions: still applicable, worth re-tuning)."""
     mismatch = device_facts.device_mismatch(profile["device"], current)
     if mismatch:
         recorded = profile["device"].get("name") or profile["device"].get("arch")
-        raise ProfileError(
+        raise TuningFileError(
             f"profile {path} was tuned on another device ({recorded}; {', '.join(mismatch)}): "
             "run `fade tune` on this machine"
         )
@@ -277,21 +285,21 @@ def load_tuning(
     verbose: bool = True,
     on_message: Optional[Callable[[str], None]] = None,
 ) -> Tuning:
-    """Apply the profile at `path` to this process: env (user values win) and process-wide torch flags.
+    """Apply the tuning file at `path` to this process: env (user values win) and process-wide torch flags.
 
-    Call it before the first torch.cuda call: TunableOp and MIOpen read their variables once. ProfileError
-    for an unreadable or corrupt profile; a profile from another device warns and applies nothing.
+    Call it before the first torch.cuda call: TunableOp and MIOpen read their variables once. TuningFileError
+    for an unreadable or corrupt tuning file; one from another device warns and applies nothing.
     `fingerprint` defaults to device.static_fingerprint (no GPU runtime started). When `verbose`,
     `on_message` receives one line per env variable and per warning (fade.api writes them to stderr).
     """
-    profile = load_profile(path)
+    profile = read_tuning(path)
     environ = os.environ if environ is None else environ
     knobs = dict(profile["knobs"])
     tuning = Tuning(knobs=knobs, model_knobs=model_knobs(knobs))
     current = fingerprint if fingerprint is not None else device_facts.static_fingerprint(environ)
     try:
         stack_changes = check_device(profile, current, path=path)
-    except ProfileError as error:
+    except TuningFileError as error:
         message = f"fade: {error}; nothing applied"
         warnings.warn(message, RuntimeWarning, stacklevel=2)
         tuning.applied = False

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fade.act.tune.profile import ProfileError, build_profile, load_profile, load_tuning, save_profile
+from fade.act.tune.tuning_file import TuningFileError, build_tuning, read_tuning, load_tuning, save_tuning
 from fade.act.tune.search import search
 from tests.tune.fakes import KNOBS, REFERENCE, FakeTimer, knob
 
@@ -18,16 +18,16 @@ def make_profile(tmp_path, speedups=None):
     knobs = KNOBS + [ENV_KNOB]
     timer = FakeTimer(speedups or {("precision", "amp-bf16"): 0.5, ("channels_last", "on"): 0.8, ("tunableop", "on"): 0.9})
     result = search(knobs, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
-    profile = build_profile(result, knobs, fingerprint=H100, model="resnet50", mode="train", batch=64, budget_s=1000,
-                            cache_dir=str(tmp_path / "cache"))
+    profile = build_tuning(result, knobs, fingerprint=H100, model="resnet50", mode="train", batch=64, budget_s=1000,
+                           cache_dir=str(tmp_path / "cache"))
     path = tmp_path / "profile.json"
-    save_profile(profile, path)
+    save_tuning(profile, path)
     return profile, path
 
 
 def test_a_profile_round_trips_with_every_field(tmp_path):
     profile, path = make_profile(tmp_path)
-    loaded = load_profile(path)
+    loaded = read_tuning(path)
     assert loaded == json.loads(json.dumps(profile))
     assert loaded["schema_version"] == 1 and loaded["fade_version"]
     assert loaded["knobs"]["precision"] == "amp-bf16"
@@ -84,11 +84,11 @@ def test_a_stack_change_applies_with_a_warning(tmp_path):
 def test_a_corrupt_profile_is_a_one_line_error(tmp_path, text, message):
     path = tmp_path / "bad.json"
     path.write_text(text)
-    with pytest.raises(ProfileError, match=message) as caught:
-        load_profile(path)
+    with pytest.raises(TuningFileError, match=message) as caught:
+        read_tuning(path)
     assert "\n" not in str(caught.value)
 
 
 def test_a_missing_profile_is_an_error(tmp_path):
-    with pytest.raises(ProfileError, match="cannot read"):
-        load_profile(tmp_path / "nope.json")
+    with pytest.raises(TuningFileError, match="cannot read"):
+        read_tuning(tmp_path / "nope.json")

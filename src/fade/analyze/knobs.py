@@ -2,7 +2,7 @@
 
 Knowledge stays in the table (where a knob helps, its env, its source); this module only validates rows
 and filters them by the target's backend, torch version, mode and workload. A knob left out is returned
-with the reason, so the profile can say why it was not searched ("TunableOp on CUDA with torch 2.13 has
+with the reason, so the tuning file can say why it was not searched ("TunableOp on CUDA with torch 2.13 has
 only the 'Default' solution").
 """
 
@@ -18,12 +18,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-KNOBS_FILE = Path(__file__).resolve().parents[2] / "data" / "knobs.toml"
-GROUP_ORDER = ("precision", "layout", "backend", "optimizer", "compile")  # the table's order; search.search_order visits compile first
+KNOBS_FILE = Path(__file__).resolve().parents[1] / "data" / "knobs.toml"
+GROUP_ORDER = ("precision", "layout", "backend", "optimizer", "compile")  # the table's order; act.tune.search.search_order visits compile first
 WHERE = ("any", "gpu", "cuda", "rocm")
 KINDS = ("torch", "env", "model")
 MODES = ("train", "infer")
 BACKENDS = ("cpu", "cuda", "rocm")
+# the verdict rules of fade.analyze.profile.decide that a knob value can answer ("one_kernel_dominates:gemm" names
+# the top kernel's class too); tests/tune/test_plan.py holds this list equal to decide's rules
+PROFILE_RULES = ("launch_bound", "gemm_low_peak", "memory_bound_elementwise", "one_kernel_dominates")
 
 
 class KnobTableError(ValueError):
@@ -46,6 +49,7 @@ class Knob:
     cuda_torch: Optional[str] = None
     cost: dict = field(default_factory=dict)  # value -> expected trial cost as a multiple of this knob's dearest trial so far
     ignored_elsewhere: bool = False  # outside `where` torch accepts the flag and it changes nothing (knobs.toml says more)
+    answers: dict = field(default_factory=dict)  # value -> profile verdict keys it answers (PROFILE_RULES; knobs.toml says more)
     note: str = ""
 
     @property
@@ -121,6 +125,13 @@ def _knob_from_row(row: dict, where: str) -> Knob:
     for value, factor in cost.items():
         if value not in values or isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
             raise KnobTableError(f"{where}: cost names {value!r} with {factor!r}; it needs a value of the row and a factor > 0")
+    answers = {str(value): tuple(str(key) for key in keys) for value, keys in row.get("answers", {}).items()}
+    for value, keys in answers.items():
+        if value not in values or value == values[0]:
+            raise KnobTableError(f"{where}: answers names {value!r}; it needs a value of the row other than the baseline")
+        for key in keys:
+            if key.split(":", 1)[0] not in PROFILE_RULES:
+                raise KnobTableError(f"{where}: answers {value!r} -> {key!r}: not a profile verdict ({', '.join(PROFILE_RULES)})")
     if row.get("cuda_torch"):
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -143,6 +154,7 @@ def _knob_from_row(row: dict, where: str) -> Knob:
         cuda_torch=row.get("cuda_torch"),
         cost=cost,
         ignored_elsewhere=bool(row.get("ignored_elsewhere", False)),
+        answers=answers,
         note=row.get("note", ""),
     )
 
