@@ -114,3 +114,37 @@ def test_a_failed_diagnosis_leaves_the_default_order_and_says_why():
     plan = plan_for(knobs, {"status": "failed", "reason": "timeout: no result after 180 s"})
     assert "could not be profiled (timeout" in plan.note
     assert plan.visits[-1].knob == "compile" and plan.named == {}
+
+
+def test_checked_steps_keep_each_loss_even_when_the_module_overwrites_its_output():
+    """Under CUDA graphs a loss computed inside the compiled module (transformers' models with labels) lives in a
+    graph output the next replay overwrites; the checked steps copy each loss. A module that writes its loss into
+    one persistent buffer stands in for the replay here."""
+    from fade.measure.step.config import StepConfig
+    from fade.measure.step.runner import StepRunner
+
+    class IntoBuffer(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, value, buffer):
+            buffer.copy_(value)
+            ctx.mark_dirty(buffer)
+            return buffer
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, None
+
+    class Overwriting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(4))
+            self.register_buffer("out", torch.zeros(()))
+
+        def forward(self, x):
+            return IntoBuffer.apply((x * self.weight).sum(), self.out.detach())
+
+    model = Overwriting()
+    workload = Workload(model, (torch.ones(2, 4),), None, lambda output: output, 2)
+    runner = StepRunner(workload, model, StepConfig.from_knobs({}), True, "cpu", track_finite=False)
+    losses = runner.checked_steps(3).losses
+    assert len(set(losses)) == 3  # without the copy every entry reads the last step's value

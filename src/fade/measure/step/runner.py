@@ -48,6 +48,7 @@ STEP_SEED = 1234  # dropout masks of the checked steps: the reference and the co
 LOSS_CHECK_STEPS = 5  # steps before the loss is compared; enough for momentum to move the weights
 LOSS_CHECK_STEPS_QUICK = 2
 ROUNDING_PERTURBATION = 2.0**-8  # relative weight noise: the unit roundoff of bfloat16
+GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes whose step replays CUDA graphs
 TIMED_LEARNING_RATE = 0.0  # see "Timing": same work per step, no divergence on a fixed batch
 # Devices whose inference steps run under torch.no_grad instead of torch.inference_mode: fade.ocl's Python
 # backend cannot make views of inference tensors ("Cannot set version_counter for inference tensor", measured
@@ -140,6 +141,8 @@ class StepRunner:
         self.scaler = torch.amp.GradScaler(self.device_type) if training and config.autocast_dtype == "fp16" else None
         self.checked_learning_rate = None  # the optimizer's rate in the checked steps, once frozen
         self.sdpa_backend = SDPA_BACKENDS.get(config.sdpa_backend)  # None: torch picks per call
+        # compile modes that replay CUDA graphs: their outputs are overwritten by the next step (GRAPH_COMPILE_MODES)
+        self.graph_outputs = config.compile_mode in GRAPH_COMPILE_MODES
 
     def autocast(self):
         import torch
@@ -185,7 +188,9 @@ class StepRunner:
             loss.backward()
             self.optimizer.step()
         if self.tracker is not None:
-            self.tracker.add_loss(loss)
+            # under CUDA graphs a loss computed inside the compiled module is a graph output, overwritten by the
+            # next replay: keep a copy (one 0-dim copy kernel, only for those configurations)
+            self.tracker.add_loss(loss.detach().clone() if self.graph_outputs else loss)
         return loss
 
     def checked_steps(self, steps: int, *, count_flops: bool = False) -> CheckedSteps:
@@ -210,7 +215,9 @@ class StepRunner:
             if not self.training:
                 with inference_context(self.device):
                     result = self.workload.loss(result.float() if torch.is_tensor(result) else result)
-            losses.append(result.detach())
+            # a copy: a loss the compiled module computed is a CUDA graph output that the next step overwrites
+            # (transformers' models compute their loss from labels inside forward; torch raises on reading it)
+            losses.append(result.detach().clone())
             applied.append(self.scaler is None or self.scaler.get_scale() >= scale_before)  # a skipped step halves the scale
         grads_finite = True
         if self.training and self.scaler is None:  # with a scaler, a skipped step's inf gradients are the recipe working
