@@ -38,6 +38,7 @@ LAYER_FORBIDS = {
     "fade.env_change": LEAF_FORBIDS,
     "fade.errors": LEAF_FORBIDS,
     "fade.files": LEAF_FORBIDS,
+    "fade.reading": LEAF_FORBIDS,
     "fade.results": LEAF_FORBIDS,
 }
 # modules above the library: they may import the facade and print
