@@ -129,3 +129,23 @@ def test_tune_resnet19_names_the_model_argument():
     with pytest.raises(FadeUsageError) as raised:
         check_request("resnet19", mode="infer", batch=64, budget_min=1)
     assert "--models" not in str(raised.value) and "fade tune MODEL 'resnet19'" in str(raised.value)
+
+
+def test_the_tuning_file_starts_with_the_diagnosis_and_the_order_it_gave(tmp_path):
+    """A launch-bound baseline: the tuning file carries the diagnosis and the plan, and the search's first trial
+    after the baseline is CUDA graphs (the launch-bound verdict's fix), before any knob that needs no compile."""
+    from fade.report.tune import render_tuning
+
+    verdict = {"rule": "launch_bound", "share": 0.6, "title": "launch-bound: the device waits on the host 60% of the step",
+               "fix": "capture the step in a CUDA/HIP graph"}  # fmt: skip
+    diagnosis = {"status": "ok", "verdicts": [verdict], "device_timeline": True, "platform": "cuda", "step_ms": 12.0,
+                 "busy_share": 0.4, "host_wait_share": 0.6, "gemm_conv_share": 0.2, "mfu_gemm_conv": None, "peak_dtype": None}  # fmt: skip
+    timer = FakeTimer({("compile", "reduce-overhead"): 0.4})
+    tuning = tune_fake(tmp_path, timer, diagnosis=diagnosis)
+    assert tuning["diagnosis"]["verdicts"][0]["rule"] == "launch_bound"
+    assert tuning["plan"]["visits"][0]["knob"] == "compile" and tuning["plan"]["visits"][0]["values"][0] == "reduce-overhead"
+    assert timer.calls[1]["compile"] == "reduce-overhead"
+    assert tuning["knobs"]["compile"] == "reduce-overhead"
+    text = render_tuning(tuning)
+    assert text.splitlines()[0].startswith("diagnosis: the baseline step, profiled: step 12 ms, device busy 40%")
+    assert text.index("launch-bound") < text.index("search order:") < text.index(": faster")
