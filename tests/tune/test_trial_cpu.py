@@ -148,3 +148,20 @@ def test_checked_steps_keep_each_loss_even_when_the_module_overwrites_its_output
     runner = StepRunner(workload, model, StepConfig.from_knobs({}), True, "cpu", track_finite=False)
     losses = runner.checked_steps(3).losses
     assert len(set(losses)) == 3  # without the copy every entry reads the last step's value
+
+
+def test_the_worker_diagnoses_a_zoo_model_in_a_worker_it_then_closes():
+    """WorkerMeasure.diagnose runs trial.tune_diagnose in an isolated worker and closes that worker, so no trial
+    is timed in a process that ran torch.profiler."""
+    from fade.act.tune.tuner import WorkerMeasure
+    from fade.analyze.knobs import Target, load_knobs, searched_knobs
+
+    knobs, _ = searched_knobs(load_knobs(), Target("cpu", torch.__version__, "infer", image=True))
+    worker = WorkerMeasure(knobs, model="resnet18", mode="infer", batch=2, size=32, device="cpu", cache_env={}, quick=True)
+    try:
+        diagnosis = worker.diagnose()
+        assert not worker.running  # the worker that profiled is gone
+    finally:
+        worker.close()
+    assert diagnosis["status"] == "ok", diagnosis
+    assert diagnosis["platform"] == "cpu" and diagnosis["step_ms"] > 0

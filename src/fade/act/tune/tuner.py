@@ -216,6 +216,11 @@ class WorkerMeasure:
         samples = tuple((record.get("timing") or {}).get("samples_s") or ())
         return Trial(dict(config), samples, "ok", None, extra.get("numerics"), extra.get("samples_per_step", self.batch), cost_s)
 
+    @property
+    def running(self) -> bool:
+        """Whether a worker process is up (diagnose() closes the one that profiled)."""
+        return self._executor is not None
+
     def close(self) -> None:
         if self._executor is not None:
             self._executor.close()
