@@ -395,6 +395,11 @@ def tune(
                         exhaustive=exhaustive, quick=quick, resume=resume, progress=progress, output=out)  # fmt: skip
     if example_inputs is None:
         raise FadeUsageError("tune(model, example_inputs, ...): a torch.nn.Module needs example_inputs")
+    worker_only = {"batch": batch != 64, "size": size is not None, "exhaustive": exhaustive, "quick": quick, "resume": not resume}
+    given = [name for name, set_ in worker_only.items() if set_]
+    if given:
+        raise FadeUsageError(f"tune(module, ...): {', '.join(given)} apply to a zoo name or module:function (trials in "
+                             "workers); a module is tuned on its example_inputs as they are")  # fmt: skip
     return tune_module(model, example_inputs, loss_fn, target=target, mode=mode, budget_min=budget_min, device=device,
                        progress=progress, output=out)  # fmt: skip
 

@@ -149,3 +149,23 @@ def test_the_tuning_file_starts_with_the_diagnosis_and_the_order_it_gave(tmp_pat
     text = render_tuning(tuning)
     assert text.splitlines()[0].startswith("diagnosis: the baseline step, profiled: step 12 ms, device busy 40%")
     assert text.index("launch-bound") < text.index("search order:") < text.index(": faster")
+
+
+def test_on_the_cpu_no_profile_is_taken_and_the_plan_says_why(tmp_path):
+    """A CPU profile has no device timeline: the diagnosis would only cost budget (and a worker restart)."""
+    timer = FakeTimer({("precision", "amp-bf16"): 0.5})
+    asked = []
+
+    class Measure:
+        def __call__(self, config):
+            return timer(config)
+
+        def diagnose(self):
+            asked.append(1)
+            return {"status": "ok", "verdicts": [], "device_timeline": False}
+
+    cpu = {**H100, "backend": "cpu", "name": "x86_64"}
+    tuning = tune_fake(tmp_path, Measure(), fingerprint=cpu, clock=timer.clock)
+    assert asked == []
+    assert tuning["plan"]["note"].startswith("no diagnosis: on the CPU")
+    assert tuning["knobs"]["precision"] == "amp-bf16"

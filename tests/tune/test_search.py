@@ -444,3 +444,81 @@ def test_a_later_pass_tries_the_runner_up_first():
     second_pass = [row for row in found.candidates if row.reason.startswith("pass 2")]
     assert second_pass[0].value == "amp-bf16" and second_pass[0].status == "accepted"
     assert found.chosen == {"precision": "amp-bf16", "compile": "reduce-overhead"}
+
+
+def test_the_probe_runs_after_a_launch_bound_plan_moved_the_eager_knobs():
+    """A launch-bound plan visits CUDA graphs first; reduce-overhead alone is within the noise, channels_last then
+    wins in eager mode, and bf16 wins only under CUDA graphs. The probe runs after the pass on the configuration
+    as it then is, and finds bf16 + channels_last + reduce-overhead (the review's case: 1.06x without it)."""
+    from fade.analyze.tuneplan import plan_search
+
+    knobs = [KNOBS[0], KNOBS[1], knob("compile", "compile", ["off", "reduce-overhead"], answers={"reduce-overhead": ("launch_bound",)})]
+    plan = plan_search(knobs, [{"rule": "launch_bound", "share": 0.6, "title": "launch-bound", "fix": "graphs"}])
+    assert plan.visits[0].knob == "compile"
+
+    def step_ms(config):
+        ms = 100.0 / (1.06 if config["channels_last"] == "on" else 1.0)
+        if config["compile"] == "reduce-overhead":
+            ms /= 3.0 if config["precision"] == "amp-bf16" else 1.01
+        elif config["precision"] == "amp-bf16":
+            ms *= 1.25
+        return ms
+
+    timer = FakeTimer({}, step_ms=step_ms)
+    found = search(knobs, timer, reference=REFERENCE, budget_s=10_000, clock=timer.clock, plan=plan)
+    assert found.chosen == {"precision": "amp-bf16", "channels_last": "on", "compile": "reduce-overhead"}
+
+
+def test_a_named_compile_mode_goes_first_alone_and_the_other_modes_keep_their_place():
+    from fade.analyze.tuneplan import plan_search
+
+    knobs = [KNOBS[0], knob("compile", "compile", ["off", "default", "reduce-overhead", "max-autotune"],
+                            cost={"max-autotune": 8.0}, answers={"reduce-overhead": ("launch_bound",)})]  # fmt: skip
+    plan = plan_search(knobs, [{"rule": "launch_bound", "share": 0.6, "title": "launch-bound", "fix": "graphs"}])
+    assert [(visit.knob, visit.values) for visit in plan.visits] == [
+        ("compile", ("reduce-overhead",)), ("precision", ("tf32", "amp-bf16", "amp-fp16")), ("compile", ("default", "max-autotune"))]
+    assert "launch_bound" in plan.why("compile", "reduce-overhead")
+    assert "launch_bound" not in plan.why("compile", "default")
+
+
+def test_a_named_value_stopped_at_its_limit_is_listed_as_untried():
+    from fade.act.tune.search import Trial
+    from fade.analyze.tuneplan import Plan, Visit
+
+    plan = Plan(visits=[Visit("compile", ("default",), "x")], named={"compile=default": "memory_bound_elementwise"})
+    timer = FakeTimer({})
+
+    def measure(config, timeout_s=None):
+        if config["compile"] == "default":
+            timer.now += timeout_s
+            return Trial(config, (), "failed", f"timeout: no result after {timeout_s:g} s", cost_s=timeout_s)
+        return timer(config)
+
+    result = search([KNOBS[2]], measure, reference=REFERENCE, budget_s=400, clock=timer.clock, plan=plan)
+    assert [entry["value"] for entry in result.untried_named] == ["default"]
+    assert "outran" in result.untried_named[0]["reason"]
+
+
+def test_a_later_pass_does_not_judge_a_rejected_value_again():
+    """amp-fp16 fails the numerics check in eager mode (fastest, but its loss drifts): once compile moves, the second
+    pass judges the other precisions again, not amp-fp16."""
+    knobs = [KNOBS[0], knob("compile", "compile", ["off", "reduce-overhead"])]
+    timer = FakeTimer({("precision", "amp-fp16"): 0.3, ("compile", "reduce-overhead"): 0.5},
+                      losses={("precision", "amp-fp16"): 6.5})  # fmt: skip
+    found = search(knobs, timer, reference=REFERENCE, budget_s=10_000, clock=timer.clock)
+    fp16_rows = [row for row in found.candidates if row.value == "amp-fp16"]
+    assert [row.status for row in fp16_rows] == ["rejected"]
+
+
+def test_a_resumed_journal_counts_even_when_the_budget_is_spent(tmp_path):
+    """A search interrupted after four trials resumes under a budget that leaves nothing for new trials: the four
+    recorded trials are used (they cost nothing), and only the rest is not tried."""
+    speedups = {("precision", "amp-bf16"): 0.5}
+    journal = open_cache(FINGERPRINT, base=tmp_path).journal("resume")
+    first = FakeTimer(speedups, interrupt_after=4)
+    with pytest.raises(KeyboardInterrupt):
+        search(KNOBS, first, reference=REFERENCE, budget_s=1000, journal=journal, clock=first.clock)
+    again = FakeTimer(speedups)
+    resumed = search(KNOBS, again, reference=REFERENCE, budget_s=41, journal=journal, clock=again.clock)
+    assert resumed.trials_resumed == 4
+    assert statuses(resumed)[("precision", "amp-bf16")] == "accepted"

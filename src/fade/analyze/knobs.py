@@ -19,13 +19,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 KNOBS_FILE = Path(__file__).resolve().parents[1] / "data" / "knobs.toml"
-GROUP_ORDER = ("precision", "layout", "backend", "optimizer", "compile")  # the table's order; act.tune.search.search_order visits compile first
+GROUP_ORDER = ("precision", "layout", "backend", "optimizer", "compile")  # the table's order; fade.analyze.tuneplan orders the search
 WHERE = ("any", "gpu", "cuda", "rocm")
 KINDS = ("torch", "env", "model")
 MODES = ("train", "infer")
 BACKENDS = ("cpu", "cuda", "rocm")
 # the verdict rules of fade.analyze.profile.decide that a knob value can answer ("one_kernel_dominates:gemm" names
-# the top kernel's class too); tests/tune/test_plan.py holds this list equal to decide's rules
+# the top kernel's class too); tests/tune/test_plan.py checks that decide emits each of them
 PROFILE_RULES = ("launch_bound", "gemm_low_peak", "memory_bound_elementwise", "one_kernel_dominates")
 
 
@@ -47,7 +47,7 @@ class Knob:
     image_only: bool = False
     attention_only: bool = False
     cuda_torch: Optional[str] = None
-    cost: dict = field(default_factory=dict)  # value -> expected trial cost as a multiple of this knob's dearest trial so far
+    cost: dict = field(default_factory=dict)  # value -> cost factor (act.tune.search.expected_cost_s; knobs.toml says more)
     ignored_elsewhere: bool = False  # outside `where` torch accepts the flag and it changes nothing (knobs.toml says more)
     answers: dict = field(default_factory=dict)  # value -> profile verdict keys it answers (PROFILE_RULES; knobs.toml says more)
     note: str = ""

@@ -1,6 +1,6 @@
 """The order of `fade tune`'s search, decided from a profile of the baseline step: the knob values that answer the
 step's verdicts (fade.analyze.profile.decide) go first, then the knobs that need no compile, then the compile modes
-by expected cost; verdicts that no knob answers are said as such (a slow data loader is not a knob).
+by expected cost; verdicts that no knob answers are said as such (a host sync in the user's loop is not a knob).
 
 Why (issue 26): on an H200 a torchvision CNN trained at 0.20x of its best hand configuration because the tuner
 measured compile modes first and max-autotune ate the budget, while `fade profile` of the same step said "GEMM/conv
@@ -9,12 +9,13 @@ kernels take 78% of device time at 23% of peak; fix: bf16/fp16 autocast, TF32, c
 the tuner's first trials are the same knowledge, read from one place.
 
 Order
-    1. For each verdict, largest share of the step first: the knobs with a value that answers it (a verdict key is
-       the rule, or "one_kernel_dominates:<class>" with the top kernel's class), in the table's order; within a
-       knob, the answering values first.
-    2. The other knobs that need no compile (precision, layout, backend, optimizer): seconds per trial.
-    3. The compile knob, its values by the table's cost factor (max-autotune last), unless a verdict named it
-       earlier (launch-bound: CUDA graphs first).
+    1. For each verdict, largest share of the step first: the values that answer it (a verdict key is the rule, or
+       "one_kernel_dominates:<class>" with the top kernel's class), a visit per knob in the table's order
+       (launch-bound: compile=reduce-overhead alone, before anything else).
+    2. The values no verdict named of the knobs that need no compile (precision, layout, backend, optimizer):
+       seconds per trial.
+    3. The compile modes no verdict named, by the table's cost factor (max-autotune last).
+    A knob can so have two visits (its named values first, the rest in its usual place).
 Pure: plain data in (the verdict dicts of a profile summary, fade.analyze.knobs.Knob rows), plain data out.
 """
 
@@ -44,11 +45,12 @@ class Plan:
     note: str = ""  # how the diagnosis was made, or why there is none
 
     def why(self, knob: str, value: str) -> str:
-        """Why knob=value is tried where it is: the verdict that names it, else its knob's place."""
+        """Why knob=value is tried where it is: the verdict that names it, else its visit's place."""
         key = self.named.get(f"{knob}={value}")
         if key:
             return f"the profile's verdict {key} names it"
-        return next((visit.why for visit in self.visits if visit.knob == knob), "")
+        return next((visit.why for visit in self.visits if visit.knob == knob and value in visit.values),
+                    next((visit.why for visit in self.visits if visit.knob == knob), ""))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,13 +105,16 @@ def plan_search(knobs: list, verdicts: Optional[list] = None, *, note: str = "")
 
     visits = []
     for knob in sorted((knob for knob in knobs if knob.id in first_named), key=lambda knob: first_named[knob.id][0]):
-        visits.append(Visit(knob.id, ordered_values(knob), f"first: it answers the profile's verdict {first_named[knob.id][1]}"))
+        values = tuple(value for value in ordered_values(knob) if f"{knob.id}={value}" in named)
+        visits.append(Visit(knob.id, values, f"first: it answers the profile's verdict {first_named[knob.id][1]}"))
+    for knob in knobs:  # the values no verdict named, each knob in its usual place
+        rest = tuple(value for value in ordered_values(knob) if f"{knob.id}={value}" not in named)
+        if rest and knob.group != "compile":
+            visits.append(Visit(knob.id, rest, "needs no compile: measured in seconds, before the compile modes"))
     for knob in knobs:
-        if knob.id not in first_named and knob.group != "compile":
-            visits.append(Visit(knob.id, ordered_values(knob), "needs no compile: measured in seconds, before the compile modes"))
-    for knob in knobs:
-        if knob.id not in first_named and knob.group == "compile":
-            visits.append(Visit(knob.id, ordered_values(knob), "after the knobs that need no compile: each trial compiles, "
-                                                                "the cheapest mode first"))
+        rest = tuple(value for value in ordered_values(knob) if f"{knob.id}={value}" not in named)
+        if rest and knob.group == "compile":
+            visits.append(Visit(knob.id, rest, "after the knobs that need no compile: each trial compiles, the cheapest "
+                                               "mode first"))  # fmt: skip
     return Plan(visits=visits, diagnosis=[dict(verdict) for verdict in verdicts], named=named, unanswered=unanswered,
                 note=note)

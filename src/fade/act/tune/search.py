@@ -18,17 +18,20 @@ Interaction
     launch cost). So the passes repeat (up to MAX_PASSES) while a pass changed the best configuration: a knob is
     visited again, over every value but its current one, when the other knobs' values moved since its last visit
     (gpt2-small inference on an H100: CUDA graphs gain 1% in fp32, where the step is GEMM-bound, and 2.3x once
-    amp-bf16 makes it launch-bound). When no compile mode beat the eager configuration, the precisions that did
-    not win in eager mode are judged once more under the fastest sound compile mode (the interaction probe), since
-    the compile mode alone may be within the noise while compile plus bf16 is not. No configuration is judged
-    twice; rows of a later pass say which knobs had moved.
+    amp-bf16 makes it launch-bound); a later pass tries a knob's values fastest-first by what they measured
+    before, and leaves out values rejected before. After each pass in which no compile mode won, the precisions
+    are judged under the fastest compile mode that ran sound (the interaction probe), since the compile mode
+    alone may be within the noise while compile plus bf16 is not. No configuration is judged twice; rows of a
+    later pass say which knobs had moved.
 Cost
     Every trial has an expected cost before it starts (expected_cost_s): a trial that compiles is expected at the
     first compiled trial's wall time times the knob table's cost factor of its mode over that of the first
-    (max-autotune 8x); any other at the dearest trial that compiled nothing so far. A trial starts only when its
+    (max-autotune 8x); any other at the dearest trial that compiled nothing so far times its value's factor. A
+    trial that a resumed journal holds costs nothing and always counts. A trial starts only when its
     expected cost fits TRIAL_SHARE of the search budget left (a compile of unknown cost: when that share is at
     least MIN_TRIAL_TIMEOUT_S), and it is stopped at that share, or at OVERRUN_FACTOR times its expected cost if
-    sooner (never below MIN_TRIAL_TIMEOUT_S): one compile can take at most half of what is left, never all of it.
+    sooner (never below MIN_TRIAL_TIMEOUT_S, never beyond the search budget left): one compile can take at most
+    half of what is left, never all of it. The final check is stopped FINAL_OVERRUN_S past the budget.
 Statuses
         rejected      it crashed, ran out of memory, or failed the numerics check (numerics.check: loss vs fp32
                       from the same seed, finite gradients, outputs);
@@ -87,6 +90,7 @@ FINAL_SHARE = 0.25  # of the budget, kept for the interleaved final check (at le
 MIN_TRIAL_TIMEOUT_S = 30.0  # no trial is stopped sooner: a worker start and a small compile take this long
 # a trial may take at most this share of the search budget left: the first compile (cost unknown) cannot eat the rest
 TRIAL_SHARE = 0.5
+FINAL_OVERRUN_S = 45.0  # the final check may run this far past the budget before it is stopped (the bar: budget + 60 s)
 OVERRUN_FACTOR = 3.0  # a trial with a known expected cost is stopped at 3x it: something else is wrong by then
 # Coordinate ascent passes: knobs interact both ways on the H100 (mobilenet_v2 infer: bf16 pays only under CUDA
 # graphs; gpt2-small infer: CUDA graphs pay only once bf16 makes the step launch-bound,
@@ -250,14 +254,15 @@ def search(
     chosen = best.config
     verdict, before, after, why = "baseline-kept", None, None, "no candidate beat PyTorch's defaults beyond the noise bar"
     if chosen != baseline:
-        before_trial, after_trial = _final_check(measure, baseline, chosen)
+        final_limit_s = max(budget_s - (clock() - started), 0.0) + FINAL_OVERRUN_S
+        before_trial, after_trial = _final_check(measure, baseline, chosen, timeout_s=final_limit_s, clock=clock)
         before, after = _figures(before_trial), _figures(after_trial)
         verdict, why, row = judge_final(baseline_trial, before_trial, after_trial, state.reason_rejected(after_trial))
         candidates.append(row)
         if verdict != "faster":
             chosen = baseline
     elapsed_s = clock() - started
-    untried = state.untried_named()
+    untried = [] if exhaustive else state.untried_named()  # exhaustive measures every combination
     needed_s = None
     if untried:
         needed_s = budget_needed_s(searched_s, [entry["expected_s"] for entry in untried], state.dearest_trial_s(), reserve_s)
@@ -290,6 +295,8 @@ class _State:
         self.knobs, self.measure, self.reference, self.budget_s = knobs, measure, reference, budget_s
         self.journal, self.clock, self.started, self.say, self.plan = journal, clock, started, say, plan
         self.recorded = journal.load() if journal is not None else {}
+        for message in getattr(journal, "messages", ()):  # a corrupt journal set aside, lines skipped
+            say(message)
         self.counts = {"measured": 0, "resumed": 0}
         self.takes_timeout = "timeout_s" in inspect.signature(measure).parameters
         self.compile_knob = next((knob for knob in knobs if knob.group == "compile"), None)
@@ -302,9 +309,15 @@ class _State:
         self.accepted: dict = {}  # id(row) -> Trial of each accepted row: the new best
 
     # -- trials
+    def recorded_usable(self, key: str) -> bool:
+        """Whether the journal holds a finished trial of this configuration to reuse: not one that was stopped at
+        its limit (a resumed run may have a larger budget for it)."""
+        record = self.recorded.get(key)
+        return record is not None and not (record.get("status") != "ok" and str(record.get("reason") or "").startswith("timeout"))
+
     def run(self, config: dict, timeout_s: Optional[float] = None) -> Trial:
         key = config_key(config)
-        if key in self.recorded:
+        if self.recorded_usable(key):
             self.counts["resumed"] += 1
             return Trial.from_dict(self.recorded[key])
         if self.takes_timeout:
@@ -364,7 +377,8 @@ class _State:
         self.judged.add(key)
         left_s = self.search_left_s(best)
         named = f"{knob.id}={value}" in self.plan.named
-        if left_s <= 0:
+        resumed = self.recorded_usable(key)  # a journal's finished trial costs nothing: no budget gate
+        if left_s <= 0 and not resumed:
             if record_unstarted or named:
                 row = Candidate(knob.id, value, config, "not-tried", "the search budget ran out", why=why,
                                 expected_s=self.expected_s(knob, value, config))  # fmt: skip
@@ -378,7 +392,7 @@ class _State:
             return row
         expected = self.expected_s(knob, value, config)
         share_s = TRIAL_SHARE * left_s
-        if (expected is not None and expected > share_s) or (expected is None and share_s < MIN_TRIAL_TIMEOUT_S):
+        if not resumed and ((expected is not None and expected > share_s) or (expected is None and share_s < MIN_TRIAL_TIMEOUT_S)):
             if expected is not None:
                 reason = f"expected to take ~{expected:.0f} s; a trial may take {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left"
             else:
@@ -391,17 +405,18 @@ class _State:
                 return row
             return None
         timeout_s = share_s if expected is None else min(share_s, OVERRUN_FACTOR * expected)
-        timeout_s = max(timeout_s, MIN_TRIAL_TIMEOUT_S)
+        # at least MIN_TRIAL_TIMEOUT_S (a worker start), never more than the search budget left
+        timeout_s = max(min(max(timeout_s, MIN_TRIAL_TIMEOUT_S), left_s), 1.0)
         self.say(f"{knob.id}={value}: measuring ({why})")
         trial = self.run(config, timeout_s=timeout_s)
         self.note_cost(config, trial)
-        self.measured_values.update(f"{name}={setting}" for name, setting in config.items())
         if trial.status != "ok" and (trial.reason or "").startswith("timeout"):
             reason = f"outran its {timeout_s:.0f} s limit ({100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left) and was stopped"
             row = _row(knob.id, value, trial, "not-tried", reason, why=why, expected_s=expected)
             self.candidates.append(row)
             self.say(f"{knob.id}={value}: not tried ({reason})")
             return row
+        self.measured_values.update(f"{name}={setting}" for name, setting in config.items())
         failure = self.reason_rejected(trial)
         if failure:
             row = _row(knob.id, value, trial, "rejected", failure, why=why, expected_s=expected)
@@ -444,24 +459,25 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
     """The plan's visits, pass after pass while a pass moved the best configuration (module docstring)."""
     knobs_by_id = {knob.id: knob for knob in state.knobs}
     best = baseline_trial
-    seen_with: dict = {}  # knob id -> the other knobs' values when it was last visited
+    seen_with: dict = {}  # visit index -> the other knobs' values when it was last visited
     for pass_number in range(1, MAX_PASSES + 1):
         best_before_pass = best.config
-        for visit in state.plan.visits:
+        for index, visit in enumerate(state.plan.visits):
             knob = knobs_by_id.get(visit.knob)
             if knob is None:
                 continue
             others = {name: value for name, value in best.config.items() if name != knob.id}
-            seen_before = seen_with.get(knob.id)
+            seen_before = seen_with.get(index)
             if seen_before == others:
                 continue  # nothing it depends on moved since its last visit
-            seen_with[knob.id] = others
+            seen_with[index] = others
             start, kept_row = best, None  # each value is judged against the configuration before this knob
             values = [value for value in visit.values if value != best.config[knob.id]]
             if pass_number > 1:
-                if knob.baseline != best.config[knob.id]:
+                if knob.baseline != best.config[knob.id] and visit.values == _all_values(state.plan, knob):
                     values.append(knob.baseline)  # a later pass may find the baseline value better again
-                values = _fastest_first(state, knob, values)
+                rejected = _rejected_values(state, knob)  # a crash or a numerics failure would repeat: not again
+                values = _fastest_first(state, knob, [value for value in values if value not in rejected])
             first_row = len(state.candidates)
             for value in values:
                 config = {**best.config, knob.id: value}
@@ -475,8 +491,7 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
             if pass_number > 1:
                 for row in state.candidates[first_row:]:
                     row.reason = f"pass {pass_number}, after {_changed(knob.id, start.config, seen_before)}: {row.reason}"
-        if pass_number == 1:
-            best = _interaction_probe(state, best)
+        best = _interaction_probe(state, best)
         if best.config == best_before_pass:
             break  # a pass that changed nothing: every knob was judged under the final configuration
     return best
@@ -489,29 +504,41 @@ def _fastest_first(state: _State, knob, values: list) -> list:
     trial left on tf32, results/tune-h200-s10/)."""
     rates: dict = {}
     for row in state.candidates:
+        if row.status == "rejected":
+            continue
         value = row.value if row.knob == knob.id else (knob.baseline if row.knob is None and row.status == "baseline" else None)
         if value is not None and row.samples_per_s:
             rates[value] = max(rates.get(value, 0.0), row.samples_per_s)
     return sorted(values, key=lambda value: -rates.get(value, 0.0))
 
 
+def _rejected_values(state: _State, knob) -> set:
+    return {row.value for row in state.candidates if row.knob == knob.id and row.status == "rejected"}
+
+
+def _all_values(plan: Plan, knob) -> tuple:
+    """Every alternative of `knob` across the plan's visits (a named value can have a visit of its own)."""
+    return tuple(value for visit in plan.visits if visit.knob == knob.id for value in visit.values)
+
+
 def _interaction_probe(state: _State, best: Trial) -> Trial:
-    """When no compile mode beat the eager configuration: the precisions that did not win in eager mode, judged
-    once under the fastest sound compile mode (module docstring, Interaction)."""
+    """When the best configuration compiles nothing: the precisions that did not win in eager mode, judged under the
+    fastest compile mode that ran sound anywhere in the search (module docstring, Interaction). Judged
+    configurations are never measured again, so running it after every pass costs only what is new."""
     precision = next((knob for knob in state.knobs if knob.group == "precision"), None)
     if precision is None or state.compile_knob is None or state.compile_mode(best.config) is not None:
         return best
     sound_modes = [row for row in state.candidates if row.knob == state.compile_knob.id and row.samples_per_s
-                   and row.status in ("within-noise", "slower") and row.config == {**best.config, state.compile_knob.id: row.value}]  # fmt: skip
+                   and row.status in ("accepted", "within-noise", "slower")]  # fmt: skip
     if not sound_modes:
         return best
     mode = max(sound_modes, key=lambda row: row.samples_per_s).value
-    rejected = {row.value for row in state.candidates if row.knob == precision.id and row.status == "rejected"}
-    order = next((visit.values for visit in state.plan.visits if visit.knob == precision.id), precision.values[1:])
+    rejected = _rejected_values(state, precision)
+    order = _all_values(state.plan, precision) or precision.values[1:]
     start, kept_row = best, None
     for value in [value for value in (*order, precision.baseline) if value != best.config[precision.id] and value not in rejected]:
         config = {**best.config, precision.id: value, state.compile_knob.id: mode}
-        why = (f"interaction: {precision.id}={value} judged under compile={mode}, which alone was within the noise "
+        why = (f"interaction: {precision.id}={value} judged under compile={mode}, which alone did not win "
                "(bf16 can lose in eager mode and win under CUDA graphs)")  # fmt: skip
         row = state.judge(precision, value, config, start, best, why=why, record_unstarted=True)
         if row is not None and row.status == "accepted":
@@ -541,9 +568,10 @@ def expected_cost_s(compile_knob, mode: Optional[str], factor: float, eager_cost
 
 def budget_needed_s(searched_s: float, expected: list, fallback_s: float, reserve_s: float) -> float:
     """About what budget would have measured the untried values too: the search as it ran (`searched_s`, set-up
-    included), plus each one's expected cost (else the dearest trial measured) and the rest of the share rule's
+    included), plus each one's expected cost (else the dearest trial measured, at least MIN_TRIAL_TIMEOUT_S, what
+    a compile of unknown cost needs) and the rest of the share rule's
     room for the dearest of them, plus the final check's reserve (FINAL_SHARE of the budget, or `reserve_s`)."""
-    costs = [cost if cost is not None else fallback_s for cost in expected]
+    costs = [cost if cost is not None else max(fallback_s, MIN_TRIAL_TIMEOUT_S) for cost in expected]
     search_s = searched_s + sum(costs) + max(costs + [0.0]) * (1 / TRIAL_SHARE - 1)
     return max(search_s / (1 - FINAL_SHARE), search_s + reserve_s)
 
@@ -605,6 +633,8 @@ def recommend_nothing(result: SearchResult, verdict: str, reason: str) -> Search
     cannot make, such as the host load measured around the whole run."""
     from dataclasses import replace
 
+    if result.untried_named and result.budget_needed_s is not None:  # what was left untried still comes first
+        reason = untried_line(result.untried_named, result.budget_needed_s) + " " + reason
     return replace(result, chosen=dict(result.baseline), verdict=verdict, verdict_reason=reason)
 
 
@@ -633,21 +663,37 @@ def _exhaustive(knobs, baseline_trial: Trial, run, reason_rejected, candidates: 
     return fastest
 
 
-def _final_check(measure, baseline: dict, chosen: dict) -> tuple:
-    """(baseline Trial, chosen Trial), each pooled over the final rounds.
+def _final_check(measure, baseline: dict, chosen: dict, *, timeout_s: Optional[float] = None,
+                 clock: Callable[[], float] = time.monotonic) -> tuple:  # fmt: skip
+    """(baseline Trial, chosen Trial), each pooled over the final rounds, within `timeout_s` in all (the budget
+    left plus FINAL_OVERRUN_S) where the measure takes a limit.
 
     A measure with `side_by_side` (tuner.WorkerMeasure) builds and compiles both once in one worker and
-    times them in turns, 2 x FINAL_ROUNDS rounds; otherwise, or when that fails, each side is measured
-    separately in FINAL_ORDER x FINAL_ROUNDS (ABBA)."""
+    times them in turns, 2 x FINAL_ROUNDS rounds; otherwise, or when that fails for another reason than its
+    limit, each side is measured separately in FINAL_ORDER x FINAL_ROUNDS (ABBA), each run limited to what is
+    left of the limit, and no run started once it is spent."""
     paired = getattr(measure, "side_by_side", None)
     if paired is not None:
-        trials = paired({"baseline": baseline, "chosen": chosen}, rounds=2 * FINAL_ROUNDS)
+        takes = "timeout_s" in inspect.signature(paired).parameters
+        pair = {"baseline": baseline, "chosen": chosen}
+        trials = paired(pair, rounds=2 * FINAL_ROUNDS, timeout_s=timeout_s) if takes else paired(pair, rounds=2 * FINAL_ROUNDS)
         if trials:
             return trials["baseline"], trials["chosen"]
+        failure = str(getattr(measure, "side_by_side_failure", "") or "")
+        if failure.startswith("timeout"):  # out of budget: separate runs would overrun it further
+            reason = f"the final check outran the budget ({failure})"
+            return Trial(dict(baseline), (), "failed", reason), Trial(dict(chosen), (), "failed", reason)
+    takes_timeout = "timeout_s" in inspect.signature(measure).parameters
+    deadline = None if timeout_s is None else clock() + timeout_s
     pooled: dict = {"baseline": [], "chosen": []}
     last: dict = {}
     for side in FINAL_ORDER * FINAL_ROUNDS:
-        trial = measure(dict(baseline if side == "baseline" else chosen))
+        left_s = None if deadline is None else deadline - clock()
+        if left_s is not None and left_s <= 0 and all(side_name in last for side_name in pooled):
+            break  # the limit is spent and both sides have run: judge what was measured
+        config = dict(baseline if side == "baseline" else chosen)
+        limit_s = None if left_s is None else max(left_s, 1.0)
+        trial = measure(config, timeout_s=limit_s) if takes_timeout else measure(config)
         last[side] = trial
         if trial.status == "ok":
             pooled[side].extend(trial.samples_s)

@@ -45,6 +45,7 @@ TRIAL_TIMEOUT_S = 300.0  # torch.compile max-autotune of a ResNet training step 
 DEFAULT_BUDGET_MIN = 5.0  # the issue's "<= 5 min per model"
 MODES = ("train", "infer")
 DIAGNOSIS_TIMEOUT_S = 180.0  # the profiled window builds the model and runs ~8 eager steps; a hang must not eat the budget
+DIAGNOSIS_SHARE = 0.2  # ... nor more than this share of it (a 5-minute budget: 60 s; it took 10-20 s on an H200)
 
 
 @dataclass
@@ -183,12 +184,12 @@ class WorkerMeasure:
                             extra={"round_medians_s": list(side["round_medians_s"])})
                 for name, side in extra["sides"].items()}  # fmt: skip
 
-    def diagnose(self) -> dict:
+    def diagnose(self, timeout_s: float = DIAGNOSIS_TIMEOUT_S) -> dict:
         """What `fade profile` says of the baseline step (trial.diagnose_step), with "status": "ok"; or
         {"status": "failed", "reason"}: the search then runs in its default order."""
         params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size}
         try:
-            record = self._run("tune_diagnose", params, knob_table.baseline_config(self.knobs), timeout_s=DIAGNOSIS_TIMEOUT_S)
+            record = self._run("tune_diagnose", params, knob_table.baseline_config(self.knobs), timeout_s=timeout_s)
         finally:
             # the trials get a fresh worker: a launch-bound step timed after a torch.profiler session in the same
             # process ran 34.3 ms against 25.4 ms in a fresh one on the H100 (fade.measure.profile.profile_steps)
@@ -205,6 +206,7 @@ class WorkerMeasure:
         return record["extra"]["reference"]
 
     def __call__(self, config: dict, *, timeout_s: Optional[float] = None) -> Trial:
+        self._executor_for(config)  # a worker (re)start is not the trial's cost: the reserve doubles the baseline's
         started = time.monotonic()
         params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size, "knobs": dict(config)}
         record = self._run("tune_trial", params, config, timeout_s=timeout_s)
@@ -320,9 +322,12 @@ def drive(measure, searched: list, left_out: dict, *, label: str, mode: str, bat
     if reference is None and mode == "train" and hasattr(measure, "reference"):
         say("measuring the fp32 reference losses (TF32 off)")
         reference = measure.reference()
+    if diagnosis is None and fingerprint.get("backend") == "cpu":
+        diagnosis = {"status": "skipped", "reason": "on the CPU a profile has no device timeline to order the search "
+                                                    "by, so none is taken (it would only cost budget)"}  # fmt: skip
     if diagnosis is None and hasattr(measure, "diagnose") and not exhaustive:
         say("profiling the baseline step (PyTorch's defaults) to decide what to try first")
-        diagnosis = measure.diagnose()
+        diagnosis = measure.diagnose(timeout_s=diagnosis_limit_s(budget_min)) if _takes_timeout(measure.diagnose) else measure.diagnose()
     plan = plan_for(searched, diagnosis)
     for line in plan_lines(plan):
         say(line)
@@ -335,10 +340,23 @@ def drive(measure, searched: list, left_out: dict, *, label: str, mode: str, bat
                         cache_messages=cache_messages, host_load=host_load, diagnosis=diagnosis)  # fmt: skip
 
 
+def diagnosis_limit_s(budget_min: float) -> float:
+    """How long the profiled window may take: DIAGNOSIS_SHARE of the budget, at most DIAGNOSIS_TIMEOUT_S."""
+    return max(30.0, min(DIAGNOSIS_TIMEOUT_S, DIAGNOSIS_SHARE * 60.0 * budget_min))
+
+
+def _takes_timeout(function) -> bool:
+    import inspect
+
+    return "timeout_s" in inspect.signature(function).parameters
+
+
 def plan_for(searched: list, diagnosis: Optional[dict]) -> Plan:
     """The search plan from a diagnosis (WorkerMeasure.diagnose's dict), or the default order with the reason."""
     if not diagnosis:
         return plan_search(searched, note="no diagnosis: the search runs in the default order")
+    if diagnosis.get("status") == "skipped":
+        return plan_search(searched, note=f"no diagnosis: {diagnosis.get('reason')}; the default order")
     if diagnosis.get("status") != "ok":
         return plan_search(searched, note=f"the baseline step could not be profiled ({diagnosis.get('reason')}); "
                                           "the search runs in the default order")  # fmt: skip
