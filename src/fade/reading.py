@@ -18,13 +18,19 @@ import json
 import math
 import os
 import stat
-from typing import Any, Union
+from dataclasses import dataclass
+from typing import Any, Optional, Union
 
 from fade.errors import FadeUsageError
 
 MAX_BYTES = 256 * 2**20  # 256 MiB: larger than any results file FADE writes in a day of benchmarks; /dev/zero is not
 MAX_DEPTH = 64  # FADE's own documents nest at most ~8 deep; json's C parser recurses and overflows past ~10,000
 MAX_INT_DIGITS = 40  # 128-bit values fit in 39 digits (KFD properties are 64-bit); Python refuses >4300 anyway
+# Floats a reader computes with are 0 or lie in FLOAT_MIN..FLOAT_MAX in magnitude: the plots multiply and divide
+# up to three of them (value * median_s / q1_s) and scale axis limits by small factors, so within these bounds
+# no figure overflows to inf ("Axis limits cannot be NaN or Inf"); no measurement comes near either bound.
+FLOAT_MIN, FLOAT_MAX = 1e-100, 1e100
+NUMBER = (int, float)  # a JSON number (true/false is not one)
 
 
 class UnreadableFile(FadeUsageError):
@@ -80,21 +86,112 @@ def read_text(path: Union[str, os.PathLike], *, what: str = "file", max_bytes: i
 
 def parse_json(text: str, *, what: str = "JSON", max_depth: int = MAX_DEPTH) -> Any:
     """json.loads with the module's limits; UnreadableFile (one line) for anything outside them."""
-    depth = _max_depth(text)
+    depth = nesting_depth(text, max_depth)
     if depth > max_depth:
-        raise UnreadableFile(f"{what}: nested {depth} deep, more than the {max_depth} FADE reads")
+        raise UnreadableFile(f"{what}: nested too deeply (JSON nested deeper than the {max_depth} levels FADE reads)")
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float, parse_int=_bounded_int)
+        return json.loads(text, parse_constant=_no_constant, parse_float=finite_float, parse_int=_bounded_int)
     except UnreadableFile as error:  # a number hook's refusal: say which document
         raise UnreadableFile(f"{what}: {error}") from None
-    except ValueError as error:  # json.JSONDecodeError is a ValueError; so are the hooks' refusals
+    except json.JSONDecodeError as error:
+        where = f"column {error.colno}" if error.lineno == 1 else f"line {error.lineno}, column {error.colno}"
+        raise UnreadableFile(f"{what}: not valid JSON ({error.msg}; {where})") from None
+    except ValueError as error:  # Python's own limits (int() of a long digit string)
         raise UnreadableFile(f"{what}: not valid JSON ({error})") from None
+
+
+def gunzip(data: bytes, *, what: str = "file", max_bytes: int = MAX_BYTES) -> bytes:
+    """The gzip stream `data` decompressed (every member), at most `max_bytes`: a small file that inflates
+    past the cap (a gzip bomb) is refused like a large file."""
+    import zlib
+
+    out, total = [], 0
+    while data:
+        inflater = zlib.decompressobj(wbits=31)  # 31: gzip header and trailer
+        try:
+            chunk = inflater.decompress(data, max_bytes + 1 - total)
+        except zlib.error as error:
+            raise UnreadableFile(f"{what}: a damaged gzip file ({error})") from None
+        total += len(chunk)
+        out.append(chunk)
+        if total > max_bytes or inflater.unconsumed_tail:
+            raise UnreadableFile(f"{what}: more than the {max_bytes} bytes this reader takes once decompressed")
+        if not inflater.eof:
+            raise UnreadableFile(f"{what}: a damaged gzip file (it ends early)")
+        data = inflater.unused_data.lstrip(b"\0")  # the next member, if any (padding between members is NUL)
+    return b"".join(out)
 
 
 def read_json(path: Union[str, os.PathLike], *, what: str = "file", max_bytes: int = MAX_BYTES,
               max_depth: int = MAX_DEPTH) -> Any:  # fmt: skip
     """The JSON document in the regular file at `path`, within the module's limits."""
     return parse_json(read_text(path, what=what, max_bytes=max_bytes), what=f"{what} {path}", max_depth=max_depth)
+
+
+@dataclass(frozen=True)
+class Maybe:
+    """In a schema: a key that may be missing or null; when present, `spec` holds."""
+
+    spec: Any
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """In a schema: an object whose every value holds `spec`; `keys` limits the names when given."""
+
+    spec: Any
+    keys: Optional[tuple] = None
+
+
+def schema_problem(value: Any, spec: Any, where: str = "") -> Optional[str]:
+    """The first place where the parsed JSON `value` does not hold `spec`, as one line; None when it does.
+
+    A spec is a type or a tuple of types (NUMBER: int or float, never bool unless named), a dict {key: spec}
+    (an object with those keys; other keys pass unread), [spec] (an array of such items), Maybe(spec) or
+    MapOf(spec, keys). Floats must be 0 or within FLOAT_MIN..FLOAT_MAX in magnitude.
+    """
+    if isinstance(spec, Maybe):
+        return None if value is None else schema_problem(value, spec.spec, where)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{where or 'the document'} is {_json_kind(value)}, expected an object"
+        for key, inner in spec.items():
+            if key not in value and not isinstance(inner, Maybe):
+                return f"{_join(where, key)} is missing"
+            problem = schema_problem(value.get(key), inner, _join(where, key))
+            if problem:
+                return problem
+        return None
+    if isinstance(spec, (list, MapOf)):
+        if not isinstance(value, list if isinstance(spec, list) else dict):
+            return f"{where or 'the document'} is {_json_kind(value)}, expected an {'array' if isinstance(spec, list) else 'object'}"
+        items = enumerate(value) if isinstance(spec, list) else value.items()
+        for key, item in items:
+            if isinstance(spec, MapOf) and spec.keys is not None and key not in spec.keys:
+                return f"{where} names {key[:40]!r}, none of {', '.join(spec.keys)}"
+            inner = spec[0] if isinstance(spec, list) else spec.spec
+            problem = schema_problem(item, inner, f"{where}[{key}]" if isinstance(spec, list) else _join(where, key))
+            if problem:
+                return problem
+        return None
+    types = spec if isinstance(spec, tuple) else (spec,)
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        names = {int: "an integer", float: "a number", str: "a string", bool: "true/false", dict: "an object",
+                 list: "an array", type(None): "null"}  # fmt: skip
+        expected = "a number" if set(types) >= set(NUMBER) else " or ".join(names.get(kind, kind.__name__) for kind in types)
+        return f"{where} is {_json_kind(value)}, expected {expected}"
+    if isinstance(value, float) and value and not FLOAT_MIN <= abs(value) <= FLOAT_MAX:
+        return f"{where} is {value:g}, outside the {FLOAT_MIN:g}..{FLOAT_MAX:g} FADE computes with"
+    return None
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _json_kind(value) -> str:
+    return {type(None): "null", bool: "true/false", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "an object"}.get(type(value), type(value).__name__)  # fmt: skip
 
 
 def _kind(mode: int) -> str:
@@ -105,8 +202,11 @@ def _kind(mode: int) -> str:
     return "not a plain file"
 
 
-def _max_depth(text: str) -> int:
-    """The deepest nesting of [ and { outside strings: a linear scan, so a hostile depth never reaches json."""
+def nesting_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """The deepest nesting of [ and { outside strings: a linear scan, so a hostile depth never reaches json.
+    Text with at most `limit` brackets in all cannot nest deeper, and skips the scan (most lines of a file)."""
+    if text.count("[") + text.count("{") <= limit:
+        return 0
     depth = deepest = 0
     in_string = escaped = False
     for char in text:
@@ -122,19 +222,22 @@ def _max_depth(text: str) -> int:
         elif char in "[{":
             depth += 1
             deepest = max(deepest, depth)
+            if deepest > limit:  # enough to refuse it: no need to read a hostile document to its end
+                return deepest
         elif char in "]}":
             depth -= 1
     return deepest
 
 
 def _no_constant(name: str):
-    raise UnreadableFile(f"JSON number {name} is not a finite number")
+    raise UnreadableFile(f"{name} is not a JSON number (JSON has no NaN or Infinity)")
 
 
-def _finite_float(text: str) -> float:
+def finite_float(text: str) -> float:
+    """float(text), refused when it overflows to inf or is NaN (a parse_float hook for json and tomllib)."""
     value = float(text)
     if not math.isfinite(value):
-        raise UnreadableFile(f"JSON number {text[:40]} is out of range (it overflows to {value})")
+        raise UnreadableFile(f"number {text[:40]} is out of range (it reads as {value})")
     return value
 
 
@@ -145,4 +248,5 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-__all__ = ["UnreadableFile", "read_bytes", "read_text", "parse_json", "read_json", "MAX_BYTES", "MAX_DEPTH", "MAX_INT_DIGITS"]
+__all__ = ["UnreadableFile", "read_bytes", "read_text", "parse_json", "read_json", "gunzip", "nesting_depth",
+           "finite_float", "schema_problem", "Maybe", "MapOf", "NUMBER", "FLOAT_MIN", "FLOAT_MAX", "MAX_BYTES", "MAX_DEPTH", "MAX_INT_DIGITS"]

@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
 from fade.errors import FadeUsageError
+from fade.reading import FLOAT_MAX, FLOAT_MIN, MAX_BYTES, UnreadableFile, gunzip, parse_json, read_bytes
 from fade.version import __version__
 
 SCHEMA_VERSION = 1
+RESULTS_MAX_BYTES = MAX_BYTES  # a day of benchmarks is a few MB; decompressed, a .jsonl.gz is held to it too
 GZIP_MAGIC = b"\x1f\x8b"  # a gzip member's first two bytes (RFC 1952)
 STATUSES = ("ok", "skipped", "error", "oom", "timeout", "crashed")
 FAILED_STATUSES = frozenset({"error", "oom", "timeout", "crashed"})
@@ -150,19 +151,10 @@ def read_records(path, *, strict: bool = False) -> RecordFile:
     FadeUsageError instead. A missing or unreadable file always raises FadeUsageError.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-        if data[:2] == GZIP_MAGIC:  # results kept compressed (results/*/*.jsonl.gz) read as they are
-            import gzip
-            import zlib
-
-            try:
-                data = gzip.decompress(data)
-            except (OSError, EOFError, zlib.error) as error:
-                raise FadeUsageError(f"cannot read results file {path}: a damaged gzip file ({error})") from None
-        text = data.decode("utf-8", errors="replace")
-    except OSError as error:
-        raise FadeUsageError(f"cannot read results file {path}: {error.strerror or error}") from None
+    data = read_bytes(path, what="cannot read results file", max_bytes=RESULTS_MAX_BYTES)  # never a FIFO, /dev/zero
+    if data[:2] == GZIP_MAGIC:  # results kept compressed (results/*/*.jsonl.gz) read as they are
+        data = gunzip(data, what=f"cannot read results file {path}", max_bytes=RESULTS_MAX_BYTES)
+    text = data.decode("utf-8", errors="replace")
     found = RecordFile(path)
     not_results = _other_document(text)
     if not_results:
@@ -188,18 +180,10 @@ def read_records(path, *, strict: bool = False) -> RecordFile:
 def parse_record(line: str) -> tuple:
     """(record, None) for a line holding a record this FADE can use, else (None, one-line reason)."""
     try:
-        record = json.loads(line, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, ValueError) as error:
-        reason = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
-        column = f"; column {error.colno}" if isinstance(error, json.JSONDecodeError) else ""
-        return None, f"not valid JSON ({reason}{column})"
-    except RecursionError:
-        return None, f"not valid JSON (nested deeper than Python's limit of {sys.getrecursionlimit()})"
+        record = parse_json(line, what="line")
+    except UnreadableFile as error:  # not JSON, NaN/1e400, a huge integer, nested too deep: fade.reading's limits
+        return None, str(error).removeprefix("line: ")
     return (record, None) if (problem := record_problem(record)) is None else (None, problem)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
 
 
 # Each top-level field a reader uses, with the JSON types it may hold (None: null allowed). A record whose
@@ -234,12 +218,35 @@ NESTED_TYPES = {
     ("extra", "latency_us"): (*_NUMBER, type(None)), ("extra", "world"): (int, type(None)),
     ("extra", "size_bytes"): (int, type(None)), ("extra", "collective"): (str, type(None)),
     ("extra", "scaling"): (list, type(None)), ("extra", "link"): (dict, type(None)),
+    ("extra", "variant"): (dict, type(None)), ("extra", "backend_ran"): (str, type(None)),
+    ("peak", "unit"): (str, type(None)), ("work", "flops"): (*_NUMBER, type(None)),
+    ("work", "bytes"): (*_NUMBER, type(None)),
 }  # fmt: skip
 # Inside extra's dicts (models suite), the numbers the report and the plots read.
 EXTRA_NUMBERS = {
     "plain_loop": ("fade_vs_plain_pct", "samples_per_s"), "flops": ("pct_of_peak", "achieved_tflops"),
     "memory": ("peak_allocated_bytes",), "loss_check": ("loss", "fp32_loss"),
 }
+
+# The dtypes the GEMM plot has a panel for (measure.case.GEMM_DTYPES; tests/reliability/test_readers.py holds
+# the two equal): a GEMM record of another dtype could not be drawn.
+GEMM_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+_COUNT = "a positive integer"
+_POSITIVE = "a positive number"
+# What the micro suite's plots (report.plots) read of an "ok" record with a value, by family (the case id's
+# first part): dotted path -> a JSON type, _COUNT, _POSITIVE, or the tuple of values allowed.
+MICRO_DRAWN = {
+    "gemm": {"params.dtype": GEMM_DTYPES, "work.flops": _POSITIVE},  # a square GEMM's m too: its label, its order
+    "memory": {"params.elements": _COUNT},
+    "transfer": {"params.direction": str, "params.memory": str, "params.nbytes": _COUNT},
+    "conv": {"params.dtype": str, "params.layout": str, "params.layer": str, "params.direction": str, "params.n": _COUNT},
+    "sdpa": {"params.dtype": str, "params.backend": str, "params.batch": _COUNT, "params.heads": _COUNT,
+             "params.seq": _COUNT, "params.head_dim": _COUNT, "extra.backend_ran": str},
+    "cpu_vs_gpu": {"params.n": _COUNT, "params.dtype": str, "extra.cpu.tflops": _POSITIVE,
+                   "extra.gpu.tflops": _POSITIVE},
+}  # fmt: skip
+# What the dist plots read of a collective's "ok" record (one with extra.collective).
+DIST_DRAWN = {"extra.world": _COUNT, "extra.size_bytes": _COUNT}
 
 # Each entry of a dist scaling record's extra.scaling: the numbers compare, report and plots read.
 SCALING_NUMBERS = ("world", "samples_per_s_per_process", "efficiency_pct", "exposed_comm_pct", "median_step_s")
@@ -271,10 +278,82 @@ def record_problem(record) -> Optional[str]:
             return f"field extra.scaling holds an entry without numbers for {', '.join(SCALING_NUMBERS)}"
     for parent, names in EXTRA_NUMBERS.items():
         holder = (record.get("extra") or {}).get(parent) or {}
+        if not isinstance(holder, dict):
+            return f"field extra.{parent} is {_kind(holder)}, expected an object or null"
         for name in names:
             if name in holder and not _is(holder[name], (*_NUMBER, type(None))):
                 return f"field extra.{parent}.{name} is {_kind(holder[name])}, expected a number or null"
+    return _variant_problem(record) or _range_problem(record) or _drawn_problem(record)
+
+
+def _variant_problem(record: dict) -> Optional[str]:
+    """extra.variant (models suite): compare's note joins its not_applicable knobs (the bench writes an object of
+    "knob=value" -> why; a list of names reads the same)."""
+    variant = (record.get("extra") or {}).get("variant") or {}
+    knobs = variant.get("not_applicable")
+    if isinstance(knobs, dict):
+        knobs = list(knobs) if all(isinstance(why, str) for why in knobs.values()) else None
+        if knobs is None:
+            return "field extra.variant.not_applicable is an object whose reasons are not all strings"
+    if knobs is not None and not (isinstance(knobs, list) and all(isinstance(knob, str) for knob in knobs)):
+        return "field extra.variant.not_applicable is neither a list of strings nor an object of strings"
+    for name in ("name", "ran_as"):
+        if not _is(variant.get(name), _SCALAR):
+            return f"field extra.variant.{name} is {_kind(variant[name])}, expected a string or null"
     return None
+
+
+def _range_problem(record: dict) -> Optional[str]:
+    """The first float the readers compute with that lies outside FLOAT_MIN..FLOAT_MAX (0 allowed)."""
+    numbers = [(name, record.get(name)) for name in ("value", "duration_s")]
+    numbers += [(f"{parent}.{name}", (record.get(parent) or {}).get(name)) for parent, name in NESTED_TYPES]
+    extra = record.get("extra") or {}
+    numbers += [(f"extra.{parent}.{name}", (extra.get(parent) or {}).get(name))
+                for parent, names in EXTRA_NUMBERS.items() for name in names]  # fmt: skip
+    numbers += [(f"extra.scaling.{name}", entry.get(name)) for entry in extra.get("scaling") or [] for name in SCALING_NUMBERS]
+    for side in ("cpu", "gpu"):
+        if isinstance(extra.get(side), dict):
+            numbers.append((f"extra.{side}.tflops", extra[side].get("tflops")))
+    for name, number in numbers:
+        if isinstance(number, float) and number and not FLOAT_MIN <= abs(number) <= FLOAT_MAX:
+            return f"field {name} is {number:g}, outside the {FLOAT_MIN:g}..{FLOAT_MAX:g} FADE computes with"
+    return None
+
+
+def _drawn_problem(record: dict) -> Optional[str]:
+    """What the plots read of an "ok" record with a value (MICRO_DRAWN, DIST_DRAWN): present and of its type."""
+    if record.get("status") != "ok" or record.get("value") is None:
+        return None
+    wanted: dict = {}
+    if record.get("suite") == "micro":
+        family = str(record.get("case_id")).split("/", 1)[0]
+        wanted = MICRO_DRAWN.get(family, {})
+        if family == "gemm" and str((record.get("params") or {}).get("shape", "")).startswith("square"):
+            wanted = {**wanted, "params.m": _COUNT}
+    elif record.get("suite") == "dist" and (record.get("extra") or {}).get("collective"):
+        wanted = DIST_DRAWN
+    peak = record.get("peak")
+    if peak:  # drawn as a dashed line labelled with its value and unit
+        wanted = {**wanted, "peak.value": _POSITIVE, "peak.unit": str}
+    for dotted, kind in wanted.items():
+        value = record
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not _drawable(value, kind):
+            what = ("one of " + ", ".join(kind)) if isinstance(kind, tuple) else kind if isinstance(kind, str) else _names((kind,))
+            found = "missing or null" if value is None else _short(value) if isinstance(value, (str, int, float)) else _kind(value)
+            return f"field {dotted} is {found}, expected {what} (the plots draw it)"
+    return None
+
+
+def _drawable(value, kind) -> bool:
+    if isinstance(kind, tuple):
+        return isinstance(value, str) and value in kind
+    if kind is _COUNT:
+        return _is(value, (int,)) and value > 0
+    if kind is _POSITIVE:
+        return _is(value, _NUMBER) and value > 0
+    return _is(value, (kind,))
 
 
 def _is(value, types: tuple) -> bool:
@@ -308,8 +387,8 @@ def _other_document(text: str) -> Optional[str]:
     if first_line not in ("{", "["):
         return None
     try:
-        document = json.loads(text)
-    except (ValueError, RecursionError):
+        document = parse_json(text)
+    except UnreadableFile:
         return None
     if isinstance(document, dict) and "kfd_nodes" in document and "pci" in document:
         return "this is a snapshot (fade doctor --snapshot reads it)"

@@ -113,3 +113,37 @@ def test_report_is_written_despite_a_corrupt_line_which_it_lists(fade, tmp_path)
     assert f"{a}:1: not valid JSON" in err
     text = out.read_text()
     assert "resnet18" in text and f"{a}:1: not valid JSON" in text
+
+
+def test_a_resumed_run_keeps_the_original_runs_baseline_variant(fade, tmp_path):
+    """Issue 30: the variant table after a --resume run was built from the new records alone, so its baseline
+    silently became the first variant measured after the interruption. fp32 ran before; the resumed run measures
+    amp-fp16 (skipped on the CPU) and still compares with fp32."""
+    out = write_jsonl(tmp_path / "models.jsonl", [
+        {**model_record("mobilenet_v2", "infer", "fp32", 500.0, batch=2, torch_device="cpu"),
+         "case_id": "models/mobilenet_v2/infer/fp32/b2-32px"}])
+    code, stdout, _ = fade("bench", "models", "--quick", "--models", "mobilenet_v2", "--mode", "infer",
+                           "--image-size", "32", "--variants", "fp32,amp-fp16", "--resume", "-o", out)
+    assert code == ExitCode.OK
+    assert [json.loads(line)["case_id"] for line in out.read_text().splitlines()][1:] == \
+        ["models/mobilenet_v2/infer/amp-fp16/b2-32px"]  # fp32 was not measured again
+    assert "Compared with fp32" in " ".join(stdout.split())
+
+
+def test_compare_of_a_snapshot_says_so_before_printing_any_table(fade, tmp_path):
+    """Issue 30: `fade compare results.jsonl snapshot.json` printed the table, then the error. Every file is read
+    and checked first: one line, exit 2, nothing on stdout."""
+    results = write_jsonl(tmp_path / "a.jsonl", [record("x/1", 100)])
+    snapshot = tmp_path / "snap.json"
+    snapshot.write_text(json.dumps({"schema_version": 1, "kfd_nodes": [], "pci": []}, indent=1))
+    code, out, err = fade("compare", results, snapshot)
+    assert code == ExitCode.USAGE and out == ""
+    assert "this is a snapshot" in one_line(err)
+
+
+def test_compare_prints_no_terminal_control_character_from_a_results_file(fade, tmp_path):
+    hostile = "x/\x1b]0;owned\x07\x1b[2J"
+    results = write_jsonl(tmp_path / "a.jsonl", [record(hostile, 100)])
+    again = write_jsonl(tmp_path / "b.jsonl", [record(hostile, 90)])
+    code, out, _ = fade("compare", results, again)
+    assert code == ExitCode.OK and "\x1b" not in out and "\x07" not in out and "\\x1b" in out

@@ -87,3 +87,26 @@ def test_headless_chromium_opens_the_report_and_draws_the_plots(results, tmp_pat
     assert bar_pixels > 500, "the model plot's bars are not on the page: the inline PNG did not render"
     if os.environ.get("FADE_REPORT_SCREENSHOT"):  # keep it to look at: FADE_REPORT_SCREENSHOT=/tmp/report.png
         shutil.copy(screenshot, os.environ["FADE_REPORT_SCREENSHOT"])
+
+
+def section(text: str, heading: str) -> str:
+    return text.split(f"<h2>{heading}</h2>", 1)[1].split("<h2>", 1)[0]
+
+
+@pytest.mark.parametrize("order", [("new", "old"), ("old", "new")])
+def test_the_newest_run_gives_a_cases_result_whatever_the_files_order(tmp_path, order):
+    """Issue 30: `fade report` took the last file on the command line as the latest result; the newest run (by its
+    run id's start time) wins instead."""
+    files = {
+        "old": write_jsonl(tmp_path / "old.jsonl", [gemm_record(1024, 123, run_id="20261101T000000Z-aaaaaa")]),
+        "new": write_jsonl(tmp_path / "new.jsonl", [gemm_record(1024, 456, run_id="20261201T000000Z-bbbbbb")]),
+    }
+    micro = section(render_report([files[name] for name in order])[0], "Micro benchmarks")
+    assert "456" in micro and "123" not in micro
+
+
+def test_the_stack_labels_torchs_git_commit_and_fades_version(tmp_path):
+    stack = {"python": "3.11", "torch": {"version": "2.13.0", "git_version": "0123abcd"}}
+    path = write_jsonl(tmp_path / "micro.jsonl", [gemm_record(1024, 300, stack=stack, fade_version="9.8.7")])
+    stacks = section(render_report([path])[0], "Stack fingerprint")
+    assert "<th>torch git commit</th><td>0123abcd" in stacks and "<th>FADE version</th><td>9.8.7" in stacks

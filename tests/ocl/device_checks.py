@@ -3,6 +3,8 @@ in a child process, because PrivateUse1 can be named once per process and the gu
 
 import copy
 import io
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -892,3 +894,107 @@ def test_a_training_step_reads_nothing_back_to_the_host():
         step()
     labels = {label for label, _ in times.commands}
     assert "copy device-to-host" not in labels and any(label.startswith("nll") for label in labels), labels
+
+
+DEEPCOPY_CHILD = """
+import copy, torch, fade.ocl as ocl
+ocl.register()
+base = torch.arange(24.0).view(4, 6).to("ocl:0")
+first, second = copy.deepcopy([base, base.t()[1:3]])
+assert first.untyped_storage()._cdata == second.untyped_storage()._cdata != base.untyped_storage()._cdata
+first.add_(1)
+assert torch.equal(first.cpu(), torch.arange(24.0).view(4, 6) + 1) and torch.equal(second.cpu(), first.cpu().t()[1:3])
+assert torch.equal(base.cpu(), torch.arange(24.0).view(4, 6))
+leaf = torch.ones(3).to("ocl:0").requires_grad_()
+leaf.sum().backward()
+twin = copy.deepcopy(leaf)
+assert twin.requires_grad and torch.equal(twin.grad.cpu(), torch.ones(3))
+assert copy.deepcopy(torch.empty(0, 3).to("ocl:0")).shape == (0, 3)
+assert base.untyped_storage().clone().device.type == "ocl"
+print("deepcopy ok")
+"""
+
+
+def test_deepcopy_of_device_tensors_copies_them_on_the_device_without_killing_the_interpreter():
+    """Issue 30: copy.deepcopy of an ocl tensor went through torch.UntypedStorage(n, device="ocl"), which needs a
+    C++ allocator a Python backend has not, and the process died of a segfault. It runs in a process of its own, so
+    a crash fails this check with its exit status and the other checks still run."""
+    child = subprocess.run([sys.executable, "-c", DEEPCOPY_CHILD], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0 and "deepcopy ok" in child.stdout, (child.returncode, child.stderr[-3000:])
+
+
+INTEGERS = torch.tensor([-7, -6, -3, -1, 0, 1, 3, 6, 7, 10, 2**40, -(2**40)])
+DIVISORS = torch.tensor([3, -4, 2, -1, 5, 7, -3, 4, -2, 3, 7, -1])
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_remainder_ceil_floor_and_pow_build_and_equal_the_cpu(dtype):
+    """Issue 30: int64 `%`, ceil, floor and pow did not build (OpenCL C has no integer ceil or pow) or did not
+    dispatch (a wrapped scalar reached the op as a Python number). remainder follows Python's sign rule, ceil and
+    floor of an integer are the identity, integer pow wraps as the CPU's does."""
+    x, y = INTEGERS.to(dtype) if dtype == torch.int64 else INTEGERS.clamp(-1000, 1000).to(dtype), DIVISORS.to(dtype)
+    ocl.reset_fallback_counts()
+    for actual, expected in [(x.to(DEV) % y.to(DEV), x % y), (x.to(DEV) % 3, x % 3), (x.to(DEV) % -4, x % -4),
+                             (torch.remainder(7, y.to(DEV)), torch.remainder(7, y)),
+                             (torch.ceil(x.to(DEV)), torch.ceil(x)), (torch.floor(x.to(DEV)), torch.floor(x)),
+                             (x.to(DEV) ** 2, x ** 2), (x.to(DEV) ** 3, x ** 3),
+                             (torch.pow(x.to(DEV), y.abs().to(DEV)), torch.pow(x, y.abs())),
+                             (torch.pow(2, y.abs().to(DEV)), torch.pow(2, y.abs())),
+                             (x.to(DEV).t().t()[::2] % 5, x[::2] % 5)]:
+        assert actual.dtype == expected.dtype
+        assert torch.equal(actual.cpu(), expected)
+    base = torch.tensor([1, -1, 2, -2, 0], dtype=dtype)
+    exponent = torch.tensor([-3, -3, -1, -2, 5], dtype=dtype)
+    assert torch.equal(torch.pow(base.to(DEV), exponent.to(DEV)).cpu(), torch.pow(base, exponent))
+    in_place = x.to(DEV)
+    in_place.remainder_(3)
+    assert torch.equal(in_place.cpu(), x % 3)
+    assert ocl.fallback_counts() == {}
+
+
+def test_an_integer_remainder_by_zero_gives_zero_instead_of_trapping():
+    """The CPU raises ZeroDivisionError and CUDA's result is undefined; on a CPU OpenCL device a division by zero
+    (or INT64_MIN % -1) traps and kills the process, so the kernel never divides by 0 or -1."""
+    x = torch.tensor([5, -5, -(2**63)])
+    assert torch.equal((x.to(DEV) % torch.tensor([0, 0, -1]).to(DEV)).cpu(), torch.tensor([0, 0, 0]))
+
+
+def test_float_remainder_follows_the_divisors_sign_like_the_cpu():
+    x = torch.tensor([5.5, -5.5, 5.0, -5.0, 0.25, float("inf"), float("nan")])
+    y = torch.tensor([2.0, 2.0, -2.5, 2.5, -1.0, 2.0, 3.0])
+    close(x.to(DEV) % y.to(DEV), x % y)
+    close(x.to(DEV) % 1.5, x % 1.5)
+    close(torch.pow(x.abs().to(DEV), 2), torch.pow(x.abs(), 2))
+    close(torch.ceil(x.to(DEV)), torch.ceil(x))
+
+
+def test_ops_given_a_wrapped_scalar_fall_back_to_the_cpu_instead_of_failing():
+    """fmod(x, 3) reaches the backend with 3 as a Python number in a Tensor argument; the CPU fallback must call
+    the op with a tensor again (it failed with "Expected a value of type 'Tensor'")."""
+    x = torch.tensor([-7, 3, 5])
+    assert torch.equal(torch.fmod(x.to(DEV), 3).cpu(), torch.fmod(x, 3))
+    assert torch.equal((x.to(DEV) ^ 3).cpu(), x ^ 3)
+    close(torch.fmod(x.double().to(DEV), 2.5), torch.fmod(x.double(), 2.5))
+
+
+BFLOAT16_SOURCES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", BFLOAT16_SOURCES)
+def test_casts_to_and_from_bfloat16_run_on_the_device_and_round_like_the_cpu(dtype):
+    """Issue 30: casting to bfloat16 on the device raised NotImplementedError. bfloat16 words are cast by a kernel
+    that rounds to nearest even (ties included), with any strides, and no op falls back to the CPU."""
+    x = torch.randn(6, 5) * 100
+    x[0, :3] = torch.tensor([float("nan"), float("inf"), float("-inf")])
+    x[1, :3] = torch.tensor([1.00390625, 1.01171875, 3.0e38])  # 1 + 2^-8 and 1 + 3 * 2^-8 are ties
+    host = x.to(dtype) if dtype.is_floating_point else x.nan_to_num(0, 0, 0).clamp(0, 255).to(dtype)
+    ocl.reset_fallback_counts()
+    device = host.to(DEV).to(torch.bfloat16)
+    assert device.dtype == torch.bfloat16 and device.device.type == "ocl"
+    exact = dict(rtol=0, atol=0)
+    close(device, host.to(torch.bfloat16), **exact)
+    close(device.to(dtype), host.to(torch.bfloat16).to(dtype), **exact)
+    close(host.to(DEV).t()[1:4].to(torch.bfloat16), host.t()[1:4].to(torch.bfloat16), **exact)
+    close(device.t()[1:4].to(dtype), host.to(torch.bfloat16).t()[1:4].to(dtype), **exact)
+    close(device.t().contiguous(), host.to(torch.bfloat16).t().contiguous(), **exact)
+    assert ocl.fallback_counts() == {}

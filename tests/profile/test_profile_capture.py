@@ -101,3 +101,22 @@ def test_the_mfu_peak_is_the_spec_table_peak_of_the_dtype_the_variant_runs_in():
     assert peak_for_flops({"conv": 1, "matmul": 0}, parse_variant("amp-fp16"), peaks, {})["note"].startswith(
         "the spec table has no fp16")
     assert peak_for_flops({"conv": 1}, parse_variant("default"), None, {})["peak_tflops"] is None
+
+
+@pytest.mark.parametrize("window_pct, says, never", [
+    (12.0, "profiler overhead +12%", "shorter than the unprofiled"),
+    (-37.0, "37% shorter than the unprofiled step", "overhead -37%"),
+])
+def test_a_profiled_window_shorter_than_the_unprofiled_step_is_not_called_a_negative_overhead(window_pct, says,
+                                                                                              never):
+    """Issue 30: `fade profile` printed "profiler overhead -37%". A window shorter than the unprofiled step is no
+    overhead; the line says what it was instead."""
+    from tests.profile.synthetic import mixed_idle_trace
+
+    data = summarize_trace(mixed_idle_trace()).to_dict()
+    data["step_time"] = {"unprofiled_s": 0.010, "profiled_window_s": 0.010 * (1 + window_pct / 100),
+                         "overhead_window_pct": window_pct}
+    console = make_console(record=True, width=400)
+    console.print(render_profile(data))
+    text = " ".join(console.export_text().split())
+    assert says in text and never not in text

@@ -51,8 +51,9 @@ def profile_seed() -> dict:
 
     return {"schema_version": SCHEMA_VERSION, "kind": KIND, "device": {"name": "cpu", "arch": None},
             "model": "resnet18", "mode": "train", "batch": 2,
-            "knobs": {"precision": "default", "channels_last": "on", "compile": "off", "cudnn_benchmark": "on"},
-            "env": {"FADE_FUZZ_A": "1", "FADE_FUZZ_B": "x"}}  # fmt: skip
+            "knobs": {"precision": "default", "channels_last": "on", "compile": "off", "cudnn_benchmark": "on",
+                      "tunableop": "on"},
+            "env": {"PYTORCH_TUNABLEOP_ENABLED": "1", "PYTORCH_TUNABLEOP_TUNING": "1"}}  # fmt: skip
 
 
 RULES_SEED = [

@@ -93,13 +93,18 @@ class Comparison:
 
 def load_result_sets(paths: Sequence, *, by: str = "file", suite: Optional[str] = None) -> tuple:
     """(result sets, problems): read `paths` and group them with `result_sets`. FadeUsageError for an
-    unreadable file."""
+    unreadable file, or one in which nothing is a record (a snapshot, a tuning profile, a README): checked for
+    every file before anything is compared, so the CLI prints no table before the error (issue 30)."""
     if not paths:
         raise FadeUsageError("compare needs at least one results file")
     files: list = []
     problems: list = []
     for path in paths:
         found = read_records(path)
+        if found.problems and not found.records:
+            reason = found.problems[0] if len(found.problems) == 1 else \
+                f"{path}: no line is a results record ({len(found.problems)} unreadable; first {found.problems[0]})"
+            raise FadeUsageError(f"{reason}; give the JSONL files that fade bench wrote")
         problems.extend(found.problems)
         files.append((path, found.records))
     return result_sets(files, by=by, suite=suite), problems
@@ -317,6 +322,22 @@ def compare_files(
     """The common case in one call: read `paths`, compare. Unreadable lines end up in `.problems`."""
     sets, problems = load_result_sets(paths, by=by, suite=suite)
     return compare_sets(sets, baseline=baseline, fail_under=fail_under, problems=problems, by=by)
+
+
+def compare_variants(path, records: Sequence[dict], device: str, *, case_ids: Sequence[str],
+                     fail_under: Optional[float] = None) -> Comparison:
+    """One file's records of one run (`device`, `case_ids`) side by side by model-bench variant, as % of the
+    variant of the run's first case (the first variant asked for): what `fade bench models` prints after its
+    summary. Pass the whole file's records: a --resume run measures only the cases left, and its new records
+    alone could start with another variant, which silently became the baseline (issue 30)."""
+    position = {case_id: index for index, case_id in enumerate(case_ids)}
+    kept = [record for record in records if str(record.get("torch_device")) == device
+            and record.get("case_id") in position]  # fmt: skip
+    sets = result_sets([(path, kept)], by="variant")
+    if not sets:
+        raise FadeUsageError(f"no records to compare: the run wrote no model record of {device}")
+    sets.sort(key=lambda result_set: min(position[record["case_id"]] for record in result_set.records.values()))
+    return compare_sets(sets, fail_under=fail_under, by="variant")
 
 
 def compare_devices(path, records: Sequence[dict], devices: Sequence[str], *, case_ids: Optional[Sequence[str]] = None,

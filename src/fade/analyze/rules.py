@@ -23,6 +23,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from fade.analyze.facts import FACT_NAMES, is_fact_name
+from fade.reading import MAX_DEPTH, UnreadableFile, finite_float, nesting_depth, read_text
 
 try:
     import tomllib
@@ -30,6 +31,7 @@ except ImportError:  # Python < 3.11
     import tomli as tomllib
 
 RULES_FILE = Path(__file__).resolve().parent.parent / "data" / "rules.toml"
+RULES_MAX_BYTES = 4 * 2**20  # the bundled rules.toml is well under 100 KB
 SEVERITIES = ("fail", "warn", "info")  # in report order
 SCOPES = ("system", "device")
 RULE_ID = re.compile(r"^[A-Z]{2,8}\d{3}$")
@@ -141,13 +143,19 @@ def load_rules(path: str | Path = RULES_FILE) -> tuple[Rule, ...]:
     """Bundled rules and a user's rules file load through this same function."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RuleError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise RuleError(f"{path}: not UTF-8 text (TOML files are UTF-8)") from None
+        text = read_text(path, what="rules file", max_bytes=RULES_MAX_BYTES)  # a regular file: never a FIFO's hang
+    except UnreadableFile as exc:  # "rules file P: ..."; a RuleError names the file alone, like the others below
+        raise RuleError(str(exc).removeprefix("rules file ")) from None
+    if nesting_depth(text, MAX_DEPTH) > MAX_DEPTH:  # TOML arrays and inline tables nest with [ and { too
+        raise RuleError(f"{path}: nested too deeply (deeper than the {MAX_DEPTH} levels FADE reads)")
+    try:
+        data = tomllib.loads(text, parse_float=finite_float)
     except tomllib.TOMLDecodeError as exc:
         raise RuleError(f"{path}: not valid TOML ({str(exc).splitlines()[0]})") from None
+    except UnreadableFile as exc:  # inf or nan
+        raise RuleError(f"{path}: {exc}") from None
+    except ValueError as exc:  # an integer past Python's 4300-digit limit
+        raise RuleError(f"{path}: not valid TOML ({str(exc).splitlines()[0][:80]})") from None
     except RecursionError:
         raise RuleError(f"{path}: nested too deeply") from None
     if not isinstance(data.get("rule", []), list):

@@ -12,7 +12,6 @@ summarize_capture), fade.analyze.profile (compare_profiles); fade.report.profile
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -202,28 +201,9 @@ def _compare(paths: list, args) -> int:
 
 def read_summary(path: str) -> dict:
     """A profile summary JSON, or the only one in directory `path`; FadeUsageError (one line) otherwise."""
-    from fade.analyze.profile import SCHEMA_VERSION
+    from fade.analyze.profile_file import read_summary as read_checked_summary
 
-    if os.path.isdir(path):
-        found = sorted(name for name in os.listdir(path) if name.endswith(SUMMARY_SUFFIX))
-        if len(found) != 1:
-            raise FadeUsageError(f"{path}: {len(found)} *{SUMMARY_SUFFIX} files in the directory, need exactly one; "
-                                 "name the file")
-        path = os.path.join(path, found[0])
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        raise FadeUsageError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise FadeUsageError(f"{path}: not a profile summary (not JSON: {error})") from None
-    if not isinstance(data, dict) or data.get("kind") != "profile-summary":
-        raise FadeUsageError(f"{path}: not a profile summary (no \"kind\": \"profile-summary\"); "
-                             "give a *.summary.json that fade profile wrote")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise FadeUsageError(f"{path}: profile summary schema_version {data.get('schema_version')!r}, this fade reads "
-                             f"{SCHEMA_VERSION}")
-    return data
+    return read_checked_summary(path)
 
 
 def _stem(model: str, mode: str, variant: str) -> str:

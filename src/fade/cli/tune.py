@@ -136,7 +136,7 @@ def add_verbs(verbs) -> None:
     tune.add_argument("--fresh", action="store_true", help="ignore an interrupted search's journal and start over")
     tune.add_argument("-o", "--output", default=DEFAULT_PROFILE, help=f"profile to write (default {DEFAULT_PROFILE})")
     tune.add_argument("--show", metavar="PROFILE", help="print a profile (checked against this device) instead of tuning")
-    tune.add_argument("--env", action="store_true", help="with --show: only the export lines, for eval")
+    tune.add_argument("--env", action="store_true", help="with --show: only the export lines, each value shell-quoted, for eval")
     tune.add_argument("--json", action="store_true", help="with --show: the profile as JSON")
     tune.add_argument("--pretune", action="store_true", help="exhaustive find/tuning of one step's shapes into the cache (ROCm; --device ocl: CLBlast's GEMM "
                       "parameters within --budget)")

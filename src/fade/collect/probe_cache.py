@@ -17,9 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+from fade.errors import FadeUsageError
 from fade.files import atomic_write_text
+from fade.reading import NUMBER, read_json, schema_problem
 
 MAX_AGE_S = 24 * 3600  # a day: long enough to matter, short enough that a silent change ages out
+ENTRY_MAX_BYTES = 4 * 2**20  # an entry is a few KB (the torch section of a snapshot)
+CLOCK_SLACK_S = 3600.0  # an entry saved up to an hour "in the future" (a clock stepped back) still counts
 
 
 def cache_dir(environ: dict | None = None) -> Path:
@@ -65,15 +69,39 @@ def probe_key(snapshot_so_far: dict) -> str | None:
     return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def load(key: str, environ: dict | None = None) -> dict | None:
+def load(key: str, environ: dict | None = None, *, warnings: list | None = None, now=time.time) -> dict | None:
+    """The cached entry {saved_at, torch} for `key`, or None (missing, expired). An entry that cannot be read
+    or does not hold a torch section (fade.collect.snapshot.check_torch_section) is renamed to
+    `<key>.json.corrupt-<time>` with one line appended to `warnings`, and is a miss: the probe runs again."""
+    from fade.collect.snapshot import check_torch_section
+
     path = cache_dir(environ) / f"{key}.json"
-    try:
-        entry = json.loads(path.read_text())
-    except (OSError, ValueError):
+    if not os.path.lexists(path):
         return None
-    if not isinstance(entry, dict) or time.time() - entry.get("saved_at", 0) > MAX_AGE_S:
+    try:
+        entry = read_json(path, what="probe cache", max_bytes=ENTRY_MAX_BYTES)
+        if not isinstance(entry, dict) or schema_problem(entry.get("saved_at"), NUMBER) is not None:
+            raise FadeUsageError(f"probe cache {path}: no saved_at time")
+        if not 0 <= entry["saved_at"] <= now() + CLOCK_SLACK_S:
+            raise FadeUsageError(f"probe cache {path}: saved_at {entry['saved_at']:g} is not a time up to now")
+        check_torch_section(entry.get("torch"), f"probe cache {path}: torch")
+    except FadeUsageError as error:  # UnreadableFile too: not a regular file, too large, not JSON
+        _set_aside(path, str(error), warnings, now)
+        return None
+    if now() - entry["saved_at"] > MAX_AGE_S:
         return None
     return entry
+
+
+def _set_aside(path: Path, reason: str, warnings: list | None, now) -> None:
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now()))}")
+    try:
+        os.replace(path, aside)
+        message = f"{reason}; moved it to {aside.name} and probed torch afresh"
+    except OSError as error:
+        message = f"{reason}; ignored it (cannot rename it: {error.strerror or error}) and probed torch afresh"
+    if warnings is not None:
+        warnings.append(message)
 
 
 def save(key: str, torch_section: dict, environ: dict | None = None) -> None:

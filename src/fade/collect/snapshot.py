@@ -16,8 +16,10 @@ from fade.version import __version__
 from fade.collect import system, tools
 from fade.errors import FadeUsageError
 from fade.kfd import KFD_PROPERTY_MAX
+from fade.reading import parse_json, read_text
 
 SCHEMA_VERSION = 1
+SNAPSHOT_MAX_BYTES = 16 * 2**20  # a snapshot of an 8-GPU host is ~100 KB; anything near this is not one
 
 
 def _section(snapshot: dict, errors: dict, key: str, probe, default):
@@ -101,7 +103,8 @@ def _torch_subprocess_cached(snap: dict, environ: dict | None):
     from fade.collect import probe_cache
 
     key = probe_cache.probe_key(snap)
-    entry = probe_cache.load(key, environ) if key else None
+    warnings: list = []  # a corrupt cache entry set aside: one line the doctor prints
+    entry = probe_cache.load(key, environ, warnings=warnings) if key else None
     if entry is not None:
         saved = datetime.datetime.fromtimestamp(entry["saved_at"], datetime.timezone.utc)
         snap["probe"] = {"torch": "cached", "cached_at": saved.isoformat(timespec="seconds")}
@@ -109,7 +112,7 @@ def _torch_subprocess_cached(snap: dict, environ: dict | None):
     section, reason = _torch_subprocess()
     if key and section is not None and not reason:
         probe_cache.save(key, section, environ)
-    snap["probe"] = {"torch": "live"}
+    snap["probe"] = {"torch": "live", **({"warning": warnings[0]} if warnings else {})}
     return section, reason
 
 
@@ -219,17 +222,22 @@ def validate_snapshot(snap, where: str = "snapshot") -> dict:
         _check_opencl(snap["opencl"], f"{where}.opencl")
     if snap.get("topology") is not None:
         _check_topology(snap["topology"], f"{where}.topology")
-    torch = snap.get("torch")
-    if torch is not None:
-        _check(torch, f"{where}.torch", _TORCH, _TORCH_NULLABLE)
-        _check_strings(torch["arch_list"], f"{where}.torch.arch_list")
-        if torch.get("warnings") is not None:
-            _check_strings(torch["warnings"], f"{where}.torch.warnings")
-        for i, dev in enumerate(torch["devices"]):
-            _check_type(dev, dict, f"{where}.torch.devices[{i}]", nullable=False)
-            dev.setdefault("index", i)  # torch numbers its devices in list order
-            _check(dev, f"{where}.torch.devices[{i}]", _DEVICE, _DEVICE_NULLABLE)
+    if snap.get("torch") is not None:
+        check_torch_section(snap["torch"], f"{where}.torch")
     return snap
+
+
+def check_torch_section(torch, where: str) -> None:
+    """The `torch` section (fade.collect.torch_probe), from a snapshot file or the probe cache."""
+    _check_type(torch, dict, where, nullable=False)
+    _check(torch, where, _TORCH, _TORCH_NULLABLE)
+    _check_strings(torch["arch_list"], f"{where}.arch_list")
+    if torch.get("warnings") is not None:
+        _check_strings(torch["warnings"], f"{where}.warnings")
+    for i, dev in enumerate(torch["devices"]):
+        _check_type(dev, dict, f"{where}.devices[{i}]", nullable=False)
+        dev.setdefault("index", i)  # torch numbers its devices in list order
+        _check(dev, f"{where}.devices[{i}]", _DEVICE, _DEVICE_NULLABLE)
 
 
 _OPENCL = {"icd_files": list, "platforms": list}
@@ -265,19 +273,8 @@ def _check_topology(topology, where: str) -> None:
 def load_snapshot(path: str | Path) -> dict:
     """Read and validate a snapshot file; every problem is one FadeUsageError line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")  # FADE writes UTF-8, whatever the locale
-    except FileNotFoundError:
-        raise FadeUsageError(f"snapshot {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FadeUsageError(f"snapshot {path}: cannot read: {exc}") from None
+    text = read_text(path, what="snapshot", max_bytes=SNAPSHOT_MAX_BYTES)  # FADE writes UTF-8, whatever the locale
     if not text.strip():
         raise FadeUsageError(f"snapshot {path}: file is empty")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FadeUsageError(f"snapshot {path}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                             f"{exc.msg}); truncated?") from None
-    except RecursionError:
-        raise FadeUsageError(f"snapshot {path}: JSON nested too deeply") from None
+    data = parse_json(text, what=f"snapshot {path}")  # depth and number limits: no 5,000-digit integer, no 1e400
     return validate_snapshot(data, where=f"snapshot {path}")

@@ -42,6 +42,7 @@ def register_python_backend(name: str, module, kernel, extra_ops: tuple = (), er
         raise error(f"PrivateUse1 is already registered as {current!r}; the {name} device needs it")
     if current == "privateuseone":
         _setup_privateuseone_for_python_backend(name, backend_module=module)
+    _route_storage_clones(name)
     library = torch.library.Library("_", "IMPL")
     library.fallback(kernel, "PrivateUse1")
     aten_library = torch.library.Library("aten", "IMPL")
@@ -50,6 +51,24 @@ def register_python_backend(name: str, module, kernel, extra_ops: tuple = (), er
         op = getattr(getattr(aten, packet), overload)
         aten_library.impl(op, functools.partial(kernel, op), "PrivateUse1")
     return library, aten_library
+
+
+_torch_storage_clone = torch.UntypedStorage.clone
+
+
+def _route_storage_clones(name: str) -> None:
+    """Make UntypedStorage.clone of a `name` storage a device op. torch's clone (behind copy.deepcopy of a
+    tensor) makes torch.UntypedStorage(n, device=...), which needs the device's C++ allocator; a Python backend
+    has none, and the interpreter dies of a segfault. Routed here, the storage is viewed as bytes and cloned
+    with the backend's own kernels."""
+
+    def clone(storage):
+        if storage.device.type != name:
+            return _torch_storage_clone(storage)
+        view = torch.empty(0, dtype=torch.uint8, device=storage.device)
+        return set_geometry(view, storage, 0, [storage.nbytes()], [1]).clone().untyped_storage()
+
+    torch.UntypedStorage.clone = clone
 
 
 def map_nested(function, value):

@@ -286,6 +286,8 @@ def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalar
     scalars = scalars or {}
     if out.numel() == 0:
         return
+    if expr == "a" and out.dtype == torch.bfloat16 and _all_bfloat16(operands):
+        out, operands = out.view(torch.int16), [operands[0].view(torch.int16)]  # a copy of the bits
     if out.dim() > MAX_DIMS:
         raise _NoKernel(f"more than {MAX_DIMS} dims")
     compute = compute or out.dtype
@@ -325,7 +327,7 @@ def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalar
     if ct == "double":  # the expressions' float literals (0.5f) would round double math to float precision
         expr = _FLOAT_LITERAL.sub(r"\1", expr)
     store = f"({ot})(({ct})({expr}) != 0)" if out.dtype == torch.bool else f"({ot})({expr})"
-    source = f"""
+    source = _helpers(expr, ct) + f"""
 __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(', ' + p for p in params)}) {{
     long i = get_global_id(0);
     if (i >= meta[0]) return;
@@ -346,6 +348,29 @@ __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(',
     np_ct = _numpy_scalar(ct, compute)
     values = [arg if not isinstance(arg, (int, float, bool)) else np_ct(arg) for arg in args]
     dev.launch(kernel, (out.numel(),), None, _block(out).buffer, meta_buffer, *values, label=f"pointwise {expr}")
+
+
+def _all_bfloat16(operands) -> bool:
+    return all(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16 for x in operands)
+
+
+# bfloat16 has no OpenCL type: its tensors are 16-bit words (the top half of a float32) that only copies and casts
+# touch on the device; every other op on them runs on the CPU. Casts round to nearest even, NaN to 0x7FC0, as
+# c10::BFloat16 does; from float64 and int64 through float32, as c10 does too.
+_FROM_BFLOAT16 = "as_float((uint)(a & 0xFFFF) << 16)"  # a: the word, loaded as int
+_TO_BFLOAT16 = ("as_short((ushort)(a != a ? 0x7FC0u : "  # a: the value, loaded as float
+                "(as_uint(a) + 0x7FFFu + ((as_uint(a) >> 16) & 1u)) >> 16))")
+
+
+def _cast_bfloat16(target: torch.Tensor, source: torch.Tensor) -> None:
+    """target = source converted, on the device, where one of them is bfloat16 (any strides)."""
+    if source.dtype == target.dtype:
+        pointwise("a", target, [source])
+    elif source.dtype == torch.bfloat16:
+        expr = f"({_FROM_BFLOAT16} != 0)" if target.dtype == torch.bool else _FROM_BFLOAT16
+        pointwise(expr, target, [source.view(torch.int16)], compute=torch.int32)
+    else:
+        pointwise(_TO_BFLOAT16, target.view(torch.int16), [source], compute=torch.float32)
 
 
 def _copy_buffer(out: torch.Tensor, source) -> bool:
@@ -382,7 +407,7 @@ def _pointwise_flat(expr, out, operands, compute, ct, ot, scalars) -> tuple:
         single = [kind[1] for kind in kinds if kind is not None]  # per tensor operand: one element, broadcast
         params, loads, store = _pointwise_parts(expr, [kind and kind[0] for kind in kinds], scalars, ct, ot,
                                                 out.dtype == torch.bool, lambda slot: "" if single[slot] else " + i")
-        source = f"""
+        source = _helpers(expr, ct) + f"""
 __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' + p for p in params)}) {{
     long i = get_global_id(0);
     if (i >= n) return;
@@ -494,7 +519,7 @@ def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
 
         params, loads, store = _pointwise_parts(expr, kinds, scalars, ct, ot, out.dtype == torch.bool,
                                                 lambda slot: f" + {address(strides[slot + 1])}")
-        source = f"""
+        source = _helpers(expr, ct) + f"""
 __kernel void pointwise_strided(__global {ot}* out, long off{''.join(', ' + p for p in params)}) {{
     {idx} i = get_global_id(0);
     if (i >= {total}) return;
@@ -716,6 +741,26 @@ def _remember(cache: dict, key, value) -> None:
     cache[key] = value
 
 
+@functools.lru_cache(maxsize=None)
+def _tensor_arguments(op) -> tuple:
+    """(position, name) of each argument `op` declares as a Tensor."""
+    return tuple((position, argument.name) for position, argument in enumerate(op._schema.arguments)
+                 if isinstance(argument.type, torch._C.TensorType))
+
+
+def _numbers_as_tensors(op, args, kwargs) -> tuple:
+    """(args, kwargs) with a Python number in a Tensor argument made a 0-dim CPU tensor (an int64, bool or
+    default-dtype one, the dtypes of a wrapped number). torch hands a Python kernel `x % 3`'s wrapped 3 as a
+    number, and calling the op again with it fails outside the few ops (add, mul, ...) that accept numbers."""
+    args, kwargs = list(args), dict(kwargs)
+    for position, name in _tensor_arguments(op):
+        for values, key in ((args, position), (kwargs, name)):
+            if (key in values if isinstance(values, dict) else key < len(values)) and \
+                    isinstance(values[key], (bool, int, float, complex)):
+                values[key] = torch.tensor(values[key])
+    return tuple(args), kwargs
+
+
 def _meta(op, args, kwargs, key=None):
     """An op's meta result (a tensor or a tuple of them), cached by its arguments' geometry, dtypes and scalars:
     torch's meta kernels are about half of a small op's Python dispatch cost, and some (max_pool2d_with_indices)
@@ -727,7 +772,8 @@ def _meta(op, args, kwargs, key=None):
         cached = _meta_cache.get(key)
         if cached is not None:
             return cached
-    meta_result = op(*map_nested(_to_meta, args), **map_nested(_to_meta, kwargs))
+    meta_args, meta_kwargs = _numbers_as_tensors(op, map_nested(_to_meta, args), map_nested(_to_meta, kwargs))
+    meta_result = op(*meta_args, **meta_kwargs)
     if key is not None and (isinstance(meta_result, torch.Tensor) or (
             isinstance(meta_result, tuple) and all(isinstance(r, torch.Tensor) for r in meta_result))):
         _remember(_meta_cache, key, meta_result)
@@ -768,6 +814,7 @@ POINTWISE = {  # base name -> (operand argument names, expression, scalar argume
     "reciprocal": (("self",), "1 / a", ()),
     "gelu": (("self",), "0.5f * a * (1 + erf(a * 0.70710678118654752f))", ()),
     "pow": (("self", "exponent"), "pow(a, b)", ()),
+    "remainder": (("self", "other"), "fade_remainder(a, b)", ()),
     "eq": (("self", "other"), "a == b", ()),
     "ne": (("self", "other"), "a != b", ()),
     "lt": (("self", "other"), "a < b", ()),
@@ -808,6 +855,36 @@ POINTWISE = {  # base name -> (operand argument names, expression, scalar argume
     "addcdiv": (("self", "tensor1", "tensor2"), "a + value * b / c", ("value",)),
     "lerp": (("self", "end", "weight"), "a + c * (b - a)", ()),
 }
+
+# In an integer compute type the expressions above do not build (OpenCL C has no integer ceil, floor or pow) or
+# differ from torch; these replace them. ceil and floor of an integer are the integer, as in torch.
+_INTEGER_POINTWISE = {"ceil": "a", "floor": "a", "pow": "fade_pow(a, b)"}
+
+_HELPERS = {  # function an expression may call -> (its OpenCL C over floating T, over integer T)
+    # torch.remainder: Python's sign rule, the result takes the divisor's sign (torch's CPU kernel, fmod then
+    # adjust). An integer divisor of 0 gives 0 where the CPU raises and CUDA's result is undefined: a division by
+    # zero (or INT_MIN % -1) traps on a CPU OpenCL device and would kill the process.
+    "fade_remainder": (
+        "T fade_remainder(T a, T b) { T r = fmod(a, b); if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }",
+        "T fade_remainder(T a, T b) { T d = (b == 0 || b == -1) ? (T)1 : b; T r = a % d;\n"
+        "    if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }"),
+    # integer pow as torch computes it: square-and-multiply, wrapping on overflow (in ulong: no signed overflow);
+    # a negative exponent gives 0 except for bases 1 and -1
+    "fade_pow": (
+        "T fade_pow(T a, T b) { return pow(a, b); }",
+        "T fade_pow(T a, T b) {\n"
+        "    if (b < 0) return a == 1 ? (T)1 : (a == -1 ? ((b & 1) ? (T)-1 : (T)1) : (T)0);\n"
+        "    ulong result = 1, base = (ulong)a, e = (ulong)b;\n"
+        "    while (e) { if (e & 1) result *= base; base *= base; e >>= 1; }\n"
+        "    return (T)result; }"),
+}
+
+
+def _helpers(expr: str, ct: str) -> str:
+    """The definitions of the helper functions `expr` calls, over the kernel's compute type `ct`."""
+    floating = ct in ("float", "double", "half")
+    return "".join(f"#define T {ct}\n{_HELPERS[name][0 if floating else 1]}\n#undef T\n"
+                   for name in _HELPERS if name in expr)
 
 
 @functools.lru_cache(maxsize=None)
@@ -896,6 +973,8 @@ def _pointwise_op(op, args, kwargs, bound):
     if compute == torch.bfloat16 or any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
                                         for x in operands):
         raise _NoKernel("bfloat16")
+    if not compute.is_floating_point and base in _INTEGER_POINTWISE:
+        expr = _INTEGER_POINTWISE[base]
     operands, scalars = _pointwise_inputs(bound, operand_names, scalar_names)
     flat = pointwise(expr, out, operands, compute, scalars)
     written = _schema_of(op)[1]  # the names of the arguments the op writes
@@ -1500,9 +1579,7 @@ def _copy_from(op, args, kwargs):
             target.resize_(source.shape)
     if target.device.type == NAME and source.device.type == NAME:
         if target.dtype == torch.bfloat16 or source.dtype == torch.bfloat16:
-            if target.dtype != source.dtype:
-                raise _NoKernel("bfloat16 conversion")
-            upload(download(source), target)
+            _cast_bfloat16(target, source)
         else:
             pointwise("a", target, [source])
     elif target.device.type == NAME:
@@ -2922,7 +2999,7 @@ def _cpu_fallback(op, args, kwargs):
             return torch.device("cpu")
         return value
 
-    host_args, host_kwargs = map_nested(unwrap, args), map_nested(unwrap, kwargs)
+    host_args, host_kwargs = _numbers_as_tensors(op, map_nested(unwrap, args), map_nested(unwrap, kwargs))
     result = op(*host_args, **host_kwargs)
     for host, device_tensor in list(host_to_device.values()):
         if id(device_tensor) in written:

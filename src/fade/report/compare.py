@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from fade.analyze.compare import Cell, Comparison
+from fade.report.text import printable
 
 VERDICT_STYLE = {
     "baseline": "fade.head", "same": "fade.dim", "faster": "fade.ok", "slower": "fade.warn",
@@ -77,24 +78,25 @@ def footer_lines(comparison: Comparison) -> list:
 
 
 def render_terminal(comparison: Comparison, console) -> None:
-    """A rich table; styles are fade.report.console's semantic names."""
+    """A rich table; styles are fade.report.console's semantic names. Every text from the files (labels, case
+    names, statuses, notes) goes through `printable`: a results file must not drive the terminal."""
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=f"Compared with {comparison.baseline}", title_justify="left")
+    table = Table(title=Text(printable(f"Compared with {comparison.baseline}")), title_justify="left")
     table.add_column("case")
     for column in comparison.columns:
-        table.add_column(column_title(column), justify="right")
+        table.add_column(Text(printable(column_title(column))), justify="right")
     for row in comparison.rows:
-        cells = [Text(row["row"])]
+        cells = [Text(printable(str(row["row"])))]
         for cell in row["cells"]:
-            cells.append(Text(cell_text(cell), style=VERDICT_STYLE.get(cell.verdict, "")))
+            cells.append(Text(printable(cell_text(cell)), style=VERDICT_STYLE.get(cell.verdict, "")))
         table.add_row(*cells)
     console.print(table)
     for line in footer_lines(comparison):
-        console.print(Text(line, style="fade.dim"))
+        console.print(Text(printable(line), style="fade.dim"))
     for regression in comparison.regressions:
-        console.print(Text(f"regression: {regression}", style="fade.fail"))
+        console.print(Text(printable(f"regression: {regression}"), style="fade.fail"))
 
 
 def render_markdown(comparison: Comparison) -> str:

@@ -163,6 +163,8 @@ def render_doctor(report: dict, console: Console) -> None:
     if probe.get("torch") == "cached":
         line += f" · torch probe cached {probe.get('cached_at')} (--fresh re-probes)"
     console.print(Text(line, style="fade.dim"))
+    if probe.get("warning"):  # a corrupt probe cache entry was set aside
+        console.print(Text(f"warning: {probe['warning']}", style="fade.warn"))
     if report["devices"]:
         console.print(device_table(report["devices"]))
         for dev in report["devices"]:
@@ -196,6 +198,16 @@ def _figure(row: dict) -> str:
     return f"{value:.4g} {unit}"
 
 
+CONTENTION_PREFIX = "contended: "  # fade.results.summarize appends a contended case's reasons last, after this
+
+
+def _split_contention(note: str) -> tuple:
+    """(a row's note without its contention reasons, the reasons or ""): the table says "contended" per row and
+    the reasons once, below it (at 80 columns the reasons, repeated on every row, were most of the output)."""
+    head, found, reasons = note.partition(CONTENTION_PREFIX)
+    return (head.rstrip("; "), reasons) if found else (note, "")
+
+
 def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> None:
     """One line per case: the figure, % of peak, spread, and what went wrong where it did."""
     table = Table(title=f"{summary.get('device')} · {summary.get('out')}", title_justify="left")
@@ -204,17 +216,22 @@ def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> N
     for column in ("result", "% of peak", "median ms", "IQR %", "n", "note") if wide else ("result", "% of peak", "IQR %", "note"):
         table.add_column(column, overflow="fold")
     several_devices = len({row.get("torch_device") for row in rows}) > 1  # a run on ocl:0,cuda:0: say which
+    contention_example = None  # (case, reasons) of the first contended case, for the line below the table
     for row in rows:
         status = row.get("status")
         case = f"{row['case_id']} [{row.get('torch_device')}]" if several_devices else row["case_id"]
+        note, reasons = _split_contention(row.get("note") or "")
+        if reasons and contention_example is None:
+            contention_example = (case, reasons)
         if status != "ok":
             blanks = ("", "", "", "") if wide else ("", "")
-            table.add_row(escape(case), Text(status or "?", style="fade.fail"), *blanks, escape(row.get("note") or ""))
+            note = " ".join((["contended"] if row.get("contended") else []) + ([note] if note else []))
+            table.add_row(escape(case), Text(status or "?", style="fade.fail"), *blanks, Text(note))
             continue
         pct = f"{row['pct_of_peak']:.0f}%" if row.get("pct_of_peak") is not None else "-"
-        flags = [f for f, on in (("noisy", row.get("noisy")), ("throttled", row.get("throttled"))) if on]
-        note = " ".join(flags + ([row["note"]] if row.get("note") else []))
-        flags += ["contended"] if row.get("contended") else []  # its reasons are in the note
+        flags = [f for f, on in (("noisy", row.get("noisy")), ("throttled", row.get("throttled")),
+                                 ("contended", row.get("contended"))) if on]
+        note = " ".join(flags + ([note] if note else []))
         median = f"{row['median_ms']:.4g}" if row.get("median_ms") is not None else "-"
         iqr = f"{row['iqr_pct']:.1f}" if row.get("iqr_pct") is not None else "-"
         note_text = Text(note, style="fade.warn" if flags else "fade.dim")
@@ -227,9 +244,10 @@ def render_bench_summary(rows: list[dict], summary: dict, console: Console) -> N
                        style="fade.fail" if summary.get("failed") else "fade.ok"))
     contended = sum(1 for row in rows if row.get("contended"))
     if contended:
+        example = f" (first, {contention_example[0]}: {contention_example[1]})" if contention_example else ""
         console.print(Text(f"{contended} of {len(rows)} case(s) ran while other work used the host or device "
-                           "(contended): their figures understate this machine; rerun them on a quiet one",
-                           style="fade.warn"))
+                           f"(contended){example}: their figures understate this machine; rerun them on a quiet "
+                           "one. Each record's telemetry.contention_reasons says why.", style="fade.warn"))
     for plot in summary.get("plots") or []:
         console.print(Text(f"plot: {plot}", style="fade.dim"))
 

@@ -12,6 +12,7 @@ import base64
 import html
 import io
 import json
+import re
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -83,7 +84,7 @@ def render_report(paths: Sequence, *, baseline: Optional[str] = None) -> tuple:
         found = read_records(path)
         problems.extend(found.problems)
         files.append((str(path), found.records))
-    everything = [record for _, records in files for record in records]
+    everything = newest_run_last(files)
     latest = latest_records(everything)
     parts = [
         "<!DOCTYPE html>",
@@ -105,22 +106,31 @@ def render_report(paths: Sequence, *, baseline: Optional[str] = None) -> tuple:
     return "\n".join(part for part in parts if part), len(everything), problems
 
 
-PROFILE_KEYS = ("schema_version", "kind", "total", "steps", "verdicts")  # what marks a `fade profile` summary
-PROFILE_SNIFF_BYTES = 64 * 2**20  # a summary is tens of KB; a bigger file is a results file, read line by line
+RUN_STARTED = re.compile(r"(\d{8}T\d{6}Z)-")  # a run id begins with its UTC start: 20261122T000000Z-abcdef
+
+
+def newest_run_last(files: list) -> list:
+    """Every file's records ordered by the start of the run that wrote each (its run id's UTC stamp), so that
+    latest_records keeps the newest run's record of a case whichever file on the command line holds it (issue
+    30: the last file named won). A record without a stamp takes its predecessor's in its file (the first ones
+    sort first); within a file, append order stays."""
+    stamped = []
+    for _, records in files:
+        stamp = ""
+        for record in records:
+            found = RUN_STARTED.match(str(record.get("run_id") or ""))
+            stamp = found.group(1) if found else stamp
+            stamped.append((stamp, record))
+    stamped.sort(key=lambda item: item[0])  # stable: equal stamps keep the files' order
+    return [record for _, record in stamped]
 
 
 def read_profile_summary(path) -> Optional[dict]:
-    """The `fade profile` summary JSON at `path` (kind "profile-summary" and PROFILE_KEYS), else None: then
-    it is read as a results file."""
-    try:
-        if Path(path).stat().st_size > PROFILE_SNIFF_BYTES:
-            return None
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    if isinstance(data, dict) and data.get("kind") == "profile-summary" and all(key in data for key in PROFILE_KEYS):
-        return data
-    return None
+    """The `fade profile` summary at `path`, checked (fade.analyze.profile_file), else None: then it is read as
+    a results file."""
+    from fade.analyze.profile_file import sniff_summary
+
+    return sniff_summary(path)
 
 
 def _profiles(profiles: list) -> str:
@@ -144,7 +154,7 @@ def _header(files: list, latest: list) -> str:
     counts = ", ".join(f"{count} {escape(status)}" for status, count in sorted(statuses.items(), key=str)) or "no records"
     return (
         f"<p class=dim>Generated {escape(generated)} by FADE {escape(__version__)}. "
-        f"Latest result per case and device: {counts}.</p>"
+        f"Newest result per case and device (by the start of the run that wrote it): {counts}.</p>"
         "<table><tr><th>results file</th><th>records</th><th>runs</th><th>suites</th></tr>" + rows + "</table>"
     )
 
@@ -189,9 +199,13 @@ def _stacks(records: list) -> str:
     blocks = []
     for stack, torch_devices in _distinct(records, "stack"):
         torch_info = stack.get("torch") or {}
-        summary = [
-            ("python", stack.get("python")), ("platform", stack.get("platform")), ("torch", torch_info.get("version")),
-            ("git", torch_info.get("git_version")), ("CUDA", torch_info.get("cuda")), ("HIP", torch_info.get("hip")),
+        fade_versions = sorted({str(record.get("fade_version")) for record in records
+                                if (record.get("stack") or {}) == stack and record.get("fade_version")})
+        summary = [  # FADE records its version, not its commit; torch.version.git_version is torch's commit
+            ("FADE version", ", ".join(fade_versions)), ("python", stack.get("python")),
+            ("platform", stack.get("platform")), ("torch", torch_info.get("version")),
+            ("torch git commit", torch_info.get("git_version")), ("CUDA", torch_info.get("cuda")),
+            ("HIP", torch_info.get("hip")),
             ("cuDNN", torch_info.get("cudnn")), ("MIOpen", torch_info.get("miopen")), ("threads", stack.get("threads")),
         ]  # fmt: skip
         rows = "".join(f"<tr><th>{escape(k)}</th><td>{_value_html(v)}</td></tr>" for k, v in summary if v not in (None, ""))

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from fade.errors import FadeUsageError
+from fade.results import GEMM_DTYPES
 
-GEMM_DTYPE_ORDER = ("fp32", "tf32", "fp16", "bf16", "fp8")
+GEMM_DTYPE_ORDER = GEMM_DTYPES  # the record reader refuses a GEMM record of another dtype
 FIGURE_DPI = 110
 SUBPLOT_INCHES = (5.2, 3.8)  # width, height of one panel
 

@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from fade.report.compare import fitting_unit
+
 
 def case_line(record: dict) -> str:
-    """`status  case_id  value unit  (N% of peak)  noisy  throttled`, or the error of a failed case."""
+    """`status  case_id  value unit  (N% of peak)  noisy  throttled`, or the first line of a failed case's error;
+    the figure in the unit the summary table gives it (console._figure)."""
     status = record.get("status")
     text = f"{status:>8}  {record.get('case_id')}"
     if status == "ok" and record.get("value") is not None:
-        text += f"  {record['value']:.4g} {record.get('unit')}"
+        # scaled as the summary table scales it (0.52 GB/s -> 524.6 MB/s): one unit per case in both (issue 30)
+        value, unit = fitting_unit(record["value"], record.get("unit") or "")
+        text += f"  {value:.4g} {unit}"
         peak = record.get("peak") or {}
         if peak.get("pct_of_peak") is not None:
             text += f"  ({peak['pct_of_peak']:.0f}% of peak)"
@@ -25,7 +30,8 @@ def case_line(record: dict) -> str:
         if (record.get("telemetry") or {}).get("throttled"):
             text += "  throttled"
     elif record.get("error"):
-        text += f"  {record['error']}"
+        lines = str(record["error"]).strip().splitlines() or [""]
+        text += f"  {lines[0]}" + (" ..." if len(lines) > 1 else "")  # one line per case, also in a pipe or log
     return text
 
 

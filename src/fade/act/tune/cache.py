@@ -35,6 +35,7 @@ from filelock import FileLock
 
 from fade.act.tune import device as device_facts
 from fade.files import atomic_write_text
+from fade.reading import NUMBER, Maybe, UnreadableFile, parse_json, read_bytes, read_json, schema_problem
 
 LOCK_TIMEOUT_S = 120.0  # a tuner holds the lock for one small write; two minutes means a stuck holder
 STACK_FILE = "stack.json"
@@ -48,6 +49,17 @@ ENV_PATHS = {  # variable -> path under the device directory ("%d" is TunableOp'
     "TRITON_CACHE_DIR": "triton",
 }
 KEEP_ON_STACK_CHANGE = (STACK_FILE, LOCK_FILE)
+JOURNAL_MAX_BYTES = 64 * 2**20  # a search journals a few hundred trials of a few KB each
+SMALL_FILE_MAX_BYTES = 4 * 2**20  # stack.json and index.json: a few KB
+# One journal line: the fields search.Trial.from_dict and numerics.check read. A line that does not hold it is
+# skipped as torn (the trial is measured again).
+TRIAL = {
+    "config": dict, "samples_s": Maybe([NUMBER]), "status": Maybe(str), "reason": Maybe(str), "samples_per_step": Maybe(int),
+    "cost_s": Maybe(NUMBER), "extra": Maybe(dict),
+    "numerics": Maybe({"mode": Maybe(str), "losses": Maybe([Maybe(NUMBER)]), "grads_finite": Maybe(bool),
+                       "updates_before_last": Maybe(int), "finite": Maybe(bool), "relative_rms_error": Maybe(NUMBER),
+                       "math_dtype": Maybe(str), "rounding_spread": Maybe(NUMBER), "fp32_output_rms": Maybe(NUMBER)}),
+}  # fmt: skip
 
 
 def default_base(environ: Optional[Mapping[str, str]] = None) -> Path:
@@ -90,10 +102,10 @@ class TuneCache:
         path = self.root / relative
         with self.lock():
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = read_json(path, what="tuning cache file", max_bytes=SMALL_FILE_MAX_BYTES)
                 if not isinstance(data, dict):
                     data = {}
-            except (OSError, ValueError):
+            except UnreadableFile:  # missing, or corrupt: FADE's own index, rebuilt from what is written next
                 data = {}
             data = update(data)
             atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -111,12 +123,18 @@ class TuneCache:
 
 
 class Journal:
-    """Finished search trials, one JSON line each, appended under the cache lock."""
+    """Finished search trials, one JSON line each, appended under the cache lock.
 
-    def __init__(self, cache: TuneCache, relative: str):
+    A journal that cannot be read at all (not a regular file, over JOURNAL_MAX_BYTES) is renamed to
+    `<name>.corrupt-<UTC time>` and the search starts afresh; a line that is not a TRIAL is skipped. Either way
+    one line in `messages` says so (the search prints them through its progress channel)."""
+
+    def __init__(self, cache: TuneCache, relative: str, now=time.gmtime):
         self.cache = cache
         self.path = cache.root / relative
-        self.torn_lines = 0  # lines that did not parse (a process killed mid-write); skipped
+        self.now = now
+        self.torn_lines = 0  # lines that did not parse or hold no trial (a process killed mid-write); skipped
+        self.messages: list = []
 
     def append(self, trial: dict) -> None:
         line = json.dumps(trial, sort_keys=True, default=str)
@@ -133,22 +151,46 @@ class Journal:
             os.fsync(handle.fileno())
 
     def load(self) -> dict:
-        """{config key: trial dict}; the last line for a config wins."""
+        """{config key: trial dict}; the last line for a config wins. Every trial returned holds TRIAL."""
         from fade.act.tune.search import config_key
 
         trials: dict = {}
         self.torn_lines = 0
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
+        if not os.path.lexists(self.path):
             return trials
-        for line in lines:
+        try:
+            data = read_bytes(self.path, what="tune journal", max_bytes=JOURNAL_MAX_BYTES)
+        except UnreadableFile as error:
+            self._set_aside(str(error))
+            return trials
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
             try:
-                trial = json.loads(line)
-                trials[config_key(trial["config"])] = trial
-            except (ValueError, KeyError, TypeError):
+                trial = parse_json(line, what="journal line")
+            except UnreadableFile:
+                trial = None
+            if schema_problem(trial, TRIAL) is not None:
                 self.torn_lines += 1
+                continue
+            trials[config_key(trial["config"])] = trial
+        if self.torn_lines:
+            self._say(f"tune journal {self.path}: skipped {self.torn_lines} unreadable line(s) (a run killed "
+                      "mid-write, or an edit); those trials are measured again")  # fmt: skip
         return trials
+
+    def _set_aside(self, reason: str) -> None:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', self.now())}")
+        try:
+            os.replace(self.path, aside)
+        except OSError as error:
+            self._say(f"{reason}; ignored it (cannot rename it: {error.strerror or error}); the search starts afresh")
+            return
+        self._say(f"{reason}; moved it to {aside.name} and the search starts afresh")
+
+    def _say(self, message: str) -> None:
+        self.messages.append(message)
+        self.cache.messages.append(message)  # the tuning file's cache_messages keep it too
 
     def clear(self) -> None:
         with self.cache.lock():
@@ -186,10 +228,10 @@ def _check_stack(cache: TuneCache, now) -> None:
     stack_path = cache.root / STACK_FILE
     with cache.lock():
         try:
-            recorded = json.loads(stack_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            recorded = None
-        except ValueError:
+            recorded = read_json(stack_path, what="stack file", max_bytes=SMALL_FILE_MAX_BYTES)
+        except UnreadableFile:
+            recorded = {"unreadable": True} if os.path.lexists(stack_path) else None
+        if not isinstance(recorded, (dict, type(None))):
             recorded = {"unreadable": True}
         if recorded is not None and recorded != current:
             entries = [entry for entry in cache.root.iterdir() if entry.name not in KEEP_ON_STACK_CHANGE

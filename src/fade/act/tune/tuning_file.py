@@ -8,13 +8,21 @@ immediate mode). Model-level knobs (autocast dtype, channels_last, compile mode,
 implementation) are returned for the user's code, or applied by `tuned(model)` for the module-level ones.
 A tuning file from another device applies nothing and warns. The JSON keeps its "kind", KIND, from the days
 the file was called a profile: saved files keep loading.
+
+A tuning file may come from someone else, and what it sets runs in the user's processes (issue 30: BASH_ENV made
+a later `bash -c true` run the file's script). So read_tuning parses it once, through fade.reading's limits, into
+the checked form that `fade tune --show` and load_tuning both use: only the knob table's variables with the
+table's values and the tune cache's paths may be set, the export lines are regenerated and shell-quoted.
 """
 
 from __future__ import annotations
 
 import datetime
+import difflib
 import json
 import os
+import re
+import shlex
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +31,52 @@ from typing import Callable, Mapping, Optional
 from fade.version import __version__
 from fade.act.tune import device as device_facts
 from fade.errors import FadeUsageError
+from fade.reading import NUMBER, MapOf, Maybe, UnreadableFile, parse_json, read_text, schema_problem
+from fade.report.text import printable
 
 SCHEMA_VERSION = 1
 KIND = "fade-tuning-profile"
 REQUIRED_FIELDS = ("schema_version", "kind", "device", "model", "mode", "batch", "knobs", "env")
 APPLIED_MARKER = "FADE_APPLIED"  # the same marker apply_fade_patches keeps
+MAX_TUNING_BYTES = 16 * 2**20  # a search's tuning file is ~20 KiB, an exhaustive one's well under 1 MiB
+MAX_PATH_CHARS = 4096  # PATH_MAX on Linux: the longest cache path a tuning file may point a library at
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what a POSIX shell accepts after `export`
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: never in a value FADE writes
 # (matmul, convolution) fp32 math per precision, as the model bench pins them (models_variants.FP32_MATH)
 PRECISION_FP32_MATH = {"default": None, "tf32": ("tf32", "tf32"), "amp-bf16": None, "amp-fp16": None}
 AUTOCAST = {"amp-bf16": "bfloat16", "amp-fp16": "float16"}
+
+# The JSON shape of a tuning file (fade.reading.schema_problem specs).
+SCALAR = (str, int, float, bool, type(None))
+MEASUREMENT = {"samples_per_s": NUMBER, "relative_iqr": Maybe(NUMBER)}  # other keys pass unread
+OPTIONAL_STRING = (str, type(None))  # a key that is there, null or a string
+CANDIDATE = {  # one row of search.Candidate
+    "knob": OPTIONAL_STRING, "value": OPTIONAL_STRING, "config": MapOf(SCALAR), "status": str, "reason": str,
+    "why": Maybe(str),
+    **{name: Maybe(NUMBER) for name in ("samples_per_s", "relative_iqr", "speedup_vs_best", "noise_bar", "cost_s", "expected_s")},
+}  # fmt: skip
+PLAN = {  # analyze.tuneplan.Plan.to_dict(); diagnosis rows carry more of the profile's verdict, unread
+    "visits": Maybe([{"knob": str, "values": [str], "why": str}]),
+    "diagnosis": Maybe([{"rule": str, "share": Maybe(NUMBER), "title": Maybe(str)}]),
+    "named": Maybe(MapOf(str)),
+    "unanswered": Maybe([{"rule": str, "fix": str, "title": Maybe(str)}]),
+    "note": Maybe(str),
+}
+# Every field of a tuning file, in build_tuning's order. "knobs", "changed" and "env" are then checked against the
+# knob table; "env_lines" and "python_snippet" are checked, then regenerated (parse_tuning).
+TUNING = {
+    "schema_version": int, "fade_version": Maybe(str), "kind": str, "created": Maybe(str), "device": MapOf(SCALAR),
+    "model": str, "mode": str, "batch": int, "size": Maybe(int), "knobs": dict, "changed": Maybe(dict), "env": dict,
+    "env_lines": Maybe([str]), "python_snippet": Maybe(str), "before": Maybe(MEASUREMENT), "after": Maybe(MEASUREMENT),
+    "speedup": Maybe(NUMBER), "verdict": Maybe(str), "verdict_reason": Maybe(str), "recommends": Maybe(bool),
+    "final_check": Maybe({"candidate": Maybe(MapOf(SCALAR)), "speedup": Maybe(NUMBER), "rule": Maybe(str)}),
+    "host_load": Maybe({"other_cores": NUMBER, "cores": NUMBER, "run_queue": NUMBER}),  # hostload.HostLoadProbe's
+    "diagnosis": Maybe(dict), "plan": Maybe(PLAN), "untried_named": Maybe([MapOf(SCALAR)]),
+    "budget_needed_s": Maybe(NUMBER), "candidates": Maybe([CANDIDATE]), "left_out": Maybe(MapOf(str)),
+    "search": Maybe(MapOf(SCALAR)), "cache_dir": Maybe(str), "cache_messages": Maybe([str]),
+}  # fmt: skip
+DEFAULTS = {"changed": dict, "candidates": list, "left_out": dict, "untried_named": list, "cache_messages": list,
+            "recommends": bool}  # a missing or null field -> this (called); others -> None
 
 
 class TuningFileError(FadeUsageError):
@@ -82,7 +128,7 @@ def build_tuning(
         "knobs": chosen,
         "changed": {name: value for name, value in chosen.items() if baseline.get(name) != value},
         "env": env,
-        "env_lines": [f"export {name}={value}" for name, value in sorted(env.items())],
+        "env_lines": [export_line(name, value) for name, value in sorted(env.items())],
         "python_snippet": python_snippet(chosen, mode),
         "before": result.before,
         "after": result.after,
@@ -180,57 +226,121 @@ def save_tuning(profile: dict, path) -> Path:
 
 
 def read_tuning(path) -> dict:
-    """The tuning file at `path`, checked; TuningFileError (one line, naming the file and the fix) otherwise."""
-    path = Path(path)
+    """The tuning file at `path`, read through fade.reading (a regular file, at most MAX_TUNING_BYTES, JSON within
+    its limits) and parsed by parse_tuning; TuningFileError (one line, naming the file and the fix) otherwise."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise TuningFileError(f"profile {path}: cannot read it ({error.strerror or error})") from None
-    except UnicodeDecodeError:
-        raise TuningFileError(f"profile {path}: not UTF-8 text (a binary file?); re-run `fade tune`") from None
+        text = read_text(path, what="profile", max_bytes=MAX_TUNING_BYTES)
+    except UnreadableFile as error:
+        raise TuningFileError(f"cannot read {error}") from None
+    where = f"profile {path}"
     try:
-        profile = json.loads(text)
-    except ValueError as error:
-        reason = str(error).splitlines()[0][:120]
-        raise TuningFileError(f"profile {path}: not JSON ({reason}); is it truncated? re-run `fade tune`") from None
-    except RecursionError:
-        raise TuningFileError(f"profile {path}: JSON nested too deeply; re-run `fade tune`") from None
-    if not isinstance(profile, dict) or profile.get("kind") != KIND:
+        document = parse_json(text, what=where)
+    except UnreadableFile as error:
+        detail = str(error).removeprefix(f"{where}: ")
+        raise TuningFileError(f"{where}: not JSON FADE reads ({detail}); re-run `fade tune`") from None
+    return parse_tuning(document, path=path)
+
+
+def parse_tuning(document, *, path="profile") -> dict:
+    """The tuning file `document` (parsed JSON) checked field by field: the one validated form that rendering
+    (`fade tune --show`) and applying (load_tuning) use. TuningFileError (one line) for anything else.
+
+    Every field has its JSON type checked against TUNING (fade.reading.schema_problem); a missing or null
+    optional field becomes its default (DEFAULTS, else None), and top-level fields this FADE does not know are
+    dropped. Knobs must be ids of data/knobs.toml with one of their values. The env is what the file may set
+    in the user's process, so it is checked hardest (check_env). `env_lines` and `python_snippet` are
+    regenerated from the checked knobs and env: a file's own text for them is never printed, since a user
+    pastes or evals it.
+    """
+    from fade.analyze.knobs import load_knobs
+
+    if not isinstance(document, dict) or document.get("kind") != KIND:
         raise TuningFileError(f"profile {path}: not a FADE tuning profile (no \"kind\": \"{KIND}\")")
-    if profile.get("schema_version") != SCHEMA_VERSION:
-        raise TuningFileError(
-            f"profile {path}: schema_version {profile.get('schema_version')!r}, this FADE reads {SCHEMA_VERSION}; re-run `fade tune`"
-        )
-    missing = [name for name in REQUIRED_FIELDS if name not in profile]
+    version = document.get("schema_version")
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise TuningFileError(f"profile {path}: schema_version {repr(version)[:40]}, this FADE reads {SCHEMA_VERSION}; "
+                              "re-run `fade tune`")  # fmt: skip
+    missing = [name for name in REQUIRED_FIELDS if name not in document]
     if missing:
         raise TuningFileError(f"profile {path}: missing field(s) {', '.join(missing)}; re-run `fade tune`")
-    if not isinstance(profile["knobs"], dict) or not isinstance(profile["env"], dict) or not isinstance(profile["device"], dict):
-        raise TuningFileError(f"profile {path}: knobs, env and device must be JSON objects")
-    problem = tuning_problem(profile)
+    table = load_knobs()
+    problem = (
+        schema_problem(document, TUNING)
+        or _knobs_problem(document["knobs"], "knobs", table)
+        or _knobs_problem(document.get("changed") or {}, "changed", table)
+        or _shape_problem(document)
+        or check_env(document["env"], document["knobs"], table)
+    )
     if problem:
-        raise TuningFileError(f"profile {path}: {problem}; re-run `fade tune`")
+        raise TuningFileError(f"profile {path}: {printable(problem)}; re-run `fade tune`")
+    profile = {name: document.get(name) for name in TUNING}
+    for name, default in DEFAULTS.items():
+        if profile[name] is None:
+            profile[name] = default()
+    profile.update(schema_version=SCHEMA_VERSION, kind=KIND, knobs=dict(profile["knobs"]), env=dict(profile["env"]))
+    profile["env_lines"] = [export_line(name, value) for name, value in sorted(profile["env"].items())]
+    profile["python_snippet"] = python_snippet(profile["knobs"], profile["mode"])
     return profile
 
 
-def tuning_problem(profile: dict) -> Optional[str]:
-    """The first reason `profile` cannot be applied as a whole, or None: checked before anything is applied,
-    so a bad entry never leaves the environment half set."""
-    for name, value in profile["knobs"].items():
-        if not isinstance(value, (str, int, float, bool)) and value is not None:
-            return f"knobs.{name} must be a string or a number, got {type(value).__name__}"
-    for name, value in profile["env"].items():
-        if not name or "=" in name or "\0" in name:
-            return f"env name {name[:40]!r} is not a valid environment variable name"
-        if not isinstance(value, (str, int, float, bool)) or "\0" in str(value):
-            return f"env.{name} must be a string without NUL bytes"
-    for name, value in profile["device"].items():
-        if isinstance(value, (dict, list)):
-            return f"device.{name} must be a string or a number, got {type(value).__name__}"
-    for name in ("model", "mode"):
-        if not isinstance(profile[name], str):
-            return f"{name} must be a string"
-    if not isinstance(profile["batch"], int) or isinstance(profile["batch"], bool):
-        return "batch must be an integer"
+def check_env(env, knobs: dict, table: list) -> Optional[str]:
+    """Why `env` may not be set from a tuning file with `knobs`, or None. A tuning file may come from anyone, and
+    a variable such as BASH_ENV, LD_PRELOAD or PYTHONPATH runs their code in every later process (issue 30), so
+    a name must be an identifier and either a variable of the knob table's env columns, with the value the
+    table gives for the file's value of that knob, or one of the tune cache's paths (cache.ENV_PATHS), an
+    absolute path. Checked for the whole file before anything is applied."""
+    from fade.act.tune.cache import ENV_PATHS
+    from fade.analyze.knobs import config_env
+
+    if not isinstance(env, dict):
+        return "env must be an object"
+    for name in env:
+        if not ENV_NAME.fullmatch(name):
+            return f"env name {name[:40]!r} is not a valid environment variable name ({ENV_NAME.pattern})"
+    for name, value in env.items():
+        if not isinstance(value, str) or CONTROL_CHARACTERS.search(value):
+            return f"env.{name} must be a string without NUL bytes or other control characters"
+    expected = config_env(table, knobs)
+    for name, value in sorted(env.items()):
+        owners = [knob for knob in table if any(name in variables for variables in knob.env.values())]
+        if name in ENV_PATHS:
+            if not os.path.isabs(value) or ".." in Path(value).parts or len(value) > MAX_PATH_CHARS:
+                return f"env.{name} must be an absolute path (the tune cache's), got {value[:60]!r}"
+        elif owners:
+            if expected.get(name) != value:
+                knob_values = ", ".join(f"{knob.id}={knobs.get(knob.id, knob.baseline)}" for knob in owners)
+                wanted = repr(expected[name]) if name in expected else "nothing"
+                return (f"env.{name}={value[:40]!r} is not what data/knobs.toml sets for {knob_values} ({wanted}); "
+                        "refusing the whole file")
+        else:
+            return (f"env.{name} is not a variable FADE sets: a tuning file may set only the env columns of "
+                    "data/knobs.toml and the tune cache's paths; refusing the whole file")
+    return None
+
+
+def _knobs_problem(knobs: dict, where: str, table: list) -> Optional[str]:
+    """Why `knobs` ({knob id: value}) is not rows of data/knobs.toml with one of their values, or None."""
+    rows = {knob.id: knob for knob in table}
+    for name, chosen in knobs.items():
+        knob = rows.get(name)
+        if knob is None:
+            close = difflib.get_close_matches(name, rows, n=1)
+            hint = f"; did you mean {close[0]!r}" if close else f" (known: {', '.join(rows)})"
+            return f"{where}: {name[:40]!r} is not a knob of data/knobs.toml{hint}"
+        if not isinstance(chosen, str):
+            return f"{where}.{name} must be a string, one of {'/'.join(knob.values)}"
+        if chosen not in knob.values:
+            return f"{where}.{name}: {chosen[:40]!r} is not one of its values ({'/'.join(knob.values)})"
+    return None
+
+
+def _shape_problem(document: dict) -> Optional[str]:
+    """What the JSON types allow and a tuning file never holds: a mode or a batch FADE does not run."""
+    if document["mode"] not in ("train", "infer"):
+        return f"mode must be \"train\" or \"infer\", got {document['mode'][:40]!r}"
+    for name in ("batch", "size"):
+        if document.get(name) is not None and document[name] < 1:
+            return f"{name} must be >= 1, got {document[name]}"
     return None
 
 
@@ -239,13 +349,13 @@ def check_device(profile: dict, current: dict, *, path="profile") -> list:
     differences (tuned on this device with other versions: still applicable, worth re-tuning)."""
     mismatch = device_facts.device_mismatch(profile["device"], current)
     if mismatch:
-        recorded = profile["device"].get("name") or profile["device"].get("arch")
+        recorded = printable(str(profile["device"].get("name") or profile["device"].get("arch")))
         raise TuningFileError(
             f"profile {path} was tuned on another device ({recorded}; {', '.join(mismatch)}): "
             "run `fade tune` on this machine"
         )
     return [
-        difference
+        printable(difference)  # the file's device strings reach the terminal in load_tuning's warning
         for difference in device_facts.differences(profile["device"], current, ("torch", "cuda", "hip", "driver"))
         if "-> None" not in difference  # a static read that knows less is not a change
     ]
@@ -375,6 +485,15 @@ def tuned(model, tuning: Tuning):
 
 
 def env_lines(profile: dict, environ: Optional[Mapping[str, str]] = None) -> list:
-    """`export` lines for a shell; variables already set in `environ` are left out (user values win)."""
+    """`export` lines for a shell, from the checked env of `profile` (read_tuning's), never from the file's own
+    text; variables already set in `environ` are left out (user values win)."""
     environ = os.environ if environ is None else environ
-    return [f"export {name}={value}" for name, value in sorted(profile["env"].items()) if name not in environ]
+    return [export_line(name, value) for name, value in sorted(profile["env"].items()) if name not in environ]
+
+
+def export_line(name: str, value) -> str:
+    """`export NAME=VALUE` that a shell's eval runs as exactly that assignment: the value quoted with shlex.quote
+    (so `$(...)`, backticks and `;` stay text), the name refused unless it is an identifier."""
+    if not ENV_NAME.fullmatch(name):
+        raise TuningFileError(f"env name {name[:40]!r} is not a valid environment variable name ({ENV_NAME.pattern})")
+    return f"export {name}={shlex.quote(str(value))}"

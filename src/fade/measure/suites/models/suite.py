@@ -232,13 +232,16 @@ def run_models(
     executors = [executor_for(request) for request in devices]
     if len(devices) == 1:
         return run_on(executors[0])
-    resolved = start_devices(executors)  # before any case: a bad device stops the run here
-    run_id = run_id or new_run_id()
-    runs = []
-    for position, device_name in enumerate(resolved):
-        runs.append(run_on(executors[0] if position == 0 else executor_for(device_name)))
-        if runs[-1].interrupted or runs[-1].write_error:
-            break
+    from fade.measure.results_lock import holding_results
+
+    with holding_results(out_path):  # the whole multi-device run, not each device's turn (run_cases nests in it)
+        resolved = start_devices(executors)  # before any case: a bad device stops the run here
+        run_id = run_id or new_run_id()
+        runs = []
+        for position, device_name in enumerate(resolved):
+            runs.append(run_on(executors[0] if position == 0 else executor_for(device_name)))
+            if runs[-1].interrupted or runs[-1].write_error:
+                break
     return combine_runs(runs)
 
 
