@@ -334,13 +334,45 @@ def test_contended_shows_in_the_console_summary_compare_and_html(tmp_path):
     console = make_console(record=True, width=160)
     render_bench_summary(rows, {"device": "cpu", "out": "r.jsonl", "statuses": {"ok": 2}}, console)
     text = console.export_text()
-    assert "contended: other processes used 60%" in text and "1 of 2 case(s) ran while other work" in text
+    assert "other processes used 60%" in text and "1 of 2 case(s) ran while other work" in text
     path = write_jsonl(tmp_path / "r.jsonl", contended_records())
     comparison = compare_files([path, write_jsonl(tmp_path / "again.jsonl", contended_records())])
     assert cell_text(comparison.rows[0]["cells"][1]).endswith("contended") and comparison.contended == 2
     assert "contended: 2 cell(s)" in render_markdown(comparison)
     html, _, _ = render_report([path])
     assert "contended: other processes used 60%" in html
+
+
+def test_the_contention_reasons_are_said_once_below_the_table_not_on_every_row():
+    """Issue 30: at 80 columns (a pipe, a log) every contended row repeated its reasons, and 35 cases took 301
+    lines. Each row says "contended"; the reasons come once, below the table."""
+    from fade.report.console import make_console, render_bench_summary
+
+    telemetry = {"contended": True, "contention_reasons": ["other processes used 84% of the 2 CPUs' time"]}
+    rows = summarize([record(f"memory/copy/{n}MiB", telemetry=telemetry) for n in range(20)])
+    console = make_console(record=True, width=80)
+    render_bench_summary(rows, {"device": "cpu", "out": "r.jsonl", "statuses": {"ok": 20}}, console)
+    text = " ".join(console.export_text().split())
+    assert text.count("other processes used 84%") == 1 and text.count("contended") >= 20
+    assert "20 of 20 case(s) ran while other work" in text
+
+
+def test_a_progress_line_is_one_line_per_case_even_for_a_multi_line_error():
+    from fade.report.progress import case_line
+
+    line = case_line({"status": "error", "case_id": "x/1", "error": "RuntimeError: boom\n  File a.py\n  File b.py"})
+    assert "\n" not in line and "RuntimeError: boom" in line
+
+
+def test_a_cases_progress_line_and_its_table_row_give_one_unit():
+    """Issue 30: `fade bench dist` showed 0.5246 GB/s in progress and 524.6 MB/s in the table."""
+    from fade.report.console import make_console, render_bench_summary
+    from fade.report.progress import case_line
+
+    measured = record("dist/all_reduce/float32/1MiB", 0.5246, unit="GB/s")
+    console = make_console(record=True, width=80)
+    render_bench_summary(summarize([measured]), {"device": "cpu", "out": "r.jsonl", "statuses": {"ok": 1}}, console)
+    assert "524.6 MB/s" in case_line(measured) and "524.6 MB/s" in console.export_text()
 
 
 def test_every_record_carries_contention_telemetry(tmp_path):

@@ -99,8 +99,9 @@ def cmd_bench_micro(args) -> int:
 
 def cmd_bench_models(args) -> int:
     from fade.api import bench
-    from fade.analyze.compare import compare_sets, result_sets
+    from fade.analyze.compare import compare_variants
     from fade.report.compare import render_terminal
+    from fade.results import read_records
     from fade.report.console import make_console, render_bench_summary
     from fade.report.progress import ProgressBar
 
@@ -121,8 +122,10 @@ def cmd_bench_models(args) -> int:
         render_terminal(result.comparison, console)
         console.print(f"[fade.dim]the same table: fade compare {run.out} --by device --baseline "
                       f"{result.comparison.baseline}[/]", soft_wrap=True)
-    elif run.records:  # this run's variants side by side, against the first variant asked for
-        render_terminal(compare_sets(result_sets([(run.out, run.records)], by="variant"), by="variant"), console)
+    elif run.records:  # this run's variants side by side, against the first variant asked for; with the file's
+        # records, so that a --resume run keeps the original run's baseline (its new records alone may lack it)
+        render_terminal(compare_variants(run.out, read_records(run.out).records + run.records, run.device,
+                                         case_ids=run.case_ids), console)
     if args.json:
         summary = run.to_dict()
         if result.comparison is not None:
@@ -193,7 +196,7 @@ def cmd_bench_dist(args) -> int:
         print(str(change), file=sys.stderr)
     run = result.run
     render_bench_summary(result.summary, run.to_dict(), console)
-    if run.stopped:
+    if run.stopped and not run.write_error:  # a full disk says so in report_run_problems' one line
         print(f"fade: the run stopped early: {run.stopped}", file=sys.stderr)
     if args.plot and run.records:
         from fade.report.plots import plot_dist
@@ -206,9 +209,10 @@ def cmd_bench_dist(args) -> int:
 
 
 def _leave(run, code: int) -> int:
-    """`code`, or, when this process was a rank whose group broke (a collective timed out), exit at once: the
-    interpreter's teardown of a group with a hung peer waits out the backend's timeout."""
-    if run.stopped and dist_group_alive():
+    """`code`, or, when this process was a rank whose group broke (a collective timed out, or rank 0 stopped at
+    a full disk), exit at once: the interpreter's teardown of a group with a hung peer waits out the backend's
+    timeout."""
+    if (run.stopped or run.write_error) and dist_group_alive():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

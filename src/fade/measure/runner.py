@@ -11,11 +11,14 @@ of this process loses only the case in flight. Ctrl-C stops after killing the wo
 returns a summary with `interrupted=True`. A write that fails (a full disk: ENOSPC, EDQUOT) is cut back to
 the last whole line and stops the run with `write_error` set; the CLI reports it in one line, exit 2. With `resume=True`, cases whose latest record on this device has
 a status in record.RESUME_SKIPS_STATUSES ("ok", "skipped") are not run again; failed ones are retried.
+One run at a time per file: run_cases holds `FILE.lock` (results_lock) from before the resume check to the
+last record, and a second run of the same file stops at once with one line, exit 2.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import queue
@@ -32,6 +35,7 @@ from typing import Callable, Optional, Protocol, Sequence, Union
 
 from fade.errors import FadeUsageError
 from fade.measure.case import Case, CaseContext
+from fade.measure.results_lock import holding_results
 from fade.results import (
     FAILED_STATUSES,
     RESUME_SKIPS_STATUSES,
@@ -132,9 +136,12 @@ def run_cases(
     resume: bool = False,
     progress: Optional[RunProgress] = None,
     started: Optional[float] = None,
+    lock: bool = True,
 ) -> RunSummary:
-    """Every suite's run: check `out` (check_output_path), start `executor` if it is not yet, and run
-    `cases` through it, appending one record per case to `out`.
+    """Every suite's run: check `out` (check_output_path), take its run lock (results_lock: FadeUsageError at
+    once when another live run holds it), start `executor` if it is not yet, and run `cases` through it,
+    appending one record per case to `out`. `lock=False` only for a process whose parent holds the lock
+    for it (a dist run's rank 0 under FADE's launcher).
 
     `cases` is a list, or a plan `cases(session) -> list` asked once the worker has started and reported
     its session (Session.describe(): the device, its dtypes), since a suite's catalog depends on them. The
@@ -145,53 +152,60 @@ def run_cases(
     """
     wall_start = time.monotonic() if started is None else started
     out = check_output_path(out)
-    run_id = run_id or new_run_id()
-    try:
-        session = executor.start()
-        if callable(cases):
-            cases = list(cases(session))
-    except BaseException:
-        executor.close()
-        raise
-    device = session["device"]
-    summary = RunSummary(out=str(out), run_id=run_id, device=device, selected=len(cases), resumed=0,
-                         case_ids=[case.case_id for case in cases])  # fmt: skip
-    finished = set()
-    if resume:
-        finished, summary.problems = finished_cases(out, device)
-    todo = [case for case in cases if case.case_id not in finished]
-    summary.resumed = len(cases) - len(todo)
-    ctx = CaseContext(device=device, run_id=run_id, quick=quick, timing=dict(timing or {}))
-    if progress is not None:
-        progress.start(len(todo), device)
-    try:
-        with JsonlAppender(out) as appender:
-            for case in todo:
-                if getattr(executor, "stop_reason", None):  # the executor cannot go on (a dist run's broken group)
-                    summary.stopped = executor.stop_reason
-                    break
-                if progress is not None:
-                    progress.case_started(case.case_id)
-                record = executor.run(case, ctx)
-                summary.records.append(record)
-                appender.append(record)  # a Ctrl-C during the write is held until the line is on disk
-                summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
-                if record["status"] in FAILED_STATUSES:
-                    summary.failures.append(
-                        {"case_id": case.case_id, "status": record["status"], "error": record.get("error")}
-                    )
-                if progress is not None:
-                    progress.case_finished(record)
-    except KeyboardInterrupt:
-        summary.interrupted = True
-    except OutputFull as error:  # full disk or quota: the records before it are whole; stop, say so in one line
-        summary.write_error = str(error)
-    finally:
-        executor.close()
-        summary.wall_s = time.monotonic() - wall_start
+    with contextlib.ExitStack() as held:
+        if lock:  # before the worker starts, so that a second run of `out` stops at once
+            try:
+                held.enter_context(holding_results(out))
+            except FadeUsageError:
+                executor.close()
+                raise
+        run_id = run_id or new_run_id()
+        try:
+            session = executor.start()
+            if callable(cases):
+                cases = list(cases(session))
+        except BaseException:
+            executor.close()
+            raise
+        device = session["device"]
+        summary = RunSummary(out=str(out), run_id=run_id, device=device, selected=len(cases), resumed=0,
+                             case_ids=[case.case_id for case in cases])  # fmt: skip
+        finished = set()
+        if resume:
+            finished, summary.problems = finished_cases(out, device)
+        todo = [case for case in cases if case.case_id not in finished]
+        summary.resumed = len(cases) - len(todo)
+        ctx = CaseContext(device=device, run_id=run_id, quick=quick, timing=dict(timing or {}))
         if progress is not None:
-            progress.finished(summary)  # also when a case raised past the executor: a bar never outlives its run
-    return summary
+            progress.start(len(todo), device)
+        try:
+            with JsonlAppender(out) as appender:
+                for case in todo:
+                    if getattr(executor, "stop_reason", None):  # the executor cannot go on (a dist run's broken group)
+                        summary.stopped = executor.stop_reason
+                        break
+                    if progress is not None:
+                        progress.case_started(case.case_id)
+                    record = executor.run(case, ctx)
+                    summary.records.append(record)
+                    appender.append(record)  # a Ctrl-C during the write is held until the line is on disk
+                    summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
+                    if record["status"] in FAILED_STATUSES:
+                        summary.failures.append(
+                            {"case_id": case.case_id, "status": record["status"], "error": record.get("error")}
+                        )
+                    if progress is not None:
+                        progress.case_finished(record)
+        except KeyboardInterrupt:
+            summary.interrupted = True
+        except OutputFull as error:  # full disk or quota: the records before it are whole; stop, say so in one line
+            summary.write_error = str(error)
+        finally:
+            executor.close()
+            summary.wall_s = time.monotonic() - wall_start
+            if progress is not None:
+                progress.finished(summary)  # also when a case raised past the executor: a bar never outlives its run
+        return summary
 
 
 def device_list(request) -> list:

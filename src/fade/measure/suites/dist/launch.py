@@ -10,6 +10,13 @@ report their start within STARTUP_TIMEOUT_S; a case may run case_wall_limit_s (t
 the group's margin, and CASE_WORK_S of work). Past either, or on Ctrl-C, the whole process tree is killed
 (SIGKILL to the session) and the case in flight gets a "timeout" record from here; ranks that ended
 without a record for their case in flight give it a "crashed" record with the last lines they wrote.
+
+Lifetimes (lifeline.py): torchrun gets SIGKILL when this process dies and each rank when torchrun dies
+(parent-death signals), so a SIGKILL of `fade bench dist` leaves no process behind, and rank 0 appends a
+record only while its parent chain is alive. A torchrun that dies of a signal is the launcher's death, not
+the cases': the case in flight, if any, gets one "crashed" record saying so, and the run stops there.
+Every failure record written here is first looked up in what the ranks appended since the launch, so a
+case is never recorded twice (rank 0 may die between appending its record and reporting it).
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ CUDA_ENV = (
     ("NVSHMEM_DISABLE_NVLS", "1", "NVSHMEM: no NVLS; https://docs.nvidia.com/nvshmem/api/gen/env.html"),
 )  # fmt: skip
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+SCRATCH_PREFIX = "fade-dist-"  # the run's temporary directory: request and event files
+SCRATCH_OWNER = "launcher.pid"  # in it: the launcher's pid, so that a later run removes what a killed one left
 
 
 def rank_environment(environ) -> Optional[dict]:
@@ -106,25 +115,33 @@ def launch(request: dict, nproc: int, environ: dict, *, progress=None, python: s
     """Run `request` on `nproc` local ranks under torchrun (module docstring); returns the RunSummary. The
     caller has checked request["out"]. RuntimeError when the ranks never started (their last lines say why)."""
     from fade.measure.case import CaseContext
+    from fade.measure.results_lock import holding_results
     from fade.measure.runner import RunSummary, failure_record
+    from fade.measure.suites.dist.lifeline import LAUNCHER_PID, parent_death_preexec
     from fade.measure.suites.dist.suite import plan_cases
     from fade.results import FAILED_STATUSES, JsonlAppender, now_iso
 
     case_limit_s = case_wall_limit_s(request["timeout_s"]) if case_limit_s is None else case_limit_s
     started_clock = clock()
     cases = {case.case_id: case for case in plan_cases(request, nproc)}
-    with tempfile.TemporaryDirectory(prefix="fade-dist-") as scratch:
+    _remove_dead_scratch(Path(tempfile.gettempdir()))
+    with holding_results(request["out"]), tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX) as scratch:
+        (Path(scratch) / SCRATCH_OWNER).write_text(f"{os.getpid()}\n", encoding="ascii")
+        results_offset = _size(request["out"])  # what the ranks append starts here
         events_path = Path(scratch) / "events.jsonl"
         events_path.touch()
         request_path = Path(scratch) / "request.json"
-        request_path.write_text(json.dumps({**request, "events": str(events_path)}), encoding="utf-8")
+        # launcher_pid: rank 0 leaves the results lock to this process, and each rank ties itself to it
+        request_path.write_text(json.dumps({**request, "events": str(events_path), LAUNCHER_PID: os.getpid()}),
+                                encoding="utf-8")  # fmt: skip
         package_root = str(Path(__file__).resolve().parents[4])  # the directory holding the `fade` package
         environment = dict(environ)
         environment["PYTHONPATH"] = os.pathsep.join(
             [package_root] + [entry for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry])
         process = subprocess.Popen(torchrun_command(nproc, str(request_path), python), stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, encoding="utf-8",
-                                   errors="replace", env=environment, start_new_session=True)  # fmt: skip
+                                   errors="replace", env=environment, start_new_session=True,
+                                   preexec_fn=parent_death_preexec())  # fmt: skip
         output = collections.deque(maxlen=OUTPUT_TAIL_LINES)
         said = collections.deque(maxlen=1)  # the ranks' last `fade: ...` line (a rank that cannot run says why)
         reader = threading.Thread(target=_read_lines, args=(process.stdout, output, said), daemon=True)
@@ -154,8 +171,10 @@ def launch(request: dict, nproc: int, environ: dict, *, progress=None, python: s
         process.wait()
         reader.join(timeout=EXIT_GRACE_S)
         watch.read()
+        appended = _appended_case_ids(request["out"], results_offset, request["run_id"])
     tail = "\n".join(output) or None
-    if watch.session is None and not interrupted:
+    launcher_died = _launcher_death(process.returncode) if not (killed_for or interrupted) else None
+    if watch.session is None and not interrupted and not launcher_died:  # torchrun's death is not "cannot run here"
         reason = killed_for or f"torchrun exited with status {process.returncode}"
         last = list(said) or [line for line in output if line.strip("=* ")]
         raise RuntimeError(f"the dist ranks did not start: {reason}" + (f"; {last[-1]}" if last else ""))
@@ -167,25 +186,33 @@ def launch(request: dict, nproc: int, environ: dict, *, progress=None, python: s
     summary.interrupted = summary.interrupted or interrupted
     summary.resumed = len(cases) - watch.total  # rank 0 ran (or was to run) `total` of them
     summary.records = list(watch.records)
-    if watch.in_flight is not None and not interrupted:  # the ranks ended (or were ended) inside a case
-        case = cases.get(watch.in_flight)
-        if case is not None:
-            ctx = CaseContext(device=device, run_id=request["run_id"], quick=bool(request.get("quick")),
-                              timing=dict(request.get("timing") or {}))  # fmt: skip
-            if killed_for:
-                status, error = "timeout", f"{case.case_id}: {killed_for}"
-            else:
-                status, error = "crashed", f"the ranks ended inside {case.case_id} (torchrun exit status {process.returncode})"
-            record = failure_record(case, ctx, watch.session, status, error, tail, now_iso(), watch.in_flight_since)
+    case = cases.get(watch.in_flight) if watch.in_flight is not None and not interrupted else None
+    if case is not None and case.case_id not in appended:  # the ranks ended (or were ended) inside a case
+        ctx = CaseContext(device=device, run_id=request["run_id"], quick=bool(request.get("quick")),
+                          timing=dict(request.get("timing") or {}))  # fmt: skip
+        if killed_for:
+            status, error = "timeout", f"{case.case_id}: {killed_for}"
+        elif launcher_died:
+            status, error = "crashed", f"{launcher_died} during {case.case_id}; the case itself did not fail"
+        else:
+            status, error = "crashed", f"the ranks ended inside {case.case_id} (torchrun exit status {process.returncode})"
+        record = failure_record(case, ctx, watch.session, status, error, tail, now_iso(), watch.in_flight_since)
+        try:
             with JsonlAppender(request["out"]) as appender:
                 appender.append(record)
+        except OSError as write_error:  # OutputFull, or the newline JsonlAppender adds first: a full disk
+            summary.write_error = summary.write_error or str(write_error)
+        else:
             summary.records.append(record)
-            summary.stopped = summary.stopped or error
+        summary.stopped = summary.stopped or error
+    elif launcher_died:  # before the first case or between two: nothing to blame, the run stopped
+        summary.stopped = summary.stopped or launcher_died
     for record in summary.records:
         summary.statuses[record["status"]] = summary.statuses.get(record["status"], 0) + 1
         if record["status"] in FAILED_STATUSES:
             summary.failures.append({"case_id": record["case_id"], "status": record["status"], "error": record.get("error")})
-    if not summary.records and process.returncode not in (0, None) and not interrupted and not summary.stopped:
+    if (not summary.records and process.returncode not in (0, None) and not interrupted and not summary.stopped
+            and not summary.write_error):  # fmt: skip
         summary.stopped = f"torchrun exited with status {process.returncode}: {output[-1] if output else 'no output'}"
     summary.wall_s = clock() - started_clock
     if progress is not None and watch.started:
@@ -238,8 +265,77 @@ class _Watch:
             self.records.append(event["record"])
             if self.progress is not None:
                 self.progress.case_finished(event["record"])
-        elif kind == "finished":
+        elif kind == "finished":  # rank 0 ended its run in order: no case is in flight, even one it could not write
             self.summary = event.get("summary") or {}
+            self.in_flight = None
+
+
+def _launcher_death(returncode: Optional[int]) -> Optional[str]:
+    """What to say when torchrun itself ended by a signal (killed from outside, the OOM killer), else None."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    return f"the launcher died: torchrun was killed by {name} (signal {-returncode}) and every rank with it"
+
+
+def _remove_dead_scratch(temp: Path) -> None:
+    """Remove this user's scratch directories whose launcher was killed (its pid is gone). A live run's, another
+    user's, a link, or one whose owner file is missing or not a small regular file stays untouched."""
+    import shutil
+    import stat
+
+    try:
+        candidates = [entry for entry in os.scandir(temp) if entry.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for scratch in candidates:
+        try:
+            found = scratch.stat(follow_symlinks=False)
+            owner_file = os.lstat(os.path.join(scratch.path, SCRATCH_OWNER))
+            if not (stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid() and stat.S_ISREG(owner_file.st_mode)
+                    and owner_file.st_size <= 32):  # fmt: skip
+                continue
+            with open(os.path.join(scratch.path, SCRATCH_OWNER), encoding="ascii") as text:
+                owner = int(text.read(32).strip())
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(scratch.path, ignore_errors=True)
+        except (OSError, ValueError):
+            continue  # not ours to judge: no owner file yet, unreadable, a live process of another user
+
+
+def _size(path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _appended_case_ids(out, offset: int, run_id: str) -> set:
+    """The case ids of this run's records appended to `out` after byte `offset` (by rank 0); none when `out`
+    is not a regular file (/dev/full reads zeros for ever, a FIFO blocks)."""
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(out).st_mode):
+            return set()
+        with open(out, "rb") as results:
+            results.seek(offset)
+            text = results.read().decode("utf-8", "replace")
+    except OSError:
+        return set()
+    found = set()
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line torn by a kill, or not ours
+        if isinstance(record, dict) and record.get("run_id") == run_id:
+            found.add(record.get("case_id"))
+    return found
 
 
 def _read_lines(stream, into: collections.deque, said: collections.deque) -> None:

@@ -12,11 +12,17 @@ the ranks that did not arrive (collectives.py, "Arrival"), fires before the back
 Every rank builds the same case list from the request; rank 0 decides which ones `resume` skips and
 broadcasts the ids. After a collective timed out, the group is unusable: the executor's `stop_reason` ends
 the run there, rank 0 keeps the timeout record, and the process ends with TIMED_OUT_EXIT without tearing
-the group down (a peer may never return).
+the group down (a peer may never return). A write that failed (a full disk) ends the run the same way.
+
+Every rank carries a lifeline.Lifeline: under FADE's launcher it dies with torchrun (parent-death signal),
+and rank 0 returns a case's record for appending only while its parent chain is alive; an orphan exits
+without a word in the results file. Rank 0 holds the results file's run lock (results_lock) under the
+user's launcher; under FADE's, the launcher holds it for the whole run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -30,6 +36,7 @@ BACKENDS = {"cuda": "nccl", "cpu": "gloo", "xpu": "xccl"}  # torch's backend per
 GROUP_TIMEOUT_MARGIN_S = 10.0  # the backend's own timeout, after FADE's check has named the missing ranks
 STORE_PREFIX = "fade-dist"  # keys FADE puts in the launcher's store
 TIMED_OUT_EXIT = 1  # exit status of a rank whose run stopped at a collective that timed out
+WRITE_ERROR_EXIT = 2  # rank 0's exit status when the results file stopped taking records (a full disk)
 TEST_HANG_RANK = "FADE_DIST_TEST_HANG_RANK"  # test-only: this rank sleeps before its first case
 TEST_HANG_S = 3600.0  # how long the test hook's rank sleeps: longer than any test's timeout
 
@@ -53,6 +60,7 @@ class RankState:
 
 
 _STATE: Optional[RankState] = None  # the process group is process-wide in torch; so is its description
+_LIFELINE = None  # this process's lifeline.Lifeline: bound in main() under torchrun, made in run_rank otherwise
 
 
 def current() -> RankState:
@@ -142,6 +150,8 @@ class RankExecutor:
         self.state.serial += 1
         self.state.arrival_key = f"{ctx.run_id}/{self.state.serial}"
         record = execute_case(case, ctx, self.session)
+        if _LIFELINE is not None and not _LIFELINE.alive():  # the launcher died: its death is not this case's
+            orphan_exit(self.state.rank)
         error = record.get("error") or ""
         if error.startswith("CollectiveTimeout: "):  # FADE's own wait, which names the missing ranks
             record["status"], record["error"] = "timeout", error[len("CollectiveTimeout: "):]
@@ -189,6 +199,20 @@ class EventFile:
 def run_rank(request: dict, environment: dict, *, progress=None):
     """Join the group, run the request's cases on every rank; rank 0 returns runner.run_cases's RunSummary
     (appended to request["out"]), the other ranks a summary without records. `progress` is rank 0's."""
+    global _LIFELINE
+    from fade.measure.results_lock import holding_results
+    from fade.measure.suites.dist.lifeline import LAUNCHER_PID, Lifeline
+
+    if _LIFELINE is None:  # in-process under the user's launcher: its parent is the launcher (main() binds torchrun's)
+        _LIFELINE = Lifeline()
+    launched_here = request.get(LAUNCHER_PID) is not None  # FADE's launcher holds the results lock for us
+    with contextlib.ExitStack() as held:
+        if int(environment["RANK"]) == 0 and not launched_here:  # before joining: a busy file stops rank 0 at once
+            held.enter_context(holding_results(request["out"]))
+        return _run_rank(request, environment, progress=progress)
+
+
+def _run_rank(request: dict, environment: dict, *, progress):
     import torch.distributed as dist
 
     from fade.measure.case import CaseContext
@@ -208,8 +232,10 @@ def run_rank(request: dict, environment: dict, *, progress=None):
     if state.rank == 0:
         if request.get("events"):
             progress = EventFile(request["events"], described)
+        # lock=False: the results lock is run_rank's (under the user's launcher) or FADE's launcher's
         summary = run_cases(todo, executor=executor, out=request["out"], run_id=request["run_id"],
-                            quick=bool(request.get("quick")), timing=request.get("timing"), progress=progress)  # fmt: skip
+                            quick=bool(request.get("quick")), timing=request.get("timing"), progress=progress,
+                            lock=False)  # fmt: skip
         summary.resumed = len(cases) - len(todo)
         summary.selected = len(cases)
         summary.stopped = summary.stopped or executor.stop_reason  # also when the last case timed out
@@ -235,25 +261,46 @@ def close_group(summary) -> None:
     never return, and the teardown would wait for it). Every rank calls this, rank 0 last of all its work."""
     import torch.distributed as dist
 
-    if not summary.stopped and dist.is_initialized():
+    if not (summary.stopped or summary.write_error) and dist.is_initialized():
         dist.barrier()  # no rank leaves while another still needs the group
         dist.destroy_process_group()
 
 
 def finish(summary) -> int:
-    """The rank's exit status: TIMED_OUT_EXIT after a timeout, 1 when a case failed, else 0 (close_group first)."""
+    """The rank's exit status: WRITE_ERROR_EXIT when the results file took no more records, TIMED_OUT_EXIT after
+    a timeout, 1 when a case failed, else 0 (close_group first). A non-zero status also makes torchrun end
+    the other ranks, which would otherwise wait in their next collective for a rank 0 that has stopped."""
     close_group(summary)
+    if summary.write_error:
+        return WRITE_ERROR_EXIT
     if summary.stopped:
         return TIMED_OUT_EXIT
     return 1 if summary.failed else 0
 
 
+def orphan_exit(rank: int) -> None:
+    """End this rank at once, writing nothing: its launcher is gone (lifeline.py)."""
+    try:
+        print(f"fade: rank {rank}: {_LIFELINE.describe() if _LIFELINE else 'the launcher is gone'}; exiting without "
+              "writing a record", file=sys.stderr, flush=True)  # fmt: skip
+    except OSError:
+        pass  # the launcher that read our output is gone too
+    from fade.measure.suites.dist.lifeline import ORPHAN_EXIT
+
+    os._exit(ORPHAN_EXIT)
+
+
 def main(argv=None) -> int:
+    global _LIFELINE
     from fade.measure.suites.dist.launch import rank_environment
+    from fade.measure.suites.dist.lifeline import LAUNCHER_PID, Lifeline
 
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], encoding="utf-8") as request_file:
         request = json.load(request_file)
+    _LIFELINE = Lifeline(request.get(LAUNCHER_PID))
+    if not _LIFELINE.bind():  # torchrun (or the launcher above it) died before this rank could tie itself to it
+        orphan_exit(int(os.environ.get("RANK", "-1")))
     try:
         summary = run_rank(request, rank_environment(os.environ))
     except FadeUsageError as error:  # this rank cannot run here (no such device): one line for the parent

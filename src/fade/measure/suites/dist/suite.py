@@ -177,18 +177,21 @@ def run_dist(device: Optional[str] = None, *, nproc: Optional[int] = None, colle
         summary = run_rank(request, ranks, progress=progress)
         close_group(summary)
         return summary, changes
+    from fade.measure.results_lock import holding_results
+
     child_environment = dict(environ)
     changes = dist_environment(child_environment, request["device_type"])
-    if resume and request["device_type"]:  # rank 0's device is known here: skip the launch when nothing is left
-        from fade.measure.runner import RunSummary, finished_cases
+    with holding_results(out):  # from the resume check to the last record; launch() nests in it
+        if resume and request["device_type"]:  # rank 0's device is known here: skip the launch when nothing is left
+            from fade.measure.runner import RunSummary, finished_cases
 
-        rank0_device = "cpu" if request["device_type"] == "cpu" else f"{request['device_type']}:0"
-        planned = plan_cases(request, world)
-        finished, problems = finished_cases(out, rank0_device)
-        if all(case.case_id in finished for case in planned):
-            return RunSummary(out=str(out), run_id=run_id, device=rank0_device, selected=len(planned),
-                              resumed=len(planned), problems=problems), changes  # fmt: skip
-    return launch(request, world, child_environment, progress=progress), changes
+            rank0_device = "cpu" if request["device_type"] == "cpu" else f"{request['device_type']}:0"
+            planned = plan_cases(request, world)
+            finished, problems = finished_cases(out, rank0_device)
+            if all(case.case_id in finished for case in planned):
+                return RunSummary(out=str(out), run_id=run_id, device=rank0_device, selected=len(planned),
+                                  resumed=len(planned), problems=problems), changes  # fmt: skip
+        return launch(request, world, child_environment, progress=progress), changes
 
 
 __all__ = ["run_dist", "plan_cases", "build_request", "SUITE", "SIZES", "QUICK_SIZES"]
