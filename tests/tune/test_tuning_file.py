@@ -18,8 +18,10 @@ def make_profile(tmp_path, speedups=None):
     knobs = KNOBS + [ENV_KNOB]
     timer = FakeTimer(speedups or {("precision", "amp-bf16"): 0.5, ("channels_last", "on"): 0.8, ("tunableop", "on"): 0.9})
     result = search(knobs, timer, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    from fade.act.tune.cache import default_base
+
     profile = build_tuning(result, knobs, fingerprint=H100, model="resnet50", mode="train", batch=64, budget_s=1000,
-                           cache_dir=str(tmp_path / "cache"))
+                           cache_dir=str(default_base() / "h100"))  # fmt: skip
     path = tmp_path / "profile.json"
     save_tuning(profile, path)
     return profile, path

@@ -139,7 +139,9 @@ def test_env_output_evaluated_by_bash_runs_nothing_and_sets_the_literal_value(fa
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.delenv("PYTORCH_TUNABLEOP_ENABLED", raising=False)
     monkeypatch.delenv("PYTORCH_TUNABLEOP_FILENAME", raising=False)
-    hostile = f"{tmp_path}/{HOSTILE_PATH_TAIL}"
+    from fade.act.tune.cache import default_base
+
+    hostile = f"{default_base()}/{HOSTILE_PATH_TAIL}"
     profile, _ = make_profile(tmp_path)
     path = write(tmp_path, {**profile, "knobs": {**profile["knobs"], "compile": "default"},
                             "env": {**profile["env"], "TORCHINDUCTOR_CACHE_DIR": hostile}})  # fmt: skip
@@ -267,7 +269,13 @@ def test_tuning_files_of_earlier_runs_still_load_and_render(path):
     recorded = json.loads(path.read_text(encoding="utf-8"))
     assert {name: profile[name] for name in recorded} == recorded  # env_lines and the snippet regenerate the same
     assert render_tuning(profile).count("\n") > 5
-    load_tuning(path, environ={}, fingerprint=profile["device"], set_torch_flags=False, verbose=False)
+    from fade.act.tune.cache import ENV_PATHS
+
+    if set(profile["env"]) & set(ENV_PATHS):  # made on the device machine: its compiler caches are not this user's
+        with pytest.raises(TuningFileError, match="outside this user's FADE tune cache"):
+            load_tuning(path, environ={}, fingerprint=profile["device"], set_torch_flags=False, verbose=False)
+    else:
+        load_tuning(path, environ={}, fingerprint=profile["device"], set_torch_flags=False, verbose=False)
 
 
 # -- what reaches the terminal --------------------------------------------------------------------------------
@@ -299,3 +307,23 @@ def test_printable_escapes_controls_and_keeps_text():
     assert printable("\x00\x1b\x7f\x85\x9b\u2066") == "\\x00\\x1b\\x7f\\x85\\x9b\\u2066"
     assert printable("a\nb") == "a\\x0ab"
     assert printable("a\nb\x1b", keep_newlines=True) == "a\nb\\x1b"
+
+
+def test_a_compiler_cache_outside_this_users_tune_cache_is_not_applied(tmp_path, fade_main, capsys, on_h100):  # noqa: F811
+    """Inductor and Triton load compiled kernels from their cache directories: a file from elsewhere pointing
+    TORCHINDUCTOR_CACHE_DIR at a directory of its choosing could plant code. Showing it is harmless; load_tuning
+    and `--show --env` refuse it in one line and set nothing."""
+    from fade.act.tune.tuning_file import load_tuning
+
+    profile, _ = make_profile(tmp_path)
+    planted = str(tmp_path / "planted" / "inductor")
+    path = write(tmp_path, {**profile, "knobs": {**profile["knobs"], "compile": "default"},
+                            "env": {**profile["env"], "TORCHINDUCTOR_CACHE_DIR": planted}})  # fmt: skip
+    environ = {}
+    with pytest.raises(TuningFileError, match="outside this user's FADE tune cache"):
+        load_tuning(path, environ=environ, fingerprint=dict(H100), set_torch_flags=False, verbose=False)
+    assert environ == {}
+    code, out, err = show(fade_main, capsys, path, "--env")
+    assert code == 2 and "outside this user's FADE tune cache" in err and "TORCHINDUCTOR" not in out
+    code, out, err = show(fade_main, capsys, path)
+    assert code == 0, err  # showing it is harmless

@@ -67,13 +67,16 @@ def check_output(path: str) -> None:
 
 def _show(args) -> int:
     from fade.act.tune.device import static_fingerprint
-    from fade.act.tune.tuning_file import check_device, env_lines, read_tuning
+    from fade.act.tune.tuning_file import TuningFileError, check_cache_paths, check_device, env_lines, read_tuning
 
     profile = read_tuning(args.show)
     check_device(profile, static_fingerprint(), path=args.show)  # TuningFileError: another device's profile, exit 2
     if args.json:
         print(json.dumps(profile, indent=2))
-    elif args.env:
+    elif args.env:  # lines for eval: what load_tuning would apply, and no more
+        problem = check_cache_paths(profile["env"])
+        if problem:
+            raise TuningFileError(f"profile {args.show}: {problem}")
         print("\n".join(env_lines(profile)))
     else:
         print(render_tuning(profile))

@@ -283,12 +283,29 @@ def parse_tuning(document, *, path="profile") -> dict:
     return profile
 
 
+def check_cache_paths(env: dict, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """Why the tune-cache variables of a checked `env` may not be applied here, or None: Inductor, Triton and MIOpen
+    load compiled kernels from those directories, so a file from elsewhere must not choose them. Only paths inside
+    this user's FADE tune cache (cache.default_base) are applied. Reading and showing such a file is harmless;
+    load_tuning and `fade tune --show --env` call this first."""
+    from fade.act.tune.cache import ENV_PATHS, default_base
+
+    base = os.path.normpath(str(default_base(environ)))
+    for name, value in sorted(env.items()):
+        if name in ENV_PATHS and os.path.commonpath([os.path.normpath(value), base]) != base:
+            return (f"env.{name} points outside this user's FADE tune cache ({base}): compiled kernels are loaded "
+                    "from there, so a tuning file from elsewhere may not choose it; nothing is applied (tune again "
+                    "here, or remove the cache variables from the file)")  # fmt: skip
+    return None
+
+
 def check_env(env, knobs: dict, table: list) -> Optional[str]:
     """Why `env` may not be set from a tuning file with `knobs`, or None. A tuning file may come from anyone, and
     a variable such as BASH_ENV, LD_PRELOAD or PYTHONPATH runs their code in every later process (issue 30), so
     a name must be an identifier and either a variable of the knob table's env columns, with the value the
     table gives for the file's value of that knob, or one of the tune cache's paths (cache.ENV_PATHS), an
-    absolute path. Checked for the whole file before anything is applied."""
+    absolute path (applying one also needs check_cache_paths). Checked for the whole file before anything is
+    applied."""
     from fade.act.tune.cache import ENV_PATHS
     from fade.analyze.knobs import config_env
 
@@ -404,6 +421,9 @@ def load_tuning(
     """
     profile = read_tuning(path)
     environ = os.environ if environ is None else environ
+    problem = check_cache_paths(profile["env"])  # this process's own cache home
+    if problem:
+        raise TuningFileError(f"profile {path}: {problem}")
     knobs = dict(profile["knobs"])
     tuning = Tuning(knobs=knobs, model_knobs=model_knobs(knobs))
     current = fingerprint if fingerprint is not None else device_facts.static_fingerprint(environ)
