@@ -77,6 +77,15 @@ def paths_of(value, prefix=()) -> list:
     return found
 
 
+def replaced(document, path: tuple, value):
+    """A copy of `document` with the value at `path` (keys/indices) replaced; the root itself when `path` is ()."""
+    if not path:
+        return value
+    copied = list(document) if isinstance(document, list) else dict(document)
+    copied[path[0]] = replaced(document[path[0]], path[1:], value)
+    return copied
+
+
 def mutate(document, rng: random.Random):
     """A copy of `document` with one structural change: a value replaced, a key deleted, or a container
     emptied/nested; the root may be replaced too."""

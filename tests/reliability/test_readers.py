@@ -28,6 +28,7 @@ from fade.errors import FadeUsageError
 from fade.reading import MAX_BYTES
 
 from tests.cliutil import one_line
+from tests.reliability.mutations import replaced
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "snapshots"
 SAFETY_TIMEOUT_S = 5.0  # only against a hang: a refusal takes milliseconds
@@ -56,15 +57,6 @@ def paths(document, prefix=()) -> list:
             found.append(prefix + (index,))
             found += paths(value, prefix + (index,))
     return found
-
-
-def replaced(document, path: tuple, value):
-    copied = copy.deepcopy(document)
-    holder = copied
-    for part in path[:-1]:
-        holder = holder[part]
-    holder[path[-1]] = value
-    return copied
 
 
 def wrong_types(bases: list, wrong: list = WRONG):

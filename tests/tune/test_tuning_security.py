@@ -18,6 +18,7 @@ from fade.errors import FadeUsageError
 from fade.report.text import printable
 from fade.report.tune import render_tuning
 from tests.tune.test_cli_tune import fade_main  # noqa: F401 - the fixture
+from tests.reliability.mutations import paths_of, replaced
 from tests.tune.test_tuning_file import H100, make_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -222,28 +223,8 @@ JSON_VALUES = st.recursive(
 )
 
 
-def paths_of(value, prefix=()) -> list:
-    """Every path (keys and indices) inside a JSON value, the root left out."""
-    found = [prefix] if prefix else []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += paths_of(item, prefix + (key,))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += paths_of(item, prefix + (index,))
-    return found
-
-
-def replaced(document, path: tuple, value):
-    if not path:
-        return value
-    copy = list(document) if isinstance(document, list) else dict(document)
-    copy[path[0]] = replaced(document[path[0]], path[1:], value)
-    return copy
-
-
 BASE = json.loads(RECORDED[0].read_text(encoding="utf-8")) if RECORDED else None
-BASE_PATHS = paths_of(BASE) if BASE else []
+BASE_PATHS = [path for path in paths_of(BASE) if path] if BASE else []  # the root itself left out
 
 
 @pytest.mark.skipif(not RECORDED, reason="needs the recorded tuning files")
