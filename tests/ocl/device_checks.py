@@ -628,6 +628,77 @@ def test_dropout_on_the_device_rng(dtype):
     assert torch.equal(evaluated[0].cpu(), x) and evaluated[1].cpu().all()
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["odd", "sliced", "transposed"])
+def test_avg_pool2d_and_its_backward_match_the_cpu(dtype, layout):
+    """avg_pool2d over the grid kernel 2/3 x stride 1/2 x padding 0/1 x ceil_mode x count_include_pad x
+    divisor_override None/5 (ceil_mode's clipped last windows, each window's own divisor), forward and backward,
+    on an odd-sized input, a sliced one (an offset and strides) and a transposed one; no fallback."""
+    import itertools
+    torch.manual_seed(0)
+    base = torch.randn(2, 3, 11, 13, dtype=dtype)
+    make = {"odd": lambda t: t[:, :, :7, :9].contiguous(), "sliced": lambda t: t[1:, :, 2:9, 1:12:2],
+            "transposed": lambda t: t[:, :, :9, :7].transpose(2, 3)}[layout]
+    host, device = make(base), make(base.to(DEV))
+    assert device.is_contiguous() == (layout == "odd") and (layout != "sliced" or device.storage_offset())
+    ocl.reset_fallback_counts()
+    for k, s, p, ceil, include, divisor in itertools.product((2, 3), (1, 2), (0, 1), (False, True), (False, True),
+                                                             (None, 5)):
+        x, xd = host.clone().requires_grad_(), device.detach().requires_grad_()
+        args = (k, s, p, ceil, include, divisor)
+        expected, actual = torch.nn.functional.avg_pool2d(x, *args), torch.nn.functional.avg_pool2d(xd, *args)
+        close(actual.detach(), expected.detach())
+        grad = torch.randn(expected.shape, dtype=dtype)
+        expected.backward(grad)
+        actual.backward(grad.to(DEV))
+        close(xd.grad, x.grad)
+    close(torch.nn.functional.avg_pool2d(device[0], 3), torch.nn.functional.avg_pool2d(host[0], 3))  # 3-D, stride=k
+    out = torch.empty(0, dtype=dtype).to(DEV)
+    torch.ops.aten.avg_pool2d.out(device, [2, 2], [], [1, 1], True, False, None, out=out)
+    close(out, torch.ops.aten.avg_pool2d(host, [2, 2], [], [1, 1], True, False, None))
+    assert not [name for name in ocl.fallback_counts() if "avg_pool" in name]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bernoulli_on_the_device_rng(dtype):
+    """bernoulli_(p) by dropout's Philox on the device: values 0/1, the mean within 6 standard deviations of p
+    over 2^17 elements (p = 0 all zeros, p = 1 all ones), the same seed the same draw, the next call a new one;
+    a strided tensor, a tensor p (broadcast) and torch.bernoulli(probs) too; no fallback."""
+    n = 1 << 17
+    ocl.reset_fallback_counts()
+    torch.manual_seed(7)
+    first = torch.empty(n, dtype=dtype).to(DEV).bernoulli_(0.3).cpu()
+    again = torch.empty(n, dtype=dtype).to(DEV).bernoulli_(0.3).cpu()
+    torch.manual_seed(7)
+    repeat = torch.empty(n, dtype=dtype).to(DEV).bernoulli_(0.3).cpu()
+    assert first.dtype == dtype and ((first == 0) | (first == 1)).all()
+    assert torch.equal(first, repeat) and not torch.equal(first, again)
+    assert abs(first.sum().item() - n * 0.3) < 6 * (n * 0.3 * 0.7) ** 0.5
+    assert not torch.empty(n, dtype=dtype).to(DEV).bernoulli_(0.0).cpu().any()
+    assert torch.equal(torch.full((n,), 5, dtype=dtype).to(DEV).bernoulli_(1.0).cpu(), torch.ones(n, dtype=dtype))
+    grid = torch.full((64, 64), 3, dtype=dtype).to(DEV)
+    grid[:, ::2].bernoulli_(1.0)  # strided: only the even columns are written
+    assert torch.equal(grid.cpu()[:, ::2], torch.ones(64, 32, dtype=dtype)) and (grid.cpu()[:, 1::2] == 3).all()
+    rows = torch.tensor([[0.0], [1.0], [0.0], [1.0]], dtype=torch.float64).to(DEV)
+    drawn = torch.empty(4, 1000, dtype=dtype).to(DEV).bernoulli_(rows).cpu()  # p broadcast over each row
+    assert torch.equal(drawn, torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=dtype)[:, None].expand(4, 1000))
+    probs = torch.full((n,), 0.3, dtype=dtype).to(DEV)
+    sampled = torch.bernoulli(probs).cpu()
+    assert ((sampled == 0) | (sampled == 1)).all() and abs(sampled.sum().item() - n * 0.3) < 6 * (n * 0.21) ** 0.5
+    assert not [name for name in ocl.fallback_counts() if "bernoulli" in name]
+
+
+
+def test_bernoulli_with_the_cpu_rng_matches_the_cpu(monkeypatch):
+    from fade.ocl import backend
+    monkeypatch.setattr(backend, "DROPOUT_RNG", "cpu")
+    torch.manual_seed(5)
+    expected = torch.empty(1000).bernoulli_(0.3)
+    torch.manual_seed(5)
+    close(torch.empty(1000).to(DEV).bernoulli_(0.3), expected)
+
+
 def test_an_unknown_setting_warns_and_keeps_the_default(monkeypatch):
     from fade.ocl import backend
     monkeypatch.setenv("FADE_OCL_DROPOUT_RNG", "gpu")

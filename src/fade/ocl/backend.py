@@ -2417,6 +2417,95 @@ def _adaptive_avg_pool(op, args, kwargs, bound):
     return out
 
 
+_AVG_POOL_SOURCE = """
+/* torch's windows (cpu_avg_pool): [o S - P, min(o S - P + K, I + P)) sized for count_include_pad, then clipped
+   to the input [0, I) for the sum and for the divisor without count_include_pad; DIV > 0: divisor_override */
+inline long avg_divisor(long oy, long ox, long H, long W, long KH, long KW, long SH, long SW, long PH, long PW,
+                        long DIV, int include_pad) {
+    if (DIV > 0) return DIV;
+    long y0 = oy * SH - PH, x0 = ox * SW - PW;
+    long y1 = min(y0 + KH, H + PH), x1 = min(x0 + KW, W + PW);
+    if (include_pad) return (y1 - y0) * (x1 - x0);
+    return (min(y1, H) - max(y0, (long)0)) * (min(x1, W) - max(x0, (long)0));
+}
+__kernel void avg_pool2d(__global const T* x, long x_off, __global T* out, long planes, long H, long W, long OH,
+                         long OW, long KH, long KW, long SH, long SW, long PH, long PW, long DIV, int include_pad) {
+    long g = get_global_id(0);
+    if (g >= planes * OH * OW) return;
+    long p = g / (OH * OW), oy = (g / OW) % OH, ox = g % OW;
+    long y0 = oy * SH - PH, x0 = ox * SW - PW;
+    long y1 = min(min(y0 + KH, H + PH), H), x1 = min(min(x0 + KW, W + PW), W);
+    y0 = max(y0, (long)0); x0 = max(x0, (long)0);
+    if (y0 >= y1 || x0 >= x1) { out[g] = 0; return; }
+    __global const T* plane = x + x_off + p * H * W;
+    ACC acc = 0;
+    for (long iy = y0; iy < y1; ++iy)
+        for (long ix = x0; ix < x1; ++ix) acc += plane[iy * W + ix];
+    out[g] = (T)(acc / (ACC)avg_divisor(oy, ox, H, W, KH, KW, SH, SW, PH, PW, DIV, include_pad));
+}
+/* one work item per input element: it sums grad / divisor over the windows that hold it (no atomics) */
+__kernel void avg_pool2d_backward(__global const T* grad, long grad_off, __global T* gx, long planes, long H,
+                                  long W, long OH, long OW, long KH, long KW, long SH, long SW, long PH, long PW,
+                                  long DIV, int include_pad) {
+    long g = get_global_id(0);
+    if (g >= planes * H * W) return;
+    long p = g / (H * W), iy = (g / W) % H, ix = g % W;
+    long y0 = iy + PH - KH + 1, x0 = ix + PW - KW + 1;
+    long oy_lo = y0 <= 0 ? 0 : (y0 + SH - 1) / SH, oy_hi = min((iy + PH) / SH, OH - 1);
+    long ox_lo = x0 <= 0 ? 0 : (x0 + SW - 1) / SW, ox_hi = min((ix + PW) / SW, OW - 1);
+    __global const T* plane = grad + grad_off + p * OH * OW;
+    ACC acc = 0;
+    for (long oy = oy_lo; oy <= oy_hi; ++oy)
+        for (long ox = ox_lo; ox <= ox_hi; ++ox)
+            acc += (ACC)plane[oy * OW + ox] / (ACC)avg_divisor(oy, ox, H, W, KH, KW, SH, SW, PH, PW, DIV,
+                                                                include_pad);
+    gx[g] = (T)acc;
+}
+"""
+
+
+def _avg_pool(op, args, kwargs, bound):
+    """avg_pool2d and its backward with torch's semantics (stride defaulting to the kernel, padding, ceil_mode's
+    clipped last windows, count_include_pad, divisor_override): the forward one work item per output, the
+    backward one per input element gathering grad / divisor from the windows that cover it (no atomics)."""
+    x = bound["self"]
+    if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64):
+        raise _NoKernel("avg pool beyond 2-D float")
+    meta_result = _meta(op, args, kwargs)  # torch's checks and output size
+    kh, kw = _pair(bound["kernel_size"])
+    sh, sw = _pair(bound["stride"], (kh, kw))
+    ph, pw = _pair(bound["padding"])
+    divisor = bound["divisor_override"] or 0
+    x = _contiguous(x)
+    h, w = x.shape[-2:]
+    planes = math.prod(x.shape[:-2])
+    dev = _dev(x)
+    wide = "double" if x.dtype == torch.float64 or dev.info.fp64 else "float"
+    source = f"#define T {_cl_type(x.dtype)}\n#define ACC {wide}\n" + _AVG_POOL_SOURCE
+    if _base(op) == "avg_pool2d":
+        oh, ow = meta_result.shape[-2:]
+        out = empty(list(x.shape[:-2]) + [oh, ow], _contiguous_strides(list(x.shape[:-2]) + [oh, ow]), x.dtype,
+                    x.device.index)
+        geometry = (planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, divisor)
+        if out.numel():
+            dev.launch(dev.kernel("avg_pool2d", source), (out.numel(),), None, _block(x).buffer,
+                       np.int64(x.storage_offset()), _block(out).buffer, *[np.int64(v) for v in geometry],
+                       np.int32(bool(bound["count_include_pad"])))
+        return _finish(op, bound, out)
+    grad = _contiguous(bound["grad_output"])
+    oh, ow = grad.shape[-2:]
+    out = empty(x.shape, _contiguous_strides(x.shape), x.dtype, x.device.index)
+    if out.numel():
+        if grad.numel():
+            geometry = (planes, h, w, oh, ow, kh, kw, sh, sw, ph, pw, divisor)
+            dev.launch(dev.kernel("avg_pool2d_backward", source), (out.numel(),), None, _block(grad).buffer,
+                       np.int64(grad.storage_offset()), _block(out).buffer, *[np.int64(v) for v in geometry],
+                       np.int32(bool(bound["count_include_pad"])))
+        else:
+            pointwise("0", out, [])
+    return _finish(op, bound, out)
+
+
 def _arange(op, args, kwargs, bound):
     """arange(start, end, step, out=): out[i] = start + i * step, computed in double (long for integer
     outputs) as torch's CPU kernel does."""
@@ -2759,12 +2848,10 @@ def _batch_norm_composed(op, bound):
     return grad_input, grad_weight, grad_bias
 
 
-_DROPOUT_SOURCE = """
+_PHILOX_SOURCE = """
 /* Philox4x32-10 (Salmon et al., SC'11: the counter-based generator of cuRAND and torch's CUDA dropout): one
    call per 4 elements, counter = (work item, 0, 0, 0), key = the seed drawn from torch's CPU generator */
-__kernel void dropout(__global const T* x, long x_off, __global T* out, __global uchar* mask, uint k0, uint k1,
-                      float keep, T scale, long n) {
-    long g = get_global_id(0);
+inline void philox(long g, uint k0, uint k1, uint* r) {
     uint c0 = (uint)g, c1 = (uint)(g >> 32), c2 = 0, c3 = 0;
     for (int round = 0; round < 10; round++) {
         uint hi0 = mul_hi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
@@ -2772,7 +2859,15 @@ __kernel void dropout(__global const T* x, long x_off, __global T* out, __global
         c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
         k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
     }
-    uint r[4] = {c0, c1, c2, c3};
+    r[0] = c0; r[1] = c1; r[2] = c2; r[3] = c3;
+}
+"""
+_DROPOUT_SOURCE = _PHILOX_SOURCE + """
+__kernel void dropout(__global const T* x, long x_off, __global T* out, __global uchar* mask, uint k0, uint k1,
+                      float keep, T scale, long n) {
+    long g = get_global_id(0);
+    uint r[4];
+    philox(g, k0, k1, r);
     for (int j = 0; j < 4; j++) {
         long i = g * 4 + j;
         if (i < n) {
@@ -2817,6 +2912,77 @@ def _dropout(op, args, kwargs, bound):
                    np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32), np.float32(1 - p), np_t(scale),
                    np.int64(x.numel()))
     return out, mask
+
+
+_BERNOULLI_SOURCE = _PHILOX_SOURCE + """
+/* out[i] = (uniform in [0, 1), 24 bits, as dropout's) < p, or < probs[i] with PROBS */
+__kernel void bernoulli(__global T* out, long out_off, uint k0, uint k1, float p, __global const P* probs,
+                        long probs_off, long n) {
+    long g = get_global_id(0);
+    uint r[4];
+    philox(g, k0, k1, r);
+    for (int j = 0; j < 4; j++) {
+        long i = g * 4 + j;
+        if (i < n) {
+            float u = (float)(r[j] >> 8) * (1.0f / 16777216.0f);
+#ifdef PROBS
+            out[out_off + i] = (T)((P)u < probs[probs_off + i]);
+#else
+            out[out_off + i] = (T)(u < p);
+#endif
+        }
+    }
+}
+"""
+
+
+def _bernoulli(op, args, kwargs, bound):
+    """bernoulli_(p float or tensor) and bernoulli(probs) / bernoulli(self, p): 0/1 in the output's dtype, drawn
+    on the device by dropout's Philox keyed by one draw of torch's CPU generator (torch.manual_seed repeats a
+    run; the values differ from the CPU's, as CUDA's do). With a generator= argument or FADE_OCL_DROPOUT_RNG=cpu:
+    the CPU fallback (the CPU's own draws)."""
+    x = bound["self"]
+    if DROPOUT_RNG == "cpu":  # the CPU generator's own draws, as dropout's masks (the zoo's step-by-step checks)
+        raise _NoKernel("FADE_OCL_DROPOUT_RNG=cpu")
+    if bound.get("generator") is not None or x.dtype in (torch.float16, torch.bfloat16) or x.is_complex():
+        raise _NoKernel("bernoulli with a generator or a half dtype")
+    _cl_type(x.dtype)
+    index = x.device.index
+    if op is aten.bernoulli_.float or op is aten.bernoulli.p:
+        p, probs = float(bound["p"]), None
+    elif op is aten.bernoulli_.Tensor:
+        p, probs = 0.0, bound["p"]
+    elif op is aten.bernoulli.default:
+        p, probs = 0.0, x
+    else:
+        raise _NoKernel(op.name())
+    if probs is not None and (not isinstance(probs, torch.Tensor) or probs.device.type != NAME or
+                              not probs.dtype.is_floating_point or probs.dtype == torch.bfloat16):
+        raise _NoKernel("bernoulli's probabilities")
+    if not 0 <= p <= 1:
+        raise _NoKernel("p outside [0, 1]: the CPU raises torch's error")
+    in_place = op is aten.bernoulli_.float or op is aten.bernoulli_.Tensor
+    target = x if in_place and x.is_contiguous() else empty(x.shape, _contiguous_strides(x.shape), x.dtype, index)
+    n = x.numel()
+    if n:
+        dev = _dev(x)
+        wide = "double" if probs is not None and (probs.dtype == torch.float64 or x.dtype == torch.float64) and \
+            dev.info.fp64 else "float"
+        if probs is not None:
+            dense = empty(x.shape, _contiguous_strides(x.shape), torch.float64 if wide == "double" else torch.float32,
+                          index)
+            pointwise("a", dense, [probs])  # broadcast to self's shape
+        seed = int(torch.empty((), dtype=torch.int64).random_())  # one draw of the CPU generator per call
+        source = f"#define T {_cl_type(x.dtype)}\n#define P {wide}\n" + \
+            ("#define PROBS\n" if probs is not None else "") + _BERNOULLI_SOURCE
+        probs_block = _block(dense).buffer if probs is not None else _block(target).buffer
+        dev.launch(dev.kernel("bernoulli", source), (-(-n // 4),), None, _block(target).buffer,
+                   np.int64(target.storage_offset()), np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32),
+                   np.float32(p), probs_block, np.int64(dense.storage_offset() if probs is not None else 0),
+                   np.int64(n))
+    if in_place and target is not x:
+        pointwise("a", x, [target])
+    return x if in_place else target
 
 
 def _foreach(op, args, kwargs):
@@ -2912,6 +3078,7 @@ def _written_outs(op) -> bool:
 _HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, kwargs, bound)
     **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "all", "any"), _reduction),
     "native_dropout": _dropout,
+    "bernoulli": _bernoulli,
     **dict.fromkeys(("_softmax", "_log_softmax"), _softmax),
     **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), _softmax_backward),
     **dict.fromkeys(("nll_loss_forward", "nll_loss_backward"), _nll),
@@ -2919,6 +3086,7 @@ _HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, 
     **dict.fromkeys(("embedding", "index_select", "embedding_dense_backward"), _embedding),
     **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward"), _max_pool),
     **dict.fromkeys(("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"), _adaptive_avg_pool),
+    **dict.fromkeys(("avg_pool2d", "avg_pool2d_backward"), _avg_pool),
     **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward"), _batch_norm),
     **dict.fromkeys(("convolution", "convolution_backward"), _convolution),
     **dict.fromkeys(("mm", "addmm", "bmm"), _matmul),
