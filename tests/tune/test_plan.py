@@ -94,3 +94,12 @@ def test_every_rule_a_knob_answers_is_one_that_decide_emits():
     source = inspect.getsource(profile.decide)
     for rule in PROFILE_RULES:
         assert f'"rule": "{rule}"' in source
+
+
+def test_the_fix_line_names_only_the_knobs_of_the_platform():
+    """A convolution-dominated step: on ROCm the fix line names MIOpen's find modes, on CUDA it does not."""
+    top = CASES["one_kernel_dominates:convolution"]
+    on_cuda = decide(top, platform="cuda", device_timeline=True)[0]["tune_first"]
+    on_rocm = decide(top, platform="rocm", device_timeline=True)[0]["tune_first"]
+    assert "miopen_find_mode=hybrid" in on_rocm and not any(name.startswith("miopen") for name in on_cuda)
+    assert "cudnn_benchmark=on" in on_cuda

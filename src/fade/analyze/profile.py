@@ -493,7 +493,7 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lin
                      + f", the device idle behind them {100 * sync_wait:.0f}% of the step",
             "fix": "move the read after the step or read every N steps. " + GUARD_LINE})
     verdicts.sort(key=lambda v: -(v["share"] or 0.0))
-    _add_tune_first(verdicts)
+    _add_tune_first(verdicts, platform)
     if not verdicts:
         verdicts.append({"rule": "device_busy", "share": busy / window,
                          "title": f"the device is busy {100 * busy / window:.0f}% of the step and no rule fired",
@@ -501,14 +501,15 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lin
     return verdicts
 
 
-def _add_tune_first(verdicts: list) -> None:
+def _add_tune_first(verdicts: list, platform: str) -> None:
     """Each verdict that a knob answers (data/knobs.toml `answers`) gets `tune_first`, the values `fade tune` tries
     first for it (fade.analyze.tuneplan), and says so in its fix: the profile's fix line and the tuner's first
     trials come from the same table, so they cannot disagree."""
     from fade.analyze.knobs import load_knobs
     from fade.analyze.tuneplan import answering_values, verdict_key
 
-    knobs = load_knobs()
+    places = {"cuda": ("any", "gpu", "cuda"), "rocm": ("any", "gpu", "rocm")}.get(platform, ("any",))
+    knobs = [knob for knob in load_knobs() if knob.where in places]  # a ROCm knob is no fix on CUDA
     for verdict in verdicts:
         values = answering_values(knobs, verdict_key(verdict))
         if values:
