@@ -398,7 +398,7 @@ def tune(
     worker_only = {"batch": batch != 64, "size": size is not None, "exhaustive": exhaustive, "quick": quick, "resume": not resume}
     given = [name for name, set_ in worker_only.items() if set_]
     if given:
-        raise FadeUsageError(f"tune(module, ...): {', '.join(given)} apply to a zoo name or module:function (trials in "
+        raise FadeUsageError(f"tune(module, ...): {', '.join(given)}: only for a zoo name or module:function (trials in "
                              "workers); a module is tuned on its example_inputs as they are")  # fmt: skip
     return tune_module(model, example_inputs, loss_fn, target=target, mode=mode, budget_min=budget_min, device=device,
                        progress=progress, output=out)  # fmt: skip

@@ -169,3 +169,16 @@ def test_on_the_cpu_no_profile_is_taken_and_the_plan_says_why(tmp_path):
     assert asked == []
     assert tuning["plan"]["note"].startswith("no diagnosis: on the CPU")
     assert tuning["knobs"]["precision"] == "amp-bf16"
+
+
+def test_worker_only_options_with_a_module_are_one_usage_line():
+    import torch
+
+    import fade
+    from fade.errors import FadeUsageError
+
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(FadeUsageError, match="quick, resume: only for a zoo name or module:function"):
+        fade.tune(model, torch.randn(3, 4), quick=True, resume=False)
+    with pytest.raises(FadeUsageError, match="builds its own inputs"):
+        fade.tune("resnet18", torch.randn(3, 4))
