@@ -179,3 +179,28 @@ def test_the_sync_verdict_names_the_users_line_the_caller_recorded():
     assert named.to_dict()["host_lines"] == lines
     plain = next(v for v in summarize_trace(trace).verdicts if v["rule"] == "sync_bound")
     assert " at " not in plain["title"]
+
+
+def test_read_trace_refuses_a_fifo_and_a_hostile_depth_in_one_line(tmp_path):
+    """A FIFO would block a plain open(); JSON nested 100,000 deep would overflow json's recursion: both one line."""
+    import os
+    import threading
+
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    outcome = {}
+
+    def read():
+        try:
+            read_trace(fifo)
+        except FadeUsageError as error:
+            outcome["error"] = str(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=5)  # a safety timeout: a hang fails here instead of blocking the suite
+    assert "not a regular file" in outcome.get("error", "")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(FadeUsageError, match="nested too deeply"):
+        read_trace(deep)

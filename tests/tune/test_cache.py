@@ -100,3 +100,16 @@ def test_a_cache_path_that_cannot_be_a_directory_falls_back(tmp_path):
     blocker.write_text("")
     cache = open_cache(FINGERPRINT, base=blocker)
     assert cache.temporary and "not writable" in cache.messages[0]
+
+
+def test_a_trial_with_a_diverged_loss_is_journaled_and_resumed(tmp_path):
+    """A diverged candidate's loss is NaN; the journal writes strict JSON (null) so its own reader takes the line."""
+    from fade.act.tune.search import Trial
+
+    journal = open_cache(FINGERPRINT, base=tmp_path).journal("nan")
+    trial = Trial({"precision": "amp-fp16"}, (0.01, 0.011), "ok", None,
+                  {"mode": "train", "losses": [7.0, float("nan")], "grads_finite": False}, 64, 3.0)  # fmt: skip
+    journal.append(trial.to_dict())
+    loaded = journal.load()
+    assert journal.torn_lines == 0 and len(loaded) == 1
+    assert next(iter(loaded.values()))["numerics"]["losses"] == [7.0, None]

@@ -245,18 +245,19 @@ def test_any_field_replaced_by_any_json_is_read_or_refused_in_one_line(tmp_path_
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=lambda path: f"{path.parent.name}/{path.name}")
-def test_tuning_files_of_earlier_runs_still_load_and_render(path):
+def test_tuning_files_of_earlier_runs_still_load_and_render(path, tmp_path):
     profile = read_tuning(path)
     recorded = json.loads(path.read_text(encoding="utf-8"))
     assert {name: profile[name] for name in recorded} == recorded  # env_lines and the snippet regenerate the same
     assert render_tuning(profile).count("\n") > 5
     from fade.act.tune.cache import ENV_PATHS
 
+    environ = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}  # this user's cache home, not the device machine's
     if set(profile["env"]) & set(ENV_PATHS):  # made on the device machine: its compiler caches are not this user's
         with pytest.raises(TuningFileError, match="outside this user's FADE tune cache"):
-            load_tuning(path, environ={}, fingerprint=profile["device"], set_torch_flags=False, verbose=False)
+            load_tuning(path, environ=environ, fingerprint=profile["device"], set_torch_flags=False, verbose=False)
     else:
-        load_tuning(path, environ={}, fingerprint=profile["device"], set_torch_flags=False, verbose=False)
+        load_tuning(path, environ=environ, fingerprint=profile["device"], set_torch_flags=False, verbose=False)
 
 
 # -- what reaches the terminal --------------------------------------------------------------------------------
@@ -308,3 +309,16 @@ def test_a_compiler_cache_outside_this_users_tune_cache_is_not_applied(tmp_path,
     assert code == 2 and "outside this user's FADE tune cache" in err and "TORCHINDUCTOR" not in out
     code, out, err = show(fade_main, capsys, path)
     assert code == 0, err  # showing it is harmless
+
+
+def test_a_relative_cache_home_is_a_directory_like_any_other_not_a_traceback(tmp_path, monkeypatch):
+    """XDG_CACHE_HOME=relative-cache: check_cache_paths compares absolute paths (os.path.commonpath raised on a
+    relative base and an absolute value)."""
+    from fade.act.tune.tuning_file import check_cache_paths
+
+    profile, _ = make_profile(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    relative = {"XDG_CACHE_HOME": "relative-cache"}
+    assert "outside" in check_cache_paths(profile["env"], relative)
+    inside = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "relative-cache" / "fade" / "tune" / "dev" / "inductor")}
+    assert check_cache_paths(inside, relative) is None

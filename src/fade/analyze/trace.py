@@ -27,6 +27,7 @@ carries FLOPs on its thread): SDPA's outer aten::_scaled_dot_product_*_attention
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Optional
 
 from fade.errors import FadeUsageError
+from fade.reading import read_bytes
 
 MAX_TRACE_BYTES = 2 * 2**30  # 2 GiB of JSON: parsing it takes ~10x that in Python objects, past a laptop's RAM
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -143,10 +145,13 @@ def read_trace(path, *, max_bytes: int = MAX_TRACE_BYTES) -> dict:
         raise FadeUsageError(
             f"{path}: the trace is {size / 2**20:.0f} MiB, over the {limit / 2**20:.0f} MiB this reader accepts; "
             "profile fewer steps (active=1) or a smaller batch, or raise max_bytes")
+    raw = read_bytes(path, what="trace", max_bytes=limit)  # a regular file only: a FIFO would block an open()
     try:
-        opener = gzip.open if gzipped else open
-        with opener(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)  # bounded: a small .gz can inflate to any size
+        if gzipped:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as handle:
+                data = handle.read(max_bytes + 1)  # bounded: a small .gz can inflate to any size
+        else:
+            data = raw
         if len(data) > max_bytes:
             raise FadeUsageError(
                 f"{path}: the trace inflates to over {max_bytes / 2**20:.0f} MiB of JSON, more than this reader "
@@ -154,6 +159,8 @@ def read_trace(path, *, max_bytes: int = MAX_TRACE_BYTES) -> dict:
         trace = json.loads(data)
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise FadeUsageError(f"{path}: cannot read the trace: {exc}") from None
+    except RecursionError:  # json's parser recurses per nesting level: a hostile depth, not a trace
+        raise FadeUsageError(f"{path}: not a JSON trace (nested too deeply)") from None
     except json.JSONDecodeError as exc:
         raise FadeUsageError(f"{path}: not a JSON trace (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
                              "pass the file torch.profiler's export_chrome_trace wrote") from None

@@ -23,6 +23,7 @@ Rules
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -60,6 +61,17 @@ TRIAL = {
                        "updates_before_last": Maybe(int), "finite": Maybe(bool), "relative_rms_error": Maybe(NUMBER),
                        "math_dtype": Maybe(str), "rounding_spread": Maybe(NUMBER), "fp32_output_rms": Maybe(NUMBER)}),
 }  # fmt: skip
+
+
+def finite_or_none(value):
+    """`value` with every NaN or infinite float replaced by None (the journal's trial schema takes null there)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    return value
 
 
 def default_base(environ: Optional[Mapping[str, str]] = None) -> Path:
@@ -137,7 +149,8 @@ class Journal:
         self.messages: list = []
 
     def append(self, trial: dict) -> None:
-        line = json.dumps(trial, sort_keys=True, default=str)
+        # strict JSON (a diverged loss is NaN): the journal's reader, fade.reading, refuses NaN and Infinity
+        line = json.dumps(finite_or_none(trial), sort_keys=True, default=str, allow_nan=False)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.cache.lock(), open(self.path, "a+b") as handle:
             handle.seek(0, os.SEEK_END)

@@ -290,9 +290,9 @@ def check_cache_paths(env: dict, environ: Optional[Mapping[str, str]] = None) ->
     load_tuning and `fade tune --show --env` call this first."""
     from fade.act.tune.cache import ENV_PATHS, default_base
 
-    base = os.path.normpath(str(default_base(environ)))
+    base = os.path.abspath(str(default_base(environ)))  # a relative XDG_CACHE_HOME still names one directory
     for name, value in sorted(env.items()):
-        if name in ENV_PATHS and os.path.commonpath([os.path.normpath(value), base]) != base:
+        if name in ENV_PATHS and os.path.commonpath([os.path.abspath(value), base]) != base:
             return (f"env.{name} points outside this user's FADE tune cache ({base}): compiled kernels are loaded "
                     "from there, so a tuning file from elsewhere may not choose it; nothing is applied (tune again "
                     "here, or remove the cache variables from the file)")  # fmt: skip
@@ -421,7 +421,8 @@ def load_tuning(
     """
     profile = read_tuning(path)
     environ = os.environ if environ is None else environ
-    problem = check_cache_paths(profile["env"])  # this process's own cache home
+    # this process's cache home (the user's), whatever mapping `environ` is: tests and callers pass partial ones
+    problem = check_cache_paths(profile["env"])
     if problem:
         raise TuningFileError(f"profile {path}: {problem}")
     knobs = dict(profile["knobs"])
