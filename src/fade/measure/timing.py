@@ -116,6 +116,12 @@ class Timing:
         return self.q3_s - self.q1_s
 
     @property
+    def relative_iqr(self) -> float:
+        """IQR / median: the spread the tuner's noise bar and retiming read (0 for a zero median)."""
+        median = self.median_s
+        return self.iqr_s / median if median else 0.0
+
+    @property
     def min_s(self) -> float:
         return min(self.samples_s)
 

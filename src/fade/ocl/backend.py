@@ -2861,6 +2861,7 @@ inline void philox(long g, uint k0, uint k1, uint* r) {
     }
     r[0] = c0; r[1] = c1; r[2] = c2; r[3] = c3;
 }
+float philox_uniform(uint r) { return (float)(r >> 8) * (1.0f / 16777216.0f); }  /* in [0, 1), 24 bits */
 """
 _DROPOUT_SOURCE = _PHILOX_SOURCE + """
 __kernel void dropout(__global const T* x, long x_off, __global T* out, __global uchar* mask, uint k0, uint k1,
@@ -2871,7 +2872,7 @@ __kernel void dropout(__global const T* x, long x_off, __global T* out, __global
     for (int j = 0; j < 4; j++) {
         long i = g * 4 + j;
         if (i < n) {
-            uchar kept = (float)(r[j] >> 8) * (1.0f / 16777216.0f) < keep;  /* uniform in [0, 1), 24 bits */
+            uchar kept = philox_uniform(r[j]) < keep;
             mask[i] = kept;
             out[i] = x[x_off + i] * (T)kept * scale;  /* x * mask * scale, as the CPU computes it */
         }
@@ -2882,6 +2883,12 @@ __kernel void dropout(__global const T* x, long x_off, __global T* out, __global
 # masks differ from the CPU's, as CUDA's do); cpu: the CPU kernel's own draw, uploaded (masks identical to the
 # CPU's; the draw costs the host ~14 ns an element: 8 ms for alexnet's 64 x 9216 activations on this VM)
 DROPOUT_RNG = env_choice("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu"))
+
+
+def _philox_key() -> tuple:
+    """Philox's two key words from one draw of torch's CPU generator per call: torch.manual_seed repeats a run."""
+    seed = int(torch.empty((), dtype=torch.int64).random_())
+    return np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32)
 
 
 def _dropout(op, args, kwargs, bound):
@@ -2903,19 +2910,19 @@ def _dropout(op, args, kwargs, bound):
         return out, mask
     if x.numel():
         x = _contiguous(x)
-        seed = int(torch.empty((), dtype=torch.int64).random_())  # one draw of the CPU generator per call
+        key = _philox_key()
         dev = _dev(x)
         source = f"#define T {_cl_type(x.dtype)}\n" + _DROPOUT_SOURCE
         np_t = np.float64 if x.dtype == torch.float64 else np.float32
         dev.launch(dev.kernel("dropout", source), (-(-x.numel() // 4),), None, _block(x).buffer,
                    np.int64(x.storage_offset()), _block(out).buffer, _block(mask).buffer,
-                   np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32), np.float32(1 - p), np_t(scale),
+                   *key, np.float32(1 - p), np_t(scale),
                    np.int64(x.numel()))
     return out, mask
 
 
 _BERNOULLI_SOURCE = _PHILOX_SOURCE + """
-/* out[i] = (uniform in [0, 1), 24 bits, as dropout's) < p, or < probs[i] with PROBS */
+/* out[i] = (the uniform dropout draws) < p, or < probs[i] with PROBS */
 __kernel void bernoulli(__global T* out, long out_off, uint k0, uint k1, float p, __global const P* probs,
                         long probs_off, long n) {
     long g = get_global_id(0);
@@ -2924,7 +2931,7 @@ __kernel void bernoulli(__global T* out, long out_off, uint k0, uint k1, float p
     for (int j = 0; j < 4; j++) {
         long i = g * 4 + j;
         if (i < n) {
-            float u = (float)(r[j] >> 8) * (1.0f / 16777216.0f);
+            float u = philox_uniform(r[j]);
 #ifdef PROBS
             out[out_off + i] = (T)((P)u < probs[probs_off + i]);
 #else
@@ -2972,12 +2979,12 @@ def _bernoulli(op, args, kwargs, bound):
             dense = empty(x.shape, _contiguous_strides(x.shape), torch.float64 if wide == "double" else torch.float32,
                           index)
             pointwise("a", dense, [probs])  # broadcast to self's shape
-        seed = int(torch.empty((), dtype=torch.int64).random_())  # one draw of the CPU generator per call
+        key = _philox_key()
         source = f"#define T {_cl_type(x.dtype)}\n#define P {wide}\n" + \
             ("#define PROBS\n" if probs is not None else "") + _BERNOULLI_SOURCE
         probs_block = _block(dense).buffer if probs is not None else _block(target).buffer
         dev.launch(dev.kernel("bernoulli", source), (-(-n // 4),), None, _block(target).buffer,
-                   np.int64(target.storage_offset()), np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32),
+                   np.int64(target.storage_offset()), *key,
                    np.float32(p), probs_block, np.int64(dense.storage_offset() if probs is not None else 0),
                    np.int64(n))
     if in_place and target is not x:

@@ -194,6 +194,12 @@ def config_key(config: dict) -> str:
     return json.dumps(config, sort_keys=True)
 
 
+def takes_timeout(function) -> bool:
+    """Whether a measurement (or its diagnose/side_by_side) accepts a `timeout_s` limit: fakes and in-process
+    measures may not."""
+    return "timeout_s" in inspect.signature(function).parameters
+
+
 def noise_bar(first: Trial, second: Trial) -> float:
     """The relative speed-up a candidate must exceed: max(NOISE_FLOOR, either side's IQR / median)."""
     return max(NOISE_FLOOR, first.relative_iqr, second.relative_iqr)
@@ -298,7 +304,7 @@ class _State:
         for message in getattr(journal, "messages", ()):  # a corrupt journal set aside, lines skipped
             say(message)
         self.counts = {"measured": 0, "resumed": 0}
-        self.takes_timeout = "timeout_s" in inspect.signature(measure).parameters
+        self.takes_timeout = takes_timeout(measure)
         self.compile_knob = next((knob for knob in knobs if knob.group == "compile"), None)
         self.eager_costs: list = []  # wall seconds of trials that compiled nothing
         self.compile_costs: list = []  # (mode, wall seconds) of compiled trials, in measurement order
@@ -674,16 +680,15 @@ def _final_check(measure, baseline: dict, chosen: dict, *, timeout_s: Optional[f
     left of the limit, and no run started once it is spent."""
     paired = getattr(measure, "side_by_side", None)
     if paired is not None:
-        takes = "timeout_s" in inspect.signature(paired).parameters
         pair = {"baseline": baseline, "chosen": chosen}
-        trials = paired(pair, rounds=2 * FINAL_ROUNDS, timeout_s=timeout_s) if takes else paired(pair, rounds=2 * FINAL_ROUNDS)
+        trials = paired(pair, rounds=2 * FINAL_ROUNDS, timeout_s=timeout_s) if takes_timeout(paired) else paired(pair, rounds=2 * FINAL_ROUNDS)
         if trials:
             return trials["baseline"], trials["chosen"]
         failure = str(getattr(measure, "side_by_side_failure", "") or "")
         if failure.startswith("timeout"):  # out of budget: separate runs would overrun it further
             reason = f"the final check outran the budget ({failure})"
             return Trial(dict(baseline), (), "failed", reason), Trial(dict(chosen), (), "failed", reason)
-    takes_timeout = "timeout_s" in inspect.signature(measure).parameters
+    limited = takes_timeout(measure)
     deadline = None if timeout_s is None else clock() + timeout_s
     pooled: dict = {"baseline": [], "chosen": []}
     last: dict = {}
@@ -693,7 +698,7 @@ def _final_check(measure, baseline: dict, chosen: dict, *, timeout_s: Optional[f
             break  # the limit is spent and both sides have run: judge what was measured
         config = dict(baseline if side == "baseline" else chosen)
         limit_s = None if left_s is None else max(left_s, 1.0)
-        trial = measure(config, timeout_s=limit_s) if takes_timeout else measure(config)
+        trial = measure(config, timeout_s=limit_s) if limited else measure(config)
         last[side] = trial
         if trial.status == "ok":
             pooled[side].extend(trial.samples_s)

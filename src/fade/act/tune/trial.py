@@ -119,10 +119,10 @@ def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_set
     try:
         with pinned(StepConfig.from_knobs(knobs)), gc_frozen():
             timing = measure(prepared.step, device=device, **timing_settings)
-            if relative_iqr(timing.samples_s) > RETIME_IQR:  # a burst on the host: once more, keep the steadier
+            if timing.relative_iqr > RETIME_IQR:  # a burst on the host: once more, keep the steadier
                 again = measure(prepared.step, device=device, **timing_settings)
-                retimed = {"first_relative_iqr": relative_iqr(timing.samples_s), "second_relative_iqr": relative_iqr(again.samples_s)}
-                timing = min((timing, again), key=lambda item: relative_iqr(item.samples_s))
+                retimed = {"first_relative_iqr": timing.relative_iqr, "second_relative_iqr": again.relative_iqr}
+                timing = min((timing, again), key=lambda item: item.relative_iqr)
     finally:
         prepared.release()
     return CaseResult(
@@ -133,13 +133,6 @@ def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_set
         work={"samples": prepared.samples},
         extra={"numerics": prepared.numerics, "knobs": dict(knobs), "samples_per_step": prepared.samples, "retimed": retimed},
     )
-
-
-def relative_iqr(samples) -> float:
-    from fade.measure.timing import quantile
-
-    median = quantile(samples, 0.5)
-    return (quantile(samples, 0.75) - quantile(samples, 0.25)) / median if median else 0.0
 
 
 def tune_side_by_side(ctx, *, model: str, mode: str, batch: int, configs: dict, rounds: int, size: Optional[int] = None) -> CaseResult:

@@ -23,7 +23,7 @@ from fade.analyze import knobs as knob_table
 from fade.act.tune.cache import journal_key, open_cache
 from fade.act.tune.hostload import HostLoadProbe, is_busy
 from fade.act.tune.tuning_file import build_tuning, save_tuning
-from fade.act.tune.search import Trial, recommend_nothing, search
+from fade.act.tune.search import Trial, recommend_nothing, search, takes_timeout
 from fade.analyze.tuneplan import Plan, plan_search
 from fade.errors import FadeUsageError
 
@@ -327,7 +327,7 @@ def drive(measure, searched: list, left_out: dict, *, label: str, mode: str, bat
                                                     "by, so none is taken (it would only cost budget)"}  # fmt: skip
     if diagnosis is None and hasattr(measure, "diagnose") and not exhaustive:
         say("profiling the baseline step (PyTorch's defaults) to decide what to try first")
-        diagnosis = measure.diagnose(timeout_s=diagnosis_limit_s(budget_min)) if _takes_timeout(measure.diagnose) else measure.diagnose()
+        diagnosis = measure.diagnose(timeout_s=diagnosis_limit_s(budget_min)) if takes_timeout(measure.diagnose) else measure.diagnose()
     plan = plan_for(searched, diagnosis)
     for line in plan_lines(plan):
         say(line)
@@ -343,12 +343,6 @@ def drive(measure, searched: list, left_out: dict, *, label: str, mode: str, bat
 def diagnosis_limit_s(budget_min: float) -> float:
     """How long the profiled window may take: DIAGNOSIS_SHARE of the budget, at most DIAGNOSIS_TIMEOUT_S."""
     return max(30.0, min(DIAGNOSIS_TIMEOUT_S, DIAGNOSIS_SHARE * 60.0 * budget_min))
-
-
-def _takes_timeout(function) -> bool:
-    import inspect
-
-    return "timeout_s" in inspect.signature(function).parameters
 
 
 def plan_for(searched: list, diagnosis: Optional[dict]) -> Plan:
