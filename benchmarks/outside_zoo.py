@@ -1,5 +1,6 @@
-"""Three networks outside FADE's zoo, as `module:function` workloads for `fade tune` and hand_config.py (issue
-26): ConvNeXt-T training (torchvision), ViT-B/16 inference (timm) and a Llama-shaped causal LM training
+"""Networks outside FADE's zoo, as `module:function` workloads for `fade tune` and hand_config.py (issue 26):
+ConvNeXt-T training (torchvision), ViT-B/16 inference (timm), EfficientNet-B0 training (timm: depthwise
+convolutions, squeeze-and-excitation, SiLU; many small kernels) and a Llama-shaped causal LM training
 (transformers, built from a config: nothing downloaded).
 
 Run from the repository root, which makes `benchmarks` importable (fade's module:function loader adds the
@@ -7,6 +8,7 @@ current directory to sys.path, as `python -m` does; tune_matrix.py also puts the
 
     fade tune benchmarks.outside_zoo:convnext_tiny --mode train --batch 32 -o convnext.tuning.json
     fade tune benchmarks.outside_zoo:vit_b_16 --mode infer --batch 64 -o vit.tuning.json
+    fade tune benchmarks.outside_zoo:efficientnet_b0 --mode train --batch 64 -o effnet.tuning.json
     fade tune benchmarks.outside_zoo:llama_lm --mode train --batch 8 -o llama.tuning.json
 
 Each function takes the batch size and returns what fade.measure.zoo.workload.user_workload accepts: the
@@ -61,6 +63,15 @@ def vit_b_16(batch_size: int):
     import timm
 
     model = timm.create_model("vit_base_patch16_224", pretrained=False)
+    return model, _images(batch_size), torch.nn.functional.cross_entropy
+
+
+def efficientnet_b0(batch_size: int):
+    """timm EfficientNet-B0 (5.3 M parameters), random weights, 224 px, cross-entropy: a training case whose
+    step is many small depthwise, squeeze-and-excitation and SiLU kernels rather than a few large GEMMs."""
+    import timm
+
+    model = timm.create_model("efficientnet_b0", pretrained=False)
     return model, _images(batch_size), torch.nn.functional.cross_entropy
 
 
