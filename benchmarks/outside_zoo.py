@@ -1,7 +1,8 @@
 """Networks outside FADE's zoo, as `module:function` workloads for `fade tune` and hand_config.py (issue 26):
 ConvNeXt-T training (torchvision), ViT-B/16 inference (timm), EfficientNet-B0 training (timm: depthwise
 convolutions, squeeze-and-excitation, SiLU; many small kernels) and a Llama-shaped causal LM training
-(transformers, built from a config: nothing downloaded).
+(transformers, built from a config: nothing downloaded), and BERT-base training (transformers, a sequence
+classifier from BertConfig's defaults: post-norm encoder, GELU, absolute positions).
 
 Run from the repository root, which makes `benchmarks` importable (fade's module:function loader adds the
 current directory to sys.path, as `python -m` does; tune_matrix.py also puts the root on PYTHONPATH):
@@ -9,6 +10,7 @@ current directory to sys.path, as `python -m` does; tune_matrix.py also puts the
     fade tune benchmarks.outside_zoo:convnext_tiny --mode train --batch 32 -o convnext.tuning.json
     fade tune benchmarks.outside_zoo:vit_b_16 --mode infer --batch 64 -o vit.tuning.json
     fade tune benchmarks.outside_zoo:efficientnet_b0 --mode train --batch 64 -o effnet.tuning.json
+    fade tune benchmarks.outside_zoo:bert_base --mode train --batch 32 -o bert.tuning.json
     fade tune benchmarks.outside_zoo:llama_lm --mode train --batch 8 -o llama.tuning.json
 
 Each function takes the batch size and returns what fade.measure.zoo.workload.user_workload accepts: the
@@ -18,7 +20,7 @@ synthetic batch comes from its own generator (DATA_SEED). Everything is built on
 caller. torchvision, timm and transformers are imported inside the functions: none is needed to import this
 module.
 
-The language model computes its own loss: LabelledCausalLM calls the Hugging Face model with
+The language model computes its own loss: LabelledModel calls the Hugging Face model with
 labels=input_ids (the model shifts them for next-token prediction) and returns its ModelOutput; loss_fn reads
 `output.loss`. The Workload's target is None, so FADE's step calls loss_fn(output) (Workload.loss), and
 model(*inputs) gets (input_ids, labels) positionally from the wrapper's forward, which torch.compile traces
@@ -75,8 +77,8 @@ def efficientnet_b0(batch_size: int):
     return model, _images(batch_size), torch.nn.functional.cross_entropy
 
 
-class LabelledCausalLM(torch.nn.Module):
-    """A Hugging Face causal LM called with labels: forward(input_ids, labels) -> its ModelOutput (with .loss)."""
+class LabelledModel(torch.nn.Module):
+    """A Hugging Face model called with labels: forward(input_ids, labels) -> its ModelOutput (with .loss)."""
 
     def __init__(self, language_model):
         super().__init__()
@@ -86,8 +88,8 @@ class LabelledCausalLM(torch.nn.Module):
         return self.language_model(input_ids=input_ids, labels=labels)
 
 
-def causal_lm_loss(output):
-    """The model's own next-token cross-entropy (from labels, shifted inside the model)."""
+def own_loss(output):
+    """The model's own loss from its labels (a causal LM: next-token cross-entropy, shifted inside the model)."""
     return output.loss
 
 
@@ -101,7 +103,7 @@ def causal_lm(batch_size: int, *, sequence: int = LM_SEQUENCE, **shape):
     shape = {**LLAMA_SHAPE, **shape}
     config = transformers.LlamaConfig(**shape, max_position_embeddings=max(sequence, 2048), use_cache=False,
                                       attn_implementation="sdpa")  # fmt: skip
-    model = LabelledCausalLM(transformers.LlamaForCausalLM(config))
+    model = LabelledModel(transformers.LlamaForCausalLM(config))
     generator = torch.Generator().manual_seed(DATA_SEED)
     tokens = torch.randint(0, shape["vocab_size"], (batch_size, sequence), generator=generator)
 
@@ -112,10 +114,36 @@ def causal_lm(batch_size: int, *, sequence: int = LM_SEQUENCE, **shape):
              "loss": "the model's own next-token cross-entropy (labels)",
              "attention": getattr(config, "_attn_implementation", None), "transformers": transformers.__version__}  # fmt: skip
     # Workload(model, inputs, target, loss_fn, samples, make_optimizer, description, facts)
-    return Workload(model, (tokens, tokens), None, causal_lm_loss, batch_size, adamw,
+    return Workload(model, (tokens, tokens), None, own_loss, batch_size, adamw,
                     f"transformers LlamaForCausalLM {shape}, sequence {sequence}", facts)  # fmt: skip
 
 
 def llama_lm(batch_size: int):
     """The issue's transformer training case: causal_lm at LLAMA_SHAPE, sequence LM_SEQUENCE."""
     return causal_lm(batch_size)
+
+
+BERT_SEQUENCE = 128  # tokens per sample: BERT's fine-tuning length
+
+
+def bert_base(batch_size: int):
+    """transformers BertForSequenceClassification from BertConfig() (BERT-base: 12 layers, hidden 768, 110 M
+    parameters), SDPA attention, two labels, sequence BERT_SEQUENCE, AdamW: a fine-tuning step."""
+    import transformers
+
+    from fade.measure.zoo.workload import Workload
+
+    config = transformers.BertConfig(num_labels=2, attn_implementation="sdpa")
+    model = LabelledModel(transformers.BertForSequenceClassification(config))
+    generator = torch.Generator().manual_seed(DATA_SEED)
+    tokens = torch.randint(0, config.vocab_size, (batch_size, BERT_SEQUENCE), generator=generator)
+    labels = torch.randint(0, 2, (batch_size,), generator=generator)
+
+    def adamw(parameters):
+        return torch.optim.AdamW(parameters, lr=ADAMW_LR, weight_decay=ADAMW_WEIGHT_DECAY)
+
+    facts = {"size": BERT_SEQUENCE, "size_unit": "tokens", "optimizer": f"AdamW lr {ADAMW_LR} weight decay {ADAMW_WEIGHT_DECAY}",
+             "loss": "the model's own cross-entropy over two labels", "attention": getattr(config, "_attn_implementation", None),
+             "transformers": transformers.__version__}  # fmt: skip
+    return Workload(model, (tokens, labels), None, own_loss, batch_size, adamw,
+                    f"transformers BertForSequenceClassification (BERT-base), sequence {BERT_SEQUENCE}", facts)  # fmt: skip

@@ -46,6 +46,10 @@ def test_nhwc_suggestion_needs_channels_last():
         ('id = "x"\ngroup = "speed"\nvalues = ["a", "b"]\nwhere = "any"\nmodes = ["train"]\nkind = "model"\nsource = "s"', "group"),
         ('id = "x"\ngroup = "backend"\nvalues = ["a", "b"]\nwhere = "any"\nmodes = ["train"]\nkind = "env"\nsource = "s"', "env table"),
         ('id = "x"\ngroup = "backend"\nvalues = ["a", "b"]\nwhere = "any"\nmodes = ["train"]\nkind = "env"\nsource = "s"\nenv = { a = { V = "1" } }', "baseline"),
+        ('id = "x"\ngroup = "compile"\nvalues = ["a", "b", "c"]\nwhere = "any"\nmodes = ["train"]\nkind = "model"\nsource = "s"\norder = ["c"]', "order"),
+        ('id = "x"\ngroup = "compile"\nvalues = ["a", "b", "c"]\nwhere = "any"\nmodes = ["train"]\nkind = "model"\nsource = "s"\norder = ["c", "a"]', "order"),
+        ('id = "x"\ngroup = "precision"\nvalues = ["a", "b"]\nwhere = "any"\nmodes = ["train"]\nkind = "model"\nsource = "s"\ncompiled_order = { fit = ["b"] }', "compiled_order"),
+        ('id = "x"\ngroup = "precision"\nvalues = ["a", "b"]\nwhere = "any"\nmodes = ["train"]\nkind = "model"\nsource = "s"\ncompiled_order = { train = ["a"] }', "compiled_order"),
     ],
 )
 def test_a_bad_row_names_the_row_and_field(tmp_path, row, message):
@@ -54,3 +58,14 @@ def test_a_bad_row_names_the_row_and_field(tmp_path, row, message):
     with pytest.raises(KnobTableError, match=message) as caught:
         load_knobs(path)
     assert "knob 1 (x)" in str(caught.value)
+
+
+def test_the_compile_modes_are_tried_graphs_first_and_half_precision_first_under_a_compile():
+    """knobs.toml: reduce-overhead before default (one compile measures fusion and CUDA graphs), max-autotune last;
+    under a compile mode the precisions bf16, fp16, tf32 (results/tune-h200-s11/)."""
+    from fade.analyze.tuneplan import tried_order
+
+    knobs = {knob.id: knob for knob in load_knobs()}
+    assert tried_order(knobs["compile"]) == ["reduce-overhead", "default", "max-autotune"]
+    assert knobs["precision"].alternatives == ("tf32", "amp-bf16", "amp-fp16")  # eager: the table's order
+    assert knobs["precision"].compiled_order["train"] == ("amp-bf16", "amp-fp16", "tf32")

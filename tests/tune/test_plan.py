@@ -1,5 +1,5 @@
-"""The tuner's plan from a profile of the baseline step: the values that answer the profile's verdicts go first, the
-knobs that need no compile next, the compile modes last and cheapest first; `fade profile`'s fix line names the same
+"""The tuner's plan from a profile of the baseline step: the knobs that need no compile first, the compile modes
+last, and in each tier the values that answer the profile's verdicts first (compile modes then cheapest first); `fade profile`'s fix line names the same
 values the tuner tries first."""
 
 import pytest
@@ -49,19 +49,57 @@ def test_the_profiles_fix_line_names_the_values_the_tuner_tries_first(key):
     assert first, f"no knob answers {key}"
     assert first == [name for name in verdict["tune_first"] if name in first]  # same values, same order
     assert all(name in verdict["fix"] for name in first)  # and the fix line says them
-    named_knobs = {name.split("=")[0] for name in first}
-    assert {visit.knob for visit in plan.visits[: len(named_knobs)]} == named_knobs  # visited before any other knob
+    by_tier = {False: [], True: []}  # within its tier (needs no compile / compiles), a named knob is visited first
+    for visit in plan.visits:
+        by_tier[any(knob.id == visit.knob and knob.group == "compile" for knob in knobs)].append(visit.knob)
+    for tier in by_tier.values():
+        named_here = [knob for knob in tier if knob in {name.split("=")[0] for name in first}]
+        assert tier[: len(set(named_here))] == list(dict.fromkeys(named_here))
 
 
-def test_a_launch_bound_step_tries_cuda_graphs_before_anything_else():
+def test_a_launch_bound_step_compiles_with_cuda_graphs_first_after_the_cheap_knobs():
+    """Launch-bound: reduce-overhead is the first trial that compiles, ahead of compile=default; the knobs that need
+    no compile still run before it (once a compile mode is in the configuration, each of them would compile)."""
     knobs, _ = searched_knobs(load_knobs(), CUDA_TRAIN_IMAGE)
     verdicts = decide(CASES["launch_bound"], platform="cuda", device_timeline=True)
     timer = FakeTimer({("compile", "reduce-overhead"): 0.4})
     result = search(knobs, timer, reference=REFERENCE, budget_s=10_000, clock=timer.clock, plan=plan_search(knobs, verdicts))
-    assert timer.calls[1]["compile"] == "reduce-overhead"  # the first trial after the baseline
+    compiled = [index for index, call in enumerate(timer.calls) if call["compile"] != "off"]
+    assert timer.calls[compiled[0]]["compile"] == "reduce-overhead"
+    assert all(call["compile"] == "off" for call in timer.calls[: compiled[0]]) and compiled[0] > 3
     assert result.chosen["compile"] == "reduce-overhead"
     row = next(row for row in result.candidates if row.value == "reduce-overhead")
     assert "launch_bound" in row.why
+    assert "compiles with compile=reduce-overhead first, after the knobs that need no compile" in verdicts[0]["fix"]
+
+
+def test_a_memory_bound_step_does_not_make_every_cheap_knob_compile():
+    """EfficientNet-B0 training on an H200 (results/tune-h200-s11/): memory-bound elementwise, compile trials of
+    56 s, eager trials of 4 s, a 300 s budget. The plan once put compile=default first; each cheap knob was then
+    a 56 s compile and the search ended at 101 s with channels_last and reduce-overhead untried (0.32x of the best
+    hand configuration). Now the cheap knobs run in eager mode first, reduce-overhead compiles first, and the
+    later pass judges amp-bf16 under it before amp-fp16 (eager mode said the opposite)."""
+    from tests.tune.test_search import SlowCompiles
+
+    knobs, _ = searched_knobs(load_knobs(), CUDA_TRAIN_IMAGE)
+    verdicts = decide(CASES["memory_bound_elementwise"], platform="cuda", device_timeline=True)
+    plan = plan_search(knobs, verdicts, mode="train")
+    rates = {  # samples/s on the H200 (hand loop and tune log, results/tune-h200-s11/), channels_last on unless said
+        ("default", "off", "off"): 1936, ("default", "on", "off"): 3197, ("amp-bf16", "on", "off"): 1701,
+        ("amp-fp16", "on", "off"): 2762, ("default", "off", "default"): 2857, ("default", "on", "default"): 3300,
+        ("default", "on", "reduce-overhead"): 4458, ("amp-bf16", "on", "reduce-overhead"): 5891,
+        ("amp-fp16", "on", "reduce-overhead"): 5102,
+    }  # fmt: skip
+
+    def step_ms(config):
+        return 64e3 / rates.get((config["precision"], config["channels_last"], config["compile"]), 1900)
+
+    timer = SlowCompiles({}, eager_s=4.0, compile_s={"default": 56.0, "reduce-overhead": 56.0, "max-autotune": 448.0},
+                         step_ms=step_ms)  # fmt: skip
+    result = search(knobs, timer.paired(), reference=REFERENCE, budget_s=300, clock=timer.clock, plan=plan, spent_s=25.0)
+    assert result.chosen == {**result.baseline, "precision": "amp-bf16", "channels_last": "on", "compile": "reduce-overhead"}
+    assert result.verdict == "faster"
+    assert result.elapsed_s <= 300 + 60
 
 
 def test_gemm_at_a_low_share_of_peak_puts_precision_and_layout_first_and_compile_last():

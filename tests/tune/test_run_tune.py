@@ -132,8 +132,8 @@ def test_tune_resnet19_names_the_model_argument():
 
 
 def test_the_tuning_file_starts_with_the_diagnosis_and_the_order_it_gave(tmp_path):
-    """A launch-bound baseline: the tuning file carries the diagnosis and the plan, and the search's first trial
-    after the baseline is CUDA graphs (the launch-bound verdict's fix), before any knob that needs no compile."""
+    """A launch-bound baseline: the tuning file carries the diagnosis and the plan, and the search's first compiled
+    trial is CUDA graphs (the launch-bound verdict's fix), after the knobs that need no compile."""
     from fade.report.tune import render_tuning
 
     verdict = {"rule": "launch_bound", "share": 0.6, "title": "launch-bound: the device waits on the host 60% of the step",
@@ -143,8 +143,9 @@ def test_the_tuning_file_starts_with_the_diagnosis_and_the_order_it_gave(tmp_pat
     timer = FakeTimer({("compile", "reduce-overhead"): 0.4})
     tuning = tune_fake(tmp_path, timer, diagnosis=diagnosis)
     assert tuning["diagnosis"]["verdicts"][0]["rule"] == "launch_bound"
-    assert tuning["plan"]["visits"][0]["knob"] == "compile" and tuning["plan"]["visits"][0]["values"][0] == "reduce-overhead"
-    assert timer.calls[1]["compile"] == "reduce-overhead"
+    compile_visit = next(visit for visit in tuning["plan"]["visits"] if visit["knob"] == "compile")
+    assert compile_visit["values"][0] == "reduce-overhead" and "launch_bound" in compile_visit["why"]
+    assert next(call for call in timer.calls if call["compile"] != "off")["compile"] == "reduce-overhead"
     assert tuning["knobs"]["compile"] == "reduce-overhead"
     text = render_tuning(tuning)
     assert text.splitlines()[0].startswith("diagnosis: the baseline step, profiled: step 12 ms, device busy 40%")
@@ -182,3 +183,24 @@ def test_worker_only_options_with_a_module_are_one_usage_line():
         fade.tune(model, torch.randn(3, 4), quick=True, resume=False)
     with pytest.raises(FadeUsageError, match="builds its own inputs"):
         fade.tune("resnet18", torch.randn(3, 4))
+
+
+def test_the_sdpa_backend_is_left_out_when_the_profiled_step_called_no_sdpa():
+    """EfficientNet-B0 on an H200 spent four trials on SDPA backends it never called (results/tune-h200-s11/): a
+    diagnosis whose trace has no scaled_dot_product_attention op drops the knob, with the reason; no diagnosis, or
+    one that cannot tell, keeps it."""
+    from fade.act.tune.trial import calls_sdpa
+    from fade.act.tune.tuner import drop_unused
+    from fade.analyze.knobs import Target, load_knobs, searched_knobs
+
+    knobs, left_out = searched_knobs(load_knobs(), Target("cuda", "2.11.0+cu130", "train", image=True, attention=True))
+    assert any(knob.id == "sdpa_backend" for knob in knobs)
+    conv = {"traceEvents": [{"cat": "cpu_op", "name": "aten::convolution"}, {"cat": "kernel", "name": "sm90_xmma"}]}
+    attention = {"traceEvents": [{"cat": "cpu_op", "name": "aten::_scaled_dot_product_flash_attention"}]}
+    assert (calls_sdpa(conv), calls_sdpa(attention), calls_sdpa({"traceEvents": []})) == (False, True, None)
+    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "calls_sdpa": False})
+    assert "sdpa_backend" not in {knob.id for knob in kept} and "no scaled_dot_product_attention" in reasons["sdpa_backend"]
+    assert "sdpa_backend" not in left_out  # the caller's dict is not changed
+    for diagnosis in (None, {"status": "ok", "calls_sdpa": None}, {"status": "ok", "calls_sdpa": True},
+                      {"status": "failed", "calls_sdpa": False}):  # fmt: skip
+        assert drop_unused(knobs, left_out, diagnosis)[0] == knobs

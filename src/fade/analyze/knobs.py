@@ -50,11 +50,18 @@ class Knob:
     cost: dict = field(default_factory=dict)  # value -> cost factor (act.tune.search.expected_cost_s; knobs.toml says more)
     ignored_elsewhere: bool = False  # outside `where` torch accepts the flag and it changes nothing (knobs.toml says more)
     answers: dict = field(default_factory=dict)  # value -> profile verdict keys it answers (PROFILE_RULES; knobs.toml says more)
+    order: tuple = ()  # the alternatives in the order they are tried, when not the order of `values` (knobs.toml)
+    compiled_order: dict = field(default_factory=dict)  # mode -> alternatives' order under a compile mode (knobs.toml)
     note: str = ""
 
     @property
     def baseline(self) -> str:
         return self.values[0]
+
+    @property
+    def alternatives(self) -> tuple:
+        """The values other than the baseline, in the order they are tried (`order`, else the table's)."""
+        return self.order or self.values[1:]
 
     def env_for(self, value: str) -> dict:
         return dict(self.env.get(value, {}))
@@ -132,6 +139,15 @@ def _knob_from_row(row: dict, where: str) -> Knob:
         for key in keys:
             if key.split(":", 1)[0] not in PROFILE_RULES:
                 raise KnobTableError(f"{where}: answers {value!r} -> {key!r}: not a profile verdict ({', '.join(PROFILE_RULES)})")
+    alternatives = set(values[1:])
+    order = tuple(str(value) for value in row.get("order", ()))
+    if order and (set(order) != alternatives or len(order) != len(alternatives)):
+        raise KnobTableError(f"{where}: order {list(order)} must list each value but the baseline once")
+    compiled_order = {str(mode): tuple(str(value) for value in listed) for mode, listed in row.get("compiled_order", {}).items()}
+    for mode, listed in compiled_order.items():
+        if mode not in MODES or not set(listed) <= alternatives or len(set(listed)) != len(listed):
+            raise KnobTableError(f"{where}: compiled_order {mode!r}: a mode of {MODES} with values of the row "
+                                 "other than the baseline, each once")  # fmt: skip
     if row.get("cuda_torch"):
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -155,6 +171,8 @@ def _knob_from_row(row: dict, where: str) -> Knob:
         cost=cost,
         ignored_elsewhere=bool(row.get("ignored_elsewhere", False)),
         answers=answers,
+        order=order,
+        compiled_order=compiled_order,
         note=row.get("note", ""),
     )
 

@@ -510,11 +510,20 @@ def _add_tune_first(verdicts: list, platform: str) -> None:
 
     places = {"cuda": ("any", "gpu", "cuda"), "rocm": ("any", "gpu", "rocm")}.get(platform, ("any",))
     knobs = [knob for knob in load_knobs() if knob.where in places]  # a ROCm knob is no fix on CUDA
+    compiled = {knob.id for knob in knobs if knob.group == "compile"}
     for verdict in verdicts:
         values = answering_values(knobs, verdict_key(verdict))
         if values:
             verdict["tune_first"] = values
-            verdict["fix"] += f" (`fade tune` tries these first where they apply: {', '.join(values)})"
+            cheap = [value for value in values if value.split("=", 1)[0] not in compiled]
+            modes = [value for value in values if value.split("=", 1)[0] in compiled]
+            said = []
+            if cheap:
+                said.append(f"`fade tune` tries these first where they apply: {', '.join(cheap)}")
+            if modes:
+                said.append(f"{'and' if cheap else '`fade tune`'} compiles with {', '.join(modes)} first, after the knobs "
+                            "that need no compile (seconds each)")  # fmt: skip
+            verdict["fix"] += f" ({'; '.join(said)})"
 
 
 # -- before/after ---------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The order of `fade tune`'s search, decided from a profile of the baseline step: the knob values that answer the
-step's verdicts (fade.analyze.profile.decide) go first, then the knobs that need no compile, then the compile modes
-by expected cost; verdicts that no knob answers are said as such (a host sync in the user's loop is not a knob).
+"""The order of `fade tune`'s search, decided from a profile of the baseline step: the knobs that need no compile
+first, then the compile modes, and within each of the two tiers the values that answer the step's verdicts
+(fade.analyze.profile.decide) ahead of the others; verdicts that no knob answers are said as such (a host sync in
+the user's loop is not a knob).
 
 Why (issue 26): on an H200 a torchvision CNN trained at 0.20x of its best hand configuration because the tuner
 measured compile modes first and max-autotune ate the budget, while `fade profile` of the same step said "GEMM/conv
@@ -8,14 +9,22 @@ kernels take 78% of device time at 23% of peak; fix: bf16/fp16 autocast, TF32, c
 `answers` column (data/knobs.toml) maps each verdict to the values that are its fix, so the profile's fix line and
 the tuner's first trials are the same knowledge, read from one place.
 
+Why a verdict never moves a compile mode ahead of the knobs that need no compile: once a compile mode is in the
+best configuration, every later trial compiles again. EfficientNet-B0 training on an H200 (results/tune-h200-s11/):
+its profile said memory-bound elementwise, the plan put compile=default first (56 s, accepted), and then each
+precision, layout and backend value was expected at 56 s a trial: the search ended at 101 s of its 300 with
+channels_last (1.65x in eager mode) and reduce-overhead untried, at 0.32x of the best hand configuration. The
+knobs that need no compile take seconds each (3-5 s on the H200), so they all run first, whatever the verdict; the
+verdict decides which of them go first, and which compile mode is the first to compile.
+
 Order
-    1. For each verdict, largest share of the step first: the values that answer it (a verdict key is the rule, or
-       "one_kernel_dominates:<class>" with the top kernel's class), a visit per knob in the table's order
-       (launch-bound: compile=reduce-overhead alone, before anything else).
-    2. The values no verdict named of the knobs that need no compile (precision, layout, backend, optimizer):
-       seconds per trial.
-    3. The compile modes no verdict named, by the table's cost factor (max-autotune last).
-    A knob can so have two visits (its named values first, the rest in its usual place).
+    1. The values of knobs that need no compile that answer a verdict, largest share of the step first, a visit
+       per knob in the table's order.
+    2. The other values of those knobs: seconds per trial.
+    3. The compile modes a verdict names (launch-bound: reduce-overhead), then the others by the table's cost
+       factor (max-autotune last), ties in the table's `order` (reduce-overhead before default: one compile
+       measures fusion and CUDA graph replay together).
+    A knob can so have two visits (its named values first, the rest after them).
 Pure: plain data in (the verdict dicts of a profile summary, fade.analyze.knobs.Knob rows), plain data out.
 """
 
@@ -43,6 +52,7 @@ class Plan:
     named: dict = field(default_factory=dict)  # "knob=value" -> the verdict key that names it
     unanswered: list = field(default_factory=list)  # verdicts no searched knob answers: {rule, title, fix}
     note: str = ""  # how the diagnosis was made, or why there is none
+    mode: Optional[str] = None  # "train" or "infer": picks a knob's compiled_order in later passes
 
     def why(self, knob: str, value: str) -> str:
         """Why knob=value is tried where it is: the verdict that names it, else its visit's place."""
@@ -72,10 +82,19 @@ def _answers(knob: Knob, value: str, key: str) -> bool:
 def answering_values(knobs: list, key: str) -> list:
     """'knob=value' of every value of `knobs` that answers the verdict `key`, in the table's order: what `fade
     profile` says the tuner tries first for that verdict (fade.analyze.profile.decide adds it to the fix line)."""
-    return [f"{knob.id}={value}" for knob in knobs for value in knob.values[1:] if _answers(knob, value, key)]
+    return [f"{knob.id}={value}" for knob in knobs for value in tried_order(knob) if _answers(knob, value, key)]
 
 
-def plan_search(knobs: list, verdicts: Optional[list] = None, *, note: str = "") -> Plan:
+def tried_order(knob: Knob) -> list:
+    """`knob`'s alternatives in the order the plan tries them before any verdict: the table's `order` (else its
+    values), compile modes sorted by cost factor (max-autotune last), ties kept."""
+    alternatives = list(knob.alternatives)
+    if knob.group == "compile":
+        alternatives.sort(key=lambda value: knob.cost.get(value, 1.0))
+    return alternatives
+
+
+def plan_search(knobs: list, verdicts: Optional[list] = None, *, note: str = "", mode: Optional[str] = None) -> Plan:
     """The search order for `knobs` (already filtered: fade.analyze.knobs.searched_knobs) given the baseline step's
     verdicts (None or []: no diagnosis, the default order), as the module docstring says."""
     verdicts = sorted(verdicts or [], key=lambda verdict: -(verdict.get("share") or 0.0))
@@ -93,28 +112,28 @@ def plan_search(knobs: list, verdicts: Optional[list] = None, *, note: str = "")
                     first_named.setdefault(knob.id, (index, key))
         if not answered:
             unanswered.append({"rule": key, "title": verdict.get("title", ""), "fix": verdict.get("fix", "")})
+    order_of_key = {verdict_key(verdict): position for position, verdict in enumerate(verdicts)}
 
     def ordered_values(knob: Knob) -> tuple:
-        alternatives = list(knob.values[1:])
-        if knob.group == "compile":  # cheapest first: max-autotune's factor puts it last (knobs.toml `cost`)
-            alternatives.sort(key=lambda value: knob.cost.get(value, 1.0))
+        alternatives = tried_order(knob)
         rank = {value: position for position, value in enumerate(alternatives)}
-        order_of_key = {verdict_key(verdict): position for position, verdict in enumerate(verdicts)}
         return tuple(sorted(alternatives, key=lambda value: (
             order_of_key.get(named.get(f"{knob.id}={value}"), len(verdicts)), rank[value])))
 
     visits = []
-    for knob in sorted((knob for knob in knobs if knob.id in first_named), key=lambda knob: first_named[knob.id][0]):
-        values = tuple(value for value in ordered_values(knob) if f"{knob.id}={value}" in named)
-        visits.append(Visit(knob.id, values, f"first: it answers the profile's verdict {first_named[knob.id][1]}"))
-    for knob in knobs:  # the values no verdict named, each knob in its usual place
-        rest = tuple(value for value in ordered_values(knob) if f"{knob.id}={value}" not in named)
-        if rest and knob.group != "compile":
-            visits.append(Visit(knob.id, rest, "needs no compile: measured in seconds, before the compile modes"))
-    for knob in knobs:
-        rest = tuple(value for value in ordered_values(knob) if f"{knob.id}={value}" not in named)
-        if rest and knob.group == "compile":
-            visits.append(Visit(knob.id, rest, "after the knobs that need no compile: each trial compiles, the cheapest "
-                                               "mode first"))  # fmt: skip
+    for compiled in (False, True):  # the knobs that need no compile, whatever the verdicts; then the compile modes
+        tier = [knob for knob in knobs if (knob.group == "compile") == compiled]
+        for knob in sorted((knob for knob in tier if knob.id in first_named), key=lambda knob: first_named[knob.id][0]):
+            values = tuple(value for value in ordered_values(knob) if f"{knob.id}={value}" in named)
+            where = ("the first mode to compile: it answers" if compiled
+                     else "first of the knobs that need no compile: it answers")  # fmt: skip
+            visits.append(Visit(knob.id, values, f"{where} the profile's verdict {first_named[knob.id][1]}"))
+        for knob in tier:  # the values no verdict named, each knob in its usual place
+            rest = tuple(value for value in ordered_values(knob) if f"{knob.id}={value}" not in named)
+            if rest and not compiled:
+                visits.append(Visit(knob.id, rest, "needs no compile: measured in seconds, before the compile modes"))
+            elif rest:
+                visits.append(Visit(knob.id, rest, "after the knobs that need no compile: each trial compiles, the "
+                                                   "cheapest mode first"))  # fmt: skip
     return Plan(visits=visits, diagnosis=[dict(verdict) for verdict in verdicts], named=named, unanswered=unanswered,
-                note=note)
+                note=note, mode=mode)

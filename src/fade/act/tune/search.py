@@ -2,10 +2,10 @@
 
 Method
     The baseline (every knob at its first value: PyTorch's defaults) is measured first. The order of the rest is
-    the plan's (fade.analyze.tuneplan.plan_search, from a profiled window of the baseline step): the knob values
-    that answer the profile's verdicts first (GEMM/conv at a low % of peak: precision and layout; launch-bound:
-    CUDA graphs), then the knobs that need no compile (seconds a trial), then the compile modes on the best eager
-    configuration, cheapest first. Why: on an H200 (issue 26) a torchvision CNN's search measured compile modes
+    the plan's (fade.analyze.tuneplan.plan_search, from a profiled window of the baseline step): the knobs that
+    need no compile (seconds a trial), those whose values answer the profile's verdicts first (GEMM/conv at a low
+    % of peak: precision and layout), then the compile modes on the best eager configuration, those a verdict
+    names first (launch-bound: CUDA graphs), then the cheapest. Why: on an H200 (issue 26) a torchvision CNN's search measured compile modes
     first, max-autotune ran until it was stopped, and the budget ended before amp-bf16 and channels_last, the knobs
     worth 5x: FADE chose 0.20x of the best hand configuration. Each knob's values are measured with the rest of the
     current best configuration (coordinate ascent) and judged against the configuration before that knob (its
@@ -19,19 +19,26 @@ Interaction
     visited again, over every value but its current one, when the other knobs' values moved since its last visit
     (gpt2-small inference on an H100: CUDA graphs gain 1% in fp32, where the step is GEMM-bound, and 2.3x once
     amp-bf16 makes it launch-bound); a later pass tries a knob's values fastest-first by what they measured
-    before, and leaves out values rejected before. After each pass in which no compile mode won, the precisions
-    are judged under the fastest compile mode that ran sound (the interaction probe), since the compile mode
+    before, or, when the configuration compiles, in the knob table's compiled_order for the mode (half
+    precision first, bf16 before fp16: eager rates say little under CUDA graphs), and leaves out values
+    rejected before. After each pass in which no compile mode won, the precisions are judged (in the same
+    order) under the fastest compile mode that ran sound (the interaction probe), since the compile mode
     alone may be within the noise while compile plus bf16 is not. No configuration is judged twice; rows of a
     later pass say which knobs had moved.
 Cost
     Every trial has an expected cost before it starts (expected_cost_s): a trial that compiles is expected at the
     first compiled trial's wall time times the knob table's cost factor of its mode over that of the first
     (max-autotune 8x); any other at the dearest trial that compiled nothing so far times its value's factor. A
-    trial that a resumed journal holds costs nothing and always counts. A trial starts only when its
-    expected cost fits TRIAL_SHARE of the search budget left (a compile of unknown cost: when that share is at
-    least MIN_TRIAL_TIMEOUT_S), and it is stopped at that share, or at OVERRUN_FACTOR times its expected cost if
-    sooner (never below MIN_TRIAL_TIMEOUT_S, never beyond the search budget left): one compile can take at most
-    half of what is left, never all of it. The final check is stopped FINAL_OVERRUN_S past the budget.
+    trial that a resumed journal holds costs nothing and always counts. A trial of unknown cost (the first
+    compile) starts only when TRIAL_SHARE of the search budget left is at least MIN_TRIAL_TIMEOUT_S, and is
+    stopped at that share: one compile of unknown cost can take at most half of what is left, never all of it.
+    Until a compiled trial has run to the end, a stopped one's cost is only a lower bound: the next compile is
+    still of unproven cost and keeps the share rule.
+    A trial whose cost is known starts when it fits the search budget left, and is stopped at OVERRUN_FACTOR
+    times its expected cost or at what is left, if sooner (never below MIN_TRIAL_TIMEOUT_S). Why not half of
+    what is left for every trial: EfficientNet-B0 training on an H200 (results/tune-h200-s11/) left
+    reduce-overhead, expected at 56 s, unstarted with 89 s of search budget left, and the whole run ended at
+    108 s of its 300. The final check is stopped FINAL_OVERRUN_S past the budget.
 Statuses
         rejected      it crashed, ran out of memory, or failed the numerics check (numerics.check: loss vs fp32
                       from the same seed, finite gradients, outputs);
@@ -50,8 +57,10 @@ Statuses
     one, subject to the same bar against the baseline.
 Budget
     `budget_s` covers everything: the caller's set-up (`spent_s`: fingerprint, fp32 reference, the diagnosis),
-    the search and the final check. The final check keeps a reserve (FINAL_SHARE of the budget, or twice the cost
-    of the baseline and best trials if more); trials use only what lies beyond it.
+    the search and the final check. The final check keeps a reserve (final_reserve_s: FINAL_SHARE of the budget,
+    or what the baseline and best trials cost if more, once when a measure with side_by_side builds both in one
+    worker, twice when each side runs on its own); trials use only what lies beyond it. (Twice for the paired
+    check too left EfficientNet-B0 on an H200 a 126 s reserve for a check that took about 20 s.)
 Final check
     The chosen configuration and the baseline are re-measured interleaved, so clock drift hits both alike:
     in one worker taking turns (`measure.side_by_side`, nothing compiled twice), else FINAL_ORDER
@@ -86,9 +95,10 @@ from fade.analyze.tuneplan import Plan, plan_search
 from fade.measure.timing import quantile
 
 NOISE_FLOOR = 0.02  # 2%: below this, run-to-run drift of one H100 under its power cap (docs/performance.md) decides
-FINAL_SHARE = 0.25  # of the budget, kept for the interleaved final check (at least)
+FINAL_SHARE = 0.25  # of the budget, kept for the interleaved final check (at least: final_reserve_s)
 MIN_TRIAL_TIMEOUT_S = 30.0  # no trial is stopped sooner: a worker start and a small compile take this long
-# a trial may take at most this share of the search budget left: the first compile (cost unknown) cannot eat the rest
+# a trial of unknown cost (the first compile) may take at most this share of the search budget left: it cannot eat
+# the rest. A trial whose cost is known starts when it fits what is left (module docstring, Cost).
 TRIAL_SHARE = 0.5
 FINAL_OVERRUN_S = 45.0  # the final check may run this far past the budget before it is stopped (the bar: budget + 60 s)
 OVERRUN_FACTOR = 3.0  # a trial with a known expected cost is stopped at 3x it: something else is wrong by then
@@ -254,7 +264,7 @@ def search(
     else:
         best = _coordinate_ascent(state, baseline_trial)
     searched_s = clock() - started  # set-up and search, before the final check
-    reserve_s = 2 * (baseline_trial.cost_s + best.cost_s)
+    reserve_s = final_reserve_s(0.0, baseline_trial, best, paired=state.paired)
 
     candidates = state.candidates
     chosen = best.config
@@ -305,9 +315,11 @@ class _State:
             say(message)
         self.counts = {"measured": 0, "resumed": 0}
         self.takes_timeout = takes_timeout(measure)
+        self.paired = getattr(measure, "side_by_side", None) is not None  # the final check builds both sides once
         self.compile_knob = next((knob for knob in knobs if knob.group == "compile"), None)
         self.eager_costs: list = []  # wall seconds of trials that compiled nothing
         self.compile_costs: list = []  # (mode, wall seconds) of compiled trials, in measurement order
+        self.compiles_finished = 0  # compiled trials that ran to the end: until one has, a compile's cost is a bound
         self.candidates: list = []
         self.judged: set = set()  # configurations already judged in this search: never judged twice
         self.measured_values: set = set()  # "knob=value" that some measured trial had
@@ -359,6 +371,8 @@ class _State:
             self.eager_costs.append(trial.cost_s)
         else:
             self.compile_costs.append((mode, trial.cost_s))
+            if not str(trial.reason or "").startswith("timeout"):
+                self.compiles_finished += 1
 
     def expected_s(self, knob, value: str, config: dict) -> Optional[float]:
         return expected_cost_s(self.compile_knob, self.compile_mode(config), knob.cost.get(value, 1.0) if knob.group != "compile" else 1.0,
@@ -368,9 +382,8 @@ class _State:
         return max(self.eager_costs + [cost for _, cost in self.compile_costs] + [0.0])
 
     def search_left_s(self, best: Trial) -> float:
-        """Budget left for search trials: the final check's reserve is FINAL_SHARE of the budget, or twice what
-        the baseline and the best trial cost if more (it builds and compiles both again)."""
-        reserve_s = max(FINAL_SHARE * self.budget_s, 2 * (self.baseline_trial.cost_s + best.cost_s))
+        """Budget left for search trials: what lies beyond the final check's reserve (final_reserve_s)."""
+        reserve_s = final_reserve_s(self.budget_s, self.baseline_trial, best, paired=self.paired)
         return self.budget_s - reserve_s - (self.clock() - self.started)
 
     # -- judging one candidate
@@ -398,9 +411,15 @@ class _State:
             return row
         expected = self.expected_s(knob, value, config)
         share_s = TRIAL_SHARE * left_s
-        if not resumed and ((expected is not None and expected > share_s) or (expected is None and share_s < MIN_TRIAL_TIMEOUT_S)):
-            if expected is not None:
-                reason = f"expected to take ~{expected:.0f} s; a trial may take {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left"
+        # a compile's cost is known once one compiled trial ran to the end; a stopped one only bounds it from below
+        known = expected is not None and (self.compile_mode(config) is None or self.compiles_finished > 0)
+        too_dear = expected > left_s if known else (expected > share_s if expected is not None else share_s < MIN_TRIAL_TIMEOUT_S)
+        if not resumed and too_dear:
+            if known:
+                reason = f"expected to take ~{expected:.0f} s, more than the {left_s:.0f} s of search budget left"
+            elif expected is not None:
+                reason = (f"expected to take more than ~{expected:.0f} s (a compile outran that limit); a compile of unproven "
+                          f"cost may take {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left")  # fmt: skip
             else:
                 reason = (f"no compiled trial has shown its cost yet, and {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of "
                           f"search budget left is under the {MIN_TRIAL_TIMEOUT_S:.0f} s a trial gets at least")  # fmt: skip
@@ -410,14 +429,16 @@ class _State:
                 self.candidates.append(row)
                 return row
             return None
-        timeout_s = share_s if expected is None else min(share_s, OVERRUN_FACTOR * expected)
+        timeout_s = OVERRUN_FACTOR * expected if known else share_s
         # at least MIN_TRIAL_TIMEOUT_S (a worker start), never more than the search budget left
         timeout_s = max(min(max(timeout_s, MIN_TRIAL_TIMEOUT_S), left_s), 1.0)
         self.say(f"{knob.id}={value}: measuring ({why})")
         trial = self.run(config, timeout_s=timeout_s)
         self.note_cost(config, trial)
         if trial.status != "ok" and (trial.reason or "").startswith("timeout"):
-            reason = f"outran its {timeout_s:.0f} s limit ({100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left) and was stopped"
+            limit = (f"{OVERRUN_FACTOR:g}x its expected ~{expected:.0f} s, within the {left_s:.0f} s of search budget left"
+                     if known else f"{100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left")  # fmt: skip
+            reason = f"outran its {timeout_s:.0f} s limit ({limit}) and was stopped"
             row = _row(knob.id, value, trial, "not-tried", reason, why=why, expected_s=expected)
             self.candidates.append(row)
             self.say(f"{knob.id}={value}: not tried ({reason})")
@@ -483,7 +504,7 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
                 if knob.baseline != best.config[knob.id] and visit.values == _all_values(state.plan, knob):
                     values.append(knob.baseline)  # a later pass may find the baseline value better again
                 rejected = _rejected_values(state, knob)  # a crash or a numerics failure would repeat: not again
-                values = _fastest_first(state, knob, [value for value in values if value not in rejected])
+                values = _later_order(state, knob, [value for value in values if value not in rejected], best.config)
             first_row = len(state.candidates)
             for value in values:
                 config = {**best.config, knob.id: value}
@@ -503,11 +524,23 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
     return best
 
 
+def _later_order(state: _State, knob, values: list, config: dict) -> list:
+    """A later pass's values of `knob` on `config`: when `config` compiles and the knob table gives a
+    compiled_order for the plan's mode, that order (the values it does not list after, fastest first); else the
+    fastest in earlier passes first. When the budget covers one more compiled trial, it goes to the likeliest
+    winner (H200, a Llama-shaped LM training: amp-fp16 and amp-bf16 within the noise in eager mode, fp16 kept;
+    under reduce-overhead bf16 is 8% faster, and table order spent the one trial left on tf32; EfficientNet-B0
+    training: amp-fp16 1.6x amp-bf16 in eager mode, 0.87x of it under reduce-overhead; results/tune-h200-s10/,
+    s11/)."""
+    fastest = _fastest_first(state, knob, values)
+    order = knob.compiled_order.get(state.plan.mode or "") if state.compile_mode(config) is not None else None
+    if not order:
+        return fastest
+    return [value for value in order if value in values] + [value for value in fastest if value not in order]
+
+
 def _fastest_first(state: _State, knob, values: list) -> list:
-    """A later pass's values of `knob`, the fastest in earlier passes first: when the budget covers one more
-    compiled trial, it goes to the runner-up (H200, a Llama-shaped LM training: amp-fp16 and amp-bf16 within the
-    noise in eager mode, fp16 kept; under reduce-overhead bf16 is 8% faster, and table order spent the one
-    trial left on tf32, results/tune-h200-s10/)."""
+    """`values` of `knob`, the fastest in earlier passes first (a value never measured last)."""
     rates: dict = {}
     for row in state.candidates:
         if row.status == "rejected":
@@ -540,7 +573,8 @@ def _interaction_probe(state: _State, best: Trial) -> Trial:
         return best
     mode = max(sound_modes, key=lambda row: row.samples_per_s).value
     rejected = _rejected_values(state, precision)
-    order = _all_values(state.plan, precision) or precision.values[1:]
+    compiled = {**best.config, state.compile_knob.id: mode}
+    order = _later_order(state, precision, list(_all_values(state.plan, precision) or precision.alternatives), compiled)
     start, kept_row = best, None
     for value in [value for value in (*order, precision.baseline) if value != best.config[precision.id] and value not in rejected]:
         config = {**best.config, precision.id: value, state.compile_knob.id: mode}
@@ -553,6 +587,13 @@ def _interaction_probe(state: _State, best: Trial) -> Trial:
                 kept_row.reason += f"; then {precision.id}={value} was faster still"
             best, kept_row = state.accepted[id(row)], row
     return best
+
+
+def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bool) -> float:
+    """What the final check is expected to take: FINAL_SHARE of `budget_s`, or the baseline's and best trial's
+    costs if more: once when `paired` (one worker builds and compiles each once), twice otherwise (each side runs
+    FINAL_ROUNDS x 2 times in fresh workers, on warm compiler caches)."""
+    return max(FINAL_SHARE * budget_s, (1 if paired else 2) * (baseline.cost_s + best.cost_s))
 
 
 def expected_cost_s(compile_knob, mode: Optional[str], factor: float, eager_costs: list, compile_costs: list) -> Optional[float]:
@@ -574,11 +615,12 @@ def expected_cost_s(compile_knob, mode: Optional[str], factor: float, eager_cost
 
 def budget_needed_s(searched_s: float, expected: list, fallback_s: float, reserve_s: float) -> float:
     """About what budget would have measured the untried values too: the search as it ran (`searched_s`, set-up
-    included), plus each one's expected cost (else the dearest trial measured, at least MIN_TRIAL_TIMEOUT_S, what
-    a compile of unknown cost needs) and the rest of the share rule's
-    room for the dearest of them, plus the final check's reserve (FINAL_SHARE of the budget, or `reserve_s`)."""
-    costs = [cost if cost is not None else max(fallback_s, MIN_TRIAL_TIMEOUT_S) for cost in expected]
-    search_s = searched_s + sum(costs) + max(costs + [0.0]) * (1 / TRIAL_SHARE - 1)
+    included), plus each one's expected cost, plus for those of unknown cost the dearest trial measured (at
+    least MIN_TRIAL_TIMEOUT_S) with the room the share rule asks for it, plus the final check's reserve
+    (FINAL_SHARE of the budget, or `reserve_s`)."""
+    unknown = [max(fallback_s, MIN_TRIAL_TIMEOUT_S) for cost in expected if cost is None]
+    search_s = searched_s + sum(cost for cost in expected if cost is not None) + sum(unknown)
+    search_s += max(unknown + [0.0]) * (1 / TRIAL_SHARE - 1)
     return max(search_s / (1 - FINAL_SHARE), search_s + reserve_s)
 
 

@@ -77,7 +77,8 @@ def diagnose_step(make_workload, label: str, mode: str, batch: int, size: Option
     """What `fade profile` says of the baseline step (PyTorch's defaults), from DIAGNOSIS_STEPS profiled steps after
     one unprofiled and one warm-up step, summarized by fade.analyze.profile (the same rules and thresholds as
     `fade profile`): {verdicts, device_timeline, platform, step_ms, busy_share, host_wait_share, gemm_conv_share,
-    mfu_gemm_conv, peak_dtype}. The tuner orders its search by the verdicts (fade.analyze.tuneplan)."""
+    mfu_gemm_conv, peak_dtype, calls_sdpa}. The tuner orders its search by the verdicts (fade.analyze.tuneplan)
+    and leaves the SDPA backend out when the step called no SDPA (tuner.drop_unused)."""
     from fade.measure.profile import profile_workload, summarize_capture
 
     profiled = profile_workload(label, mode=mode, variant="default", batch=batch, size=size, device=device, wait=1,
@@ -99,7 +100,17 @@ def diagnose_step(make_workload, label: str, mode: str, batch: int, size: Option
         "gemm_conv_share": (classes.get("gemm", 0.0) + classes.get("convolution", 0.0)) / busy if busy else None,
         "mfu_gemm_conv": (total.get("flops") or {}).get("mfu_gemm_conv"),
         "peak_dtype": (summary.get("peak") or {}).get("dtype"),
+        "calls_sdpa": calls_sdpa(profiled["capture"].trace),
     }
+
+
+def calls_sdpa(trace: dict) -> Optional[bool]:
+    """Whether the profiled steps dispatched scaled_dot_product_attention (any of its aten ops, whichever backend
+    ran), from the trace's host ops; None when the trace has no host ops to tell."""
+    events = [event for event in trace.get("traceEvents") or [] if isinstance(event, dict) and event.get("cat") == "cpu_op"]
+    if not events:
+        return None
+    return any("scaled_dot_product" in str(event.get("name", "")) for event in events)
 
 
 def tune_trial(ctx, *, model: str, mode: str, batch: int, knobs: dict, size: Optional[int] = None) -> CaseResult:

@@ -338,7 +338,8 @@ def drive(measure, searched: list, left_out: dict, *, label: str, mode: str, bat
     if diagnosis is None and hasattr(measure, "diagnose") and not exhaustive:
         say("profiling the baseline step (PyTorch's defaults) to decide what to try first")
         diagnosis = measure.diagnose(timeout_s=diagnosis_limit_s(budget_min)) if takes_timeout(measure.diagnose) else measure.diagnose()
-    plan = plan_for(searched, diagnosis)
+    searched, left_out = drop_unused(searched, left_out, diagnosis)
+    plan = plan_for(searched, diagnosis, mode)
     for line in plan_lines(plan):
         say(line)
     result = search(searched, measure, reference=reference, budget_s=60.0 * budget_min, exhaustive=exhaustive,
@@ -350,20 +351,36 @@ def drive(measure, searched: list, left_out: dict, *, label: str, mode: str, bat
                         cache_messages=cache_messages, host_load=host_load, diagnosis=diagnosis)  # fmt: skip
 
 
+def drop_unused(searched: list, left_out: dict, diagnosis: Optional[dict]) -> tuple:
+    """(searched, left_out) without the knobs the profiled baseline step shows to change nothing: the SDPA backend
+    when the step called no scaled_dot_product_attention (diagnosis["calls_sdpa"] False; a user's workload is
+    searched for it otherwise, since nothing else tells whether it calls SDPA). EfficientNet-B0 on an H200 spent
+    four trials on SDPA backends it never called (results/tune-h200-s11/)."""
+    if not diagnosis or diagnosis.get("status") != "ok" or diagnosis.get("calls_sdpa") is not False:
+        return searched, left_out
+    unused = [knob for knob in searched if knob.attention_only]
+    if not unused:
+        return searched, left_out
+    left_out = dict(left_out)
+    for knob in unused:
+        left_out[knob.id] = "the profiled baseline step called no scaled_dot_product_attention"
+    return [knob for knob in searched if not knob.attention_only], left_out
+
+
 def diagnosis_limit_s(budget_min: float) -> float:
     """How long the profiled window may take: DIAGNOSIS_SHARE of the budget, at most DIAGNOSIS_TIMEOUT_S."""
     return max(30.0, min(DIAGNOSIS_TIMEOUT_S, DIAGNOSIS_SHARE * 60.0 * budget_min))
 
 
-def plan_for(searched: list, diagnosis: Optional[dict]) -> Plan:
+def plan_for(searched: list, diagnosis: Optional[dict], mode: Optional[str] = None) -> Plan:
     """The search plan from a diagnosis (WorkerMeasure.diagnose's dict), or the default order with the reason."""
     if not diagnosis:
-        return plan_search(searched, note="no diagnosis: the search runs in the default order")
+        return plan_search(searched, note="no diagnosis: the search runs in the default order", mode=mode)
     if diagnosis.get("status") == "skipped":
-        return plan_search(searched, note=f"no diagnosis: {diagnosis.get('reason')}; the default order")
+        return plan_search(searched, note=f"no diagnosis: {diagnosis.get('reason')}; the default order", mode=mode)
     if diagnosis.get("status") != "ok":
         return plan_search(searched, note=f"the baseline step could not be profiled ({diagnosis.get('reason')}); "
-                                          "the search runs in the default order")  # fmt: skip
+                                          "the search runs in the default order", mode=mode)  # fmt: skip
     verdicts = list(diagnosis.get("verdicts") or [])
     if not diagnosis.get("device_timeline"):
         verdicts = [verdict for verdict in verdicts if verdict.get("rule") != "cpu_only"]
@@ -380,7 +397,7 @@ def plan_for(searched: list, diagnosis: Optional[dict]) -> Plan:
         if diagnosis.get("mfu_gemm_conv") is not None:
             facts.append(f"at {100 * diagnosis['mfu_gemm_conv']:.0f}% of {diagnosis.get('peak_dtype') or 'the'} peak")
         note = "the baseline step, profiled: " + (", ".join(facts) or "no figures")
-    return plan_search(searched, verdicts, note=note)
+    return plan_search(searched, verdicts, note=note, mode=mode)
 
 
 def plan_lines(plan: Plan) -> list:

@@ -153,9 +153,10 @@ def build_tuning(
             "trials_measured": result.trials_measured,
             "trials_resumed": result.trials_resumed,
             "noise_floor": NOISE_FLOOR,
-            "rule": "the values the baseline's profile names first, then the knobs that need no compile, then the "
-                    "compile modes cheapest first, then the knobs again under the best compile mode; a trial starts "
-                    "only when its expected cost fits half of the search budget left; a value is accepted when "
+            "rule": "the knobs that need no compile first, then the compile modes (in each, the values the baseline's "
+                    "profile names first; compile modes then by cost), then the knobs again under the best compile "
+                    "mode; a trial starts only when its expected cost fits the search budget left (a compile of "
+                    "unproven cost: half of it); a value is accepted when "
                     "start_median / candidate_median > 1 + max(noise_floor, IQR/median of either side) and it is the "
                     "fastest such value of its knob (start: the configuration before that knob)",
         },
