@@ -1,13 +1,14 @@
 """Networks outside FADE's zoo, as `module:function` workloads for `fade tune` and hand_config.py (issue 26):
-ConvNeXt-T training (torchvision), ViT-B/16 inference (timm), EfficientNet-B0 training (timm: depthwise
-convolutions, squeeze-and-excitation, SiLU; many small kernels) and a Llama-shaped causal LM training
-(transformers, built from a config: nothing downloaded), and BERT-base training (transformers, a sequence
-classifier from BertConfig's defaults: post-norm encoder, GELU, absolute positions).
+ConvNeXt-T and Swin-T training (torchvision), ViT-B/16 inference (timm), EfficientNet-B0 training (timm: depthwise
+convolutions, squeeze-and-excitation, SiLU; many small kernels), a Llama-shaped causal LM training and BERT-base
+training (transformers, built from configs: nothing downloaded; BERT a sequence classifier from BertConfig's
+defaults: post-norm encoder, GELU, absolute positions).
 
 Run from the repository root, which makes `benchmarks` importable (fade's module:function loader adds the
 current directory to sys.path, as `python -m` does; tune_matrix.py also puts the root on PYTHONPATH):
 
     fade tune benchmarks.outside_zoo:convnext_tiny --mode train --batch 32 -o convnext.tuning.json
+    fade tune benchmarks.outside_zoo:swin_t --mode train --batch 32 -o swin.tuning.json
     fade tune benchmarks.outside_zoo:vit_b_16 --mode infer --batch 64 -o vit.tuning.json
     fade tune benchmarks.outside_zoo:efficientnet_b0 --mode train --batch 64 -o effnet.tuning.json
     fade tune benchmarks.outside_zoo:bert_base --mode train --batch 32 -o bert.tuning.json
@@ -56,6 +57,15 @@ def convnext_tiny(batch_size: int):
     import torchvision
 
     model = torchvision.models.convnext_tiny(weights=None)
+    return model, _images(batch_size), torch.nn.functional.cross_entropy
+
+
+def swin_t(batch_size: int):
+    """torchvision Swin-T (28.3 M parameters), random weights, 224 px, cross-entropy: a training case with shifted
+    window attention (rolls, masks, relative position bias) between GEMMs."""
+    import torchvision
+
+    model = torchvision.models.swin_t(weights=None)
     return model, _images(batch_size), torch.nn.functional.cross_entropy
 
 

@@ -30,9 +30,9 @@ Inductor on a small CPU takes minutes per side).
 
 Cases: HAND_CASES (resnet50/train b64, mobilenet_v2/infer b64, gpt2-small/train b64, and from
 benchmarks/outside_zoo.py convnext_tiny/train b32, vit_b_16/infer b64, llama_lm/train b8,
-efficientnet_b0/train b64, bert_base/train b32), or any zoo-model/mode or module:function/mode. Per case, each
-step a child process with a timeout (run_child; its whole process group is killed at the timeout),
-CUDA_VISIBLE_DEVICES=--gpu for every child:
+efficientnet_b0/train b64, bert_base/train b32, swin_t/train b32), or any zoo-model/mode or module:function/mode.
+Per case, each step a child process with a timeout (run_child; its whole process group is killed at the
+timeout), CUDA_VISIBLE_DEVICES=--gpu for every child:
 (a) `python -m fade tune CASE --mode M --batch B --fresh -o OUT_DIR/<stem>.tuning.json` with fade tune's
     default budget (--budget overrides), its wall clock from start to exit (OUT_DIR/<stem>.tune-run.json);
 (b) the six HAND_CONFIGS ({fp32 = PyTorch's defaults, amp-bf16, amp-fp16} x {eager, compile
@@ -242,6 +242,7 @@ HAND_CASES = {case.name: case for case in (
     HandCase("llama_lm/train", "benchmarks.outside_zoo:llama_lm", "train", 8, False),
     HandCase("efficientnet_b0/train", "benchmarks.outside_zoo:efficientnet_b0", "train", 64, True),
     HandCase("bert_base/train", "benchmarks.outside_zoo:bert_base", "train", 32, False),
+    HandCase("swin_t/train", "benchmarks.outside_zoo:swin_t", "train", 32, True),
 )}  # fmt: skip
 # name -> (precision, compile): {fp32, amp-bf16, amp-fp16} x {eager, reduce-overhead}; fp32 = PyTorch's defaults
 HAND_CONFIGS = {

@@ -7,9 +7,9 @@
 #   bash benchmarks/tune_table.sh $OUT resnet50/train mobilenet_v2/infer     # on nvidia-h200-x2
 #
 # Cases: tune_matrix.HAND_CASES (resnet50/train, mobilenet_v2/infer, gpt2-small/train, convnext_tiny/train,
-# vit_b_16/infer, llama_lm/train, efficientnet_b0/train, bert_base/train). DEADLINE_S (default 540) is passed
-# as --deadline-s: no child starts that could not finish within it, so the table is written inside the device
-# machine's 10-minute command limit.
+# vit_b_16/infer, llama_lm/train, efficientnet_b0/train, bert_base/train, swin_t/train). DEADLINE_S (default
+# 540) is passed as --deadline-s: no child starts that could not finish within it, so the table is written
+# inside the device machine's 10-minute command limit.
 # A case cut short resumes when run again on the same OUT (finished sides are kept). Logs: OUT/<case>.log and
 # OUT/<stem>/*.log; multicast stays off in every process (dist_check.py says why).
 set -uo pipefail
