@@ -14,6 +14,7 @@ from fade.errors import ExitCode, FadeUsageError
 MICRO_OUTPUT = "results/micro.jsonl"
 MODELS_OUTPUT = "results/models.jsonl"
 DIST_OUTPUT = "results/dist.jsonl"
+LLM_OUTPUT = "results/llm.jsonl"
 
 
 def add_verbs(verbs) -> None:
@@ -23,10 +24,11 @@ def add_verbs(verbs) -> None:
     _add_micro(suites)
     _add_models(suites)
     _add_dist(suites)
+    _add_llm(suites)
 
 
 def _no_suite(args) -> int:
-    raise FadeUsageError("fade bench: choose a suite: micro, models, dist")
+    raise FadeUsageError("fade bench: choose a suite: micro, models, dist, llm")
 
 
 def _add_micro(suites) -> None:
@@ -222,3 +224,86 @@ def _leave(run, code: int) -> int:
 def dist_group_alive() -> bool:
     torch = sys.modules.get("torch")
     return bool(torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized())
+
+
+def _add_llm(suites) -> None:
+    from fade.measure.suites.llm.suite import DEFAULT_VARIANTS, FULL_PLAN, QUICK_PLAN
+    from fade.measure.suites.llm.generation import VARIANTS
+
+    llm = suites.add_parser(
+        "llm",
+        help="LLM inference: prefill TFLOP/s, decode tokens/s vs the bandwidth roofline, time to first token",
+        description="Hugging Face causal LMs from a config (random weights, speed only: nothing is downloaded): "
+        "prefill as TFLOP/s and %% of peak, greedy decode as tokens/s and %% of the bandwidth roofline (bytes per "
+        "step = weights + each sequence's KV cache), time to first token and peak memory, per variant; each "
+        "variant's greedy tokens checked against an fp32 hf-generate run of the same weights. docs/llm.md.",
+    )
+    llm.add_argument("--config", metavar="NAME|FILE",
+                     help=f"a bundled model (llama-3.2-1b, llama-3.1-8b, qwen2.5-7b, mistral-7b, gpt2, tiny-llama), a "
+                          f".toml file of one [[config]] row, or a Hugging Face config.json (default {FULL_PLAN.config}; "
+                          f"{QUICK_PLAN.config} with --quick)")  # fmt: skip
+    llm.add_argument("--variants", metavar="LIST",
+                     help=f"comma-separated: {', '.join(VARIANTS)} (default {','.join(DEFAULT_VARIANTS)})")
+    llm.add_argument("--batch", metavar="LIST",
+                     help=f"comma-separated decode batch sizes (default {','.join(map(str, FULL_PLAN.batches))}; "
+                          f"{','.join(map(str, QUICK_PLAN.batches))} with --quick)")  # fmt: skip
+    llm.add_argument("--prompt-tokens", type=positive_int("--prompt-tokens"), metavar="N",
+                     help=f"prompt length before decoding (default {FULL_PLAN.prompt_tokens}; {QUICK_PLAN.prompt_tokens} with --quick)")
+    llm.add_argument("--new-tokens", type=positive_int("--new-tokens"), metavar="N",
+                     help=f"tokens generated per sequence, >= 2 (default {FULL_PLAN.new_tokens}; {QUICK_PLAN.new_tokens} with --quick)")
+    llm.add_argument("--prefill-tokens", metavar="LIST",
+                     help=f"comma-separated prefill lengths at batch 1 (default {','.join(map(str, FULL_PLAN.prefill_tokens))} "
+                          f"up to the model's context; {','.join(map(str, QUICK_PLAN.prefill_tokens))} with --quick)")  # fmt: skip
+    llm.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
+                     help=f"weights and activations (default {FULL_PLAN.dtype}; {QUICK_PLAN.dtype} with --quick)")
+    llm.add_argument("--quick", action="store_true",
+                     help="tiny-llama (unless --config), a 16-token prompt, 16 new tokens, batch 1 and 2, one prefill, fp32, "
+                          "short timing: seconds on 2 CPU cores")  # fmt: skip
+    add_run_flags(llm, default_output=LLM_OUTPUT)
+    add_json_flag(llm, "the run summary")
+    llm.set_defaults(func=cmd_bench_llm)
+
+
+def _int_list(text, flag: str):
+    """A comma-separated list of positive integers (None when the flag was not given); one usage line otherwise."""
+    if text is None:
+        return None
+    numbers = [positive_int(flag)(part) for part in split_list(text)]
+    if not numbers:
+        raise FadeUsageError(f"{flag} {text!r}: give at least one positive integer")
+    return numbers
+
+
+def cmd_bench_llm(args) -> int:
+    from fade.api import BenchResult
+    from fade.measure.suites.llm.suite import run_llm
+    from fade.report.console import make_console, render_bench_summary
+    from fade.report.progress import ProgressBar
+    from fade.results import summarize
+
+    check_outputs(("-o", args.output), ("--json", args.json))
+    console = make_console()
+    try:
+        run = run_llm(args.device, config=args.config, variants=split_list(args.variants) or None,
+                      batches=_int_list(args.batch, "--batch"), prompt_tokens=args.prompt_tokens,
+                      new_tokens=args.new_tokens, prefill_tokens=_int_list(args.prefill_tokens, "--prefill-tokens"),
+                      dtype=args.dtype, quick=args.quick, out=args.output, resume=args.resume, timeout_s=args.timeout,
+                      progress=ProgressBar(console))  # fmt: skip
+    except RuntimeError as exc:  # the worker could not start on this device: valid request, cannot run here
+        print(f"fade: cannot run here: {exc}", file=sys.stderr)
+        return ExitCode.CANNOT_RUN
+    result = BenchResult("llm", run, summary=summarize(run.records))
+    render_bench_summary(result.summary, run.to_dict(), console)
+    for record in run.records:  # the decode figures the table has no column for
+        extra = record.get("extra") or {}
+        roofline, tokens = extra.get("roofline") or {}, extra.get("tokens") or {}
+        if record.get("status") != "ok" or not roofline:
+            continue
+        pct = roofline.get("pct_of_roofline")
+        share = f"{pct:.0f}% of the {roofline['roofline_tokens_per_s']:.4g} tokens/s roofline" if pct is not None else "no roofline (no bandwidth peak)"
+        agreement = "tokens match" if tokens.get("match") else f"tokens differ from token {tokens.get('first_mismatch')}"
+        console.print(f"[fade.dim]{record['case_id']}: {share}; first token {extra.get('ttft_ms', 0):.3g} ms; {agreement}[/]",
+                      soft_wrap=True, markup=True)
+    if args.json:
+        write_json(run.to_dict(), args.json)
+    return report_run_problems(run) or result.exit_status

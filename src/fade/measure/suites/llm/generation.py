@@ -1,0 +1,140 @@
+"""How a causal LM generates greedily under each variant, and the model it runs: built from a shape with
+transformers, random weights from a fixed seed, nothing downloaded.
+
+Variants (VARIANTS), each a function `generate(prompt_ids, new_tokens) -> tokens (batch x new_tokens)`:
+
+hf-generate
+    `model.generate(ids, max_new_tokens=n, do_sample=False)`, as users call it (a DynamicCache grows per token).
+hf-static
+    The same with `cache_implementation="static"`: transformers preallocates the cache and, on CUDA/XPU
+    devices, compiles the forward with torch.compile (mode "reduce-overhead") by itself; on the CPU it does
+    not (`GenerationMixin._valid_auto_compile_criteria`). What happened is read back (`compiled`).
+fade-loop
+    FADE's lean greedy loop, gpt-fast's recipe (github.com/pytorch-labs/gpt-fast generate.py): one prefill of
+    the prompt into a StaticCache allocated once per case for prompt + new tokens, then a single-token step
+    (forward + argmax) called new_tokens - 1 times with precomputed position tensors: no Python work per token
+    beyond the step call and a clone of its output token (a CUDA-graph replay overwrites its outputs). The
+    step is compiled with torch.compile(mode="reduce-overhead") on CUDA/ROCm and left eager elsewhere;
+    `fade-loop+compile` and `fade-loop+eager` force either. Each run starts with StaticCache.reset() (the
+    cache counts the tokens it has taken, transformers 5: a run must start it at 0; the reset also zeroes the
+    cache, a memset that lands in the time to first token, as hf-static's own reset does).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from fade.measure.case import torch_dtype
+from fade.measure.step.runner import WEIGHT_SEED
+
+VARIANTS = ("hf-generate", "hf-static", "fade-loop", "fade-loop+compile", "fade-loop+eager")
+COMPILE_MODE = "reduce-overhead"  # gpt-fast's: CUDA graphs remove the per-kernel launch cost of a decode step
+AUTO_COMPILE_DEVICE_TYPES = ("cuda",)  # fade-loop compiles itself there (CUDA and ROCm builds); elsewhere eager
+PROMPT_SEED = 1  # the prompt's token ids: a different stream from the weights'
+
+
+def build_model(config, device: str):
+    """The model of `config` on `device` in fp32, its weights drawn from WEIGHT_SEED on the device, in eval mode,
+    SDPA attention. Greedy runs never stop early: the config has no eos token."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf_config = AutoConfig.for_model(config.model_type, **config.hf_fields())
+    torch.manual_seed(WEIGHT_SEED)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32, attn_implementation="sdpa")
+    model.eval()
+    model.generation_config.pad_token_id = 0  # silences "setting pad_token_id"; no padding is ever generated
+    return model
+
+
+def cast_model(model, dtype: str):
+    """The same weights in `dtype` (rounded from the fp32 ones the reference ran)."""
+    return model.to(torch_dtype(dtype))
+
+
+def prompt_ids(vocab_size: int, batch: int, tokens: int, device: str):
+    """Uniform random token ids (batch x tokens), drawn on the CPU from PROMPT_SEED and copied: the same
+    prompt on every device."""
+    import torch
+
+    generator = torch.Generator().manual_seed(PROMPT_SEED)
+    return torch.randint(0, vocab_size, (batch, tokens), generator=generator).to(device)
+
+
+def hf_generator(model, *, static: bool) -> Callable:
+    import torch
+
+    options = {"cache_implementation": "static"} if static else {}
+
+    def generate(ids, new_tokens: int):
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
+                                 **options)  # fmt: skip
+        return out[:, ids.shape[1]:]
+
+    return generate
+
+
+class FadeLoop:
+    """The fade-loop variant (module docstring) for one prompt length and new-token count; the cache takes its
+    batch size from the prefill."""
+
+    def __init__(self, model, *, prompt_tokens: int, new_tokens: int, device: str, compile: bool):
+        import torch
+        from transformers import StaticCache
+
+        self.model = model
+        self.cache = StaticCache(config=model.config, max_cache_len=prompt_tokens + new_tokens)
+        self.prefill_positions = torch.arange(prompt_tokens, device=device)
+        self.step_positions = [torch.tensor([prompt_tokens + index], device=device) for index in range(new_tokens - 1)]
+        self.compiled = compile
+        self.step = torch.compile(self.eager_step, mode=COMPILE_MODE) if compile else self.eager_step
+
+    def eager_step(self, token, position):
+        """One decode step: the next token of each sequence (batch x 1) from its last one at `position`."""
+        logits = self.model(token, past_key_values=self.cache, cache_position=position, use_cache=True).logits
+        return logits[:, -1].argmax(dim=-1, keepdim=True)
+
+    def generate(self, ids, new_tokens: int):
+        import torch
+
+        with torch.inference_mode():
+            self.cache.reset()
+            logits = self.model(ids, past_key_values=self.cache, cache_position=self.prefill_positions, use_cache=True,
+                                logits_to_keep=1).logits  # fmt: skip
+            token = logits[:, -1].argmax(dim=-1, keepdim=True)
+            tokens = [token]
+            for position in self.step_positions[: new_tokens - 1]:
+                token = self.step(token, position).clone()  # a graph replay overwrites its output buffer
+                tokens.append(token)
+            return torch.cat(tokens, dim=1)
+
+
+def fade_loop_compiles(variant: str, device: str) -> bool:
+    """Whether `variant` (a fade-loop spelling) compiles its step on `device` (module docstring)."""
+    if variant.endswith("+compile"):
+        return True
+    if variant.endswith("+eager"):
+        return False
+    return device.split(":", 1)[0] in AUTO_COMPILE_DEVICE_TYPES
+
+
+def variant_generator(variant: str, model, *, batch: int, prompt_tokens: int, new_tokens: int, device: str):
+    """(generate function, facts about how it runs) for `variant`."""
+    if variant == "hf-generate":
+        return hf_generator(model, static=False), {"cache": "DynamicCache", "compiled": False}
+    if variant == "hf-static":
+        return hf_generator(model, static=True), {"cache": "StaticCache"}  # `compiled` is read after a run
+    loop = FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=new_tokens, device=device,
+                    compile=fade_loop_compiles(variant, device))  # fmt: skip
+    facts = {"cache": "StaticCache", "compiled": loop.compiled}
+    if loop.compiled:
+        facts["compile_mode"] = COMPILE_MODE
+    return loop.generate, facts
+
+
+def hf_compiled(model) -> bool:
+    """Whether transformers compiled the model's forward inside generate() (it keeps the compiled call on the
+    model: PreTrainedModel.get_compiled_call)."""
+    return getattr(model, "_compiled_call", None) is not None

@@ -1,0 +1,79 @@
+"""`fade bench llm`: a tiny config end to end on the CPU through the CLI (records, one per case, schema-valid,
+every variant's greedy tokens equal to the fp32 reference), and bad input as one line with exit 2."""
+
+import builtins
+import json
+
+import pytest
+
+from tests.cliutil import one_line
+
+from fade.errors import ExitCode
+from fade.results import record_problem
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One quick run shared by the record checks (it costs ~20 s on a 2-core CPU)."""
+    from fade import cli
+
+    out = tmp_path_factory.mktemp("llm") / "llm.jsonl"
+    code = cli.main(["bench", "llm", "--config", "tiny-llama", "--device", "cpu", "--quick", "-o", str(out)])
+    return code, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_quick_cpu_run_writes_one_valid_record_per_case(quick_run):
+    code, records = quick_run
+    ids = [record["case_id"] for record in records]
+    assert len(ids) == len(set(ids)) == 7  # one prefill + 3 variants x batch 1 and 2
+    assert all(record_problem(record) is None for record in records)
+    assert code == ExitCode.OK, [record.get("error") for record in records]
+    assert all(record["status"] == "ok" for record in records)
+
+
+def test_every_variant_decodes_and_agrees_with_the_fp32_reference(quick_run):
+    _, records = quick_run
+    decode = [record for record in records if record["unit"] == "tokens/s"]
+    assert {record["params"]["variant"] for record in decode} == {"hf-generate", "hf-static", "fade-loop"}
+    for record in decode:
+        assert record["value"] > 0
+        assert record["extra"]["tokens"]["match"] is True, record["case_id"]
+        assert record["extra"]["ttft_ms"] > 0
+        roofline = record["extra"]["roofline"]
+        assert roofline["pct_of_roofline"] is None and "no peak memory bandwidth" in roofline["reason"]
+        assert record["extra"]["memory"]["process_max_rss_bytes"] > 0
+    prefill = [record for record in records if record["unit"] == "TFLOP/s"]
+    assert len(prefill) == 1 and prefill[0]["value"] > 0 and prefill[0]["work"]["flops"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "tiny-lama"], "did you mean 'tiny-llama'"),
+    (["--batch", "0"], "--batch 0: must be a positive integer"),
+    (["--batch", "1,x"], "--batch 'x': not an integer"),
+    (["--variants", "fade-lop"], "did you mean 'fade-loop'"),
+    (["--new-tokens", "1"], "give at least 2"),
+    (["--config", "tiny-llama", "--prompt-tokens", "250", "--new-tokens", "16"], "positions for 256 tokens"),
+])
+def test_bad_input_is_one_line_and_exit_2(fade, tmp_path, argv, message):
+    code, _, err = fade("bench", "llm", "--quick", "-o", tmp_path / "out.jsonl", *argv)
+    assert code == ExitCode.USAGE
+    assert message in one_line(err)
+
+
+def test_an_unreadable_config_file_is_one_line_and_exit_2(fade, tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    for path in (tmp_path / "absent.json", broken):
+        code, _, err = fade("bench", "llm", "--config", path, "-o", tmp_path / "out.jsonl")
+        assert code == ExitCode.USAGE
+        assert str(path) in one_line(err)
+
+
+def test_without_transformers_the_suite_stops_with_one_line(fade, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "transformers" else real(name, *rest))
+    code, _, err = fade("bench", "llm", "--quick", "-o", tmp_path / "out.jsonl")
+    assert code == ExitCode.USAGE
+    assert "needs transformers" in one_line(err)
