@@ -51,6 +51,19 @@ def _plant(tmp_path, files: dict) -> Path:
         ({"fade/report/html.py": "import fade\nv = fade.__version__\n"}, "uses the facade: fade.__version__"),
         ({"fade/version.py": "from fade.analyze import specs\n", "fade/analyze/specs.py": ""},
          "fade.version imports fade.analyze"),
+        # the OpenCL device sits below the tuner, the measurements, the renderers and the CLI
+        ({"fade/ocl/convolution.py": "def f():\n    from fade.act.tune import cache\n",
+          "fade/act/tune/cache.py": ""}, "fade.ocl imports fade.act.tune"),
+        ({"fade/ocl/tuning.py": "from fade.act.patches import x\n", "fade/act/patches.py": ""},
+         "fade.ocl imports fade.act.patches"),  # the exception covers fade.act.tune only
+        ({"fade/ocl/dispatch.py": "from fade.report import console\n", "fade/report/console.py": ""},
+         "fade.ocl imports fade.report"),
+        ({"fade/ocl/runtime.py": "import fade.cli\n", "fade/cli/__init__.py": ""}, "fade.ocl imports fade.cli"),
+        ({"fade/ocl/memory.py": "from fade.measure import timing\n", "fade/measure/timing.py": ""},
+         "fade.ocl imports fade.measure"),
+        ({"fade/ocl/pointwise.py": "import fade\nfade.tune()\n"}, "uses the facade: fade.tune"),
+        ({"fade/ocl/gemm.py": "from fade.ocl.memory import _private\n", "fade/ocl/memory.py": ""},
+         "imports fade.ocl.memory._private, a private name"),
     ],
 )
 def test_a_planted_violation_is_reported(tmp_path, files, expected):

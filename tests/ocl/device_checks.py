@@ -230,12 +230,12 @@ def test_tiny_conv_net_trains_like_the_cpu_with_zero_fallbacks():
 ])
 def test_conv2d_forward_and_both_backwards(cin, cout, kernel, stride, padding, dilation, groups, workspace,
                                            monkeypatch):
-    from fade.ocl import backend
+    from fade.ocl import convolution
 
     if workspace is not None:
-        monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", workspace)
+        monkeypatch.setattr(convolution, "CONV_WORKSPACE_BYTES", workspace)
     if kernel == 1:  # these 9 x 8 images are below FOLD_PIXELS: let the 1x1 path take them unfolded
-        monkeypatch.setattr(backend, "FOLD_PIXELS", 1)
+        monkeypatch.setattr(convolution, "FOLD_PIXELS", 1)
     torch.manual_seed(0)
     conv_matches_the_cpu(torch.randn(3, cin, 9, 8), torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation,
                                                                      groups), atol=1e-4, rtol=1e-4)
@@ -263,10 +263,10 @@ def conv_matches_the_cpu(x, conv, **tolerance):
 @pytest.mark.parametrize("fold_pixels", [1, 1 << 30])  # per image; folded
 def test_conv2d_data_gradient_alone_with_frozen_weights_equals_the_cpu(fold_pixels, monkeypatch):
     """Frozen weights and no bias: the backward computes the data gradient only (no columns are built)."""
-    from fade.ocl import backend
+    from fade.ocl import convolution
 
-    monkeypatch.setattr(backend, "FOLD_PIXELS", fold_pixels)
-    monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", 20000)  # chunks of a few images
+    monkeypatch.setattr(convolution, "FOLD_PIXELS", fold_pixels)
+    monkeypatch.setattr(convolution, "CONV_WORKSPACE_BYTES", 20000)  # chunks of a few images
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(4, 6, 3, stride=2, padding=1, bias=False, dtype=torch.float64).requires_grad_(False)
     x = torch.randn(5, 4, 7, 6, dtype=torch.float64, requires_grad=True)
@@ -282,13 +282,14 @@ def test_conv2d_data_gradient_alone_with_frozen_weights_equals_the_cpu(fold_pixe
 def test_winograd_convolution_equals_the_cpu_forward_and_both_backwards(dtype, tolerance, monkeypatch):
     """The 3x3 stride-1 convolutions through Winograd F(2x2, 3x3), forced on: odd and even sizes (partial output
     tiles), padding 0, 1 and 2 (the data gradient then pads 2, 1 and 0), chunks of a few images, with a bias."""
-    from fade.ocl import backend
+    from fade.ocl import convolution
 
-    monkeypatch.setattr(backend, "CONV_WINOGRAD", "on")
-    monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", 40000)  # several chunks of images
+    monkeypatch.setattr(convolution, "CONV_WINOGRAD", "on")
+    monkeypatch.setattr(convolution, "CONV_WORKSPACE_BYTES", 40000)  # several chunks of images
     launched = []
-    real_winograd = backend._winograd
-    monkeypatch.setattr(backend, "_winograd", lambda *a, **k: launched.append(a[5]) or real_winograd(*a, **k))
+    real_winograd = convolution.winograd_convolution
+    monkeypatch.setattr(convolution, "winograd_convolution",
+                        lambda *a, **k: launched.append(a[5]) or real_winograd(*a, **k))
     torch.manual_seed(0)
     for cin, cout, padding, size in ((3, 5, 1, (7, 6)), (4, 2, 0, (8, 9)), (2, 3, 2, (5, 5)), (6, 4, 1, (1, 1))):
         conv_matches_the_cpu(torch.randn(5, cin, *size, dtype=dtype),
@@ -302,13 +303,13 @@ def test_own_gemm_1x1_convolution_equals_the_cpu_forward_and_both_backwards(dtyp
     """1x1 convolutions with FADE's own GEMM kernel forced on (forward, data gradient, and the weight gradient
     walking k as (image, pixel) blocks, split along k): sizes off the 64 x 64 tile and the 16-deep k step
     (partial tiles on every edge), two groups (a's and b's offsets), a bias, a k of 5115 in 19 slices."""
-    from fade.ocl import backend
+    from fade.ocl import convolution
 
-    monkeypatch.setattr(backend, "CONV_OWN_GEMM", "on")
+    monkeypatch.setattr(convolution, "CONV_OWN_GEMM", "on")
     launched, weight_grads = [], []
-    real, real_weight = backend._own_gemm, backend._own_weight_grad_1x1
-    monkeypatch.setattr(backend, "_own_gemm", lambda *a, **k: launched.append(a[1].rows) or real(*a, **k))
-    monkeypatch.setattr(backend, "_own_weight_grad_1x1",
+    real, real_weight = convolution.own_gemm, convolution.own_weight_grad_1x1
+    monkeypatch.setattr(convolution, "own_gemm", lambda *a, **k: launched.append(a[1].rows) or real(*a, **k))
+    monkeypatch.setattr(convolution, "own_weight_grad_1x1",
                         lambda *a, **k: weight_grads.append(a[4]) or real_weight(*a, **k))
     torch.manual_seed(0)
     for cin, cout, groups, size in ((3, 5, 1, (7, 6)), (34, 70, 1, (9, 9)), (20, 130, 2, (3, 25)), (16, 8, 1, (1, 1)),
@@ -329,13 +330,13 @@ def test_own_gemm_1x1_convolution_equals_the_cpu_forward_and_both_backwards(dtyp
 def test_an_elementwise_op_repeated_on_one_geometry_reuses_its_plan_with_each_calls_operands():
     """The second call with the same shapes, strides, dtypes and scalars runs the plan the first left: other
     storage offsets, other buffers, in place and out of place, a scalar broadcast."""
-    from fade.ocl import backend
+    from fade.ocl import pointwise
 
     base = torch.arange(12.0)
     dev_base = base.to(DEV)
     for first, second in ((dev_base[1:9], dev_base[2:10]), (dev_base[0:8], dev_base[4:12])):
         close(first + second, base[first.storage_offset():][:8] + base[second.storage_offset():][:8])
-    assert any(key[0] is torch.ops.aten.add.Tensor for key in backend._pointwise_plans)
+    assert any(key[0] is torch.ops.aten.add.Tensor for key in pointwise.pointwise_plans)
     x = torch.randn(5, 3)
     for scale in (2.0, 2.0, 3.0):
         target = x.to(DEV)
@@ -373,20 +374,20 @@ def test_convolutions_read_inputs_weights_and_gradients_at_their_storage_offsets
 def test_a_convolution_forward_repeated_on_one_geometry_runs_its_plan_with_each_calls_tensors(own, monkeypatch):
     """Depthwise and own-GEMM 1x1 forwards keep a plan per geometry: the second and third calls (other
     inputs, one starting inside its storage, other weights) run it and still equal the CPU."""
-    from fade.ocl import backend
+    from fade.ocl import convolution
 
-    monkeypatch.setattr(backend, "CONV_OWN_GEMM", own)
+    monkeypatch.setattr(convolution, "CONV_OWN_GEMM", own)
     torch.manual_seed(0)
     for conv in (torch.nn.Conv2d(6, 6, 3, padding=1, groups=6, bias=False, dtype=torch.float64),
                  torch.nn.Conv2d(6, 4, 1, groups=2, bias=False, dtype=torch.float64)):
-        before = len(backend._conv_plans)
+        before = len(convolution.conv_plans)
         for _ in range(2):
             conv_ocl = copy.deepcopy(conv).to(DEV)
             x = torch.randn(4, 6, 5, 7, dtype=torch.float64)
             close(conv_ocl(x.to(DEV)), conv(x).detach(), atol=1e-12, rtol=1e-12)
             close(conv_ocl(x.to(DEV)[1:]), conv(x[1:]).detach(), atol=1e-12, rtol=1e-12)
             conv.weight.data.normal_()
-        planned = len(backend._conv_plans) > before
+        planned = len(convolution.conv_plans) > before
         assert planned == (conv.groups == 6 or own == "on")  # depthwise always; 1x1 when own_gemm runs it
 
 
@@ -452,9 +453,9 @@ def test_strided_elementwise_kernels_with_compiled_geometry_equal_the_cpu():
     slice, and a 0-d tensor, each against the CPU."""
     import itertools
 
-    from fade.ocl import backend
+    from fade.ocl import pointwise
 
-    backend._flat_kernels.clear()
+    pointwise.flat_kernels.clear()
     torch.manual_seed(0)
     cases = [(shape, perm) for shape in [(3, 4, 5), (2, 1, 6), (1, 1, 3), ()]
              for perm in itertools.permutations(range(len(shape)))]
@@ -475,7 +476,7 @@ def test_strided_elementwise_kernels_with_compiled_geometry_equal_the_cpu():
     on_device[2:5, 3:9] += 1
     grid[2:5, 3:9] += 1
     close(on_device, grid, atol=1e-6, rtol=1e-6)
-    assert any(key[0] == "strided" for key in backend._flat_kernels)  # the compiled-geometry kernels ran
+    assert any(key[0] == "strided" for key in pointwise.flat_kernels)  # the compiled-geometry kernels ran
 
 
 def test_fallback_warns_once_per_op_counts_and_keeps_aliasing():
@@ -585,8 +586,8 @@ def test_index_select_gathers_rows():
 
 
 def test_dropout_with_the_cpu_rng_matches_the_cpu(monkeypatch):
-    from fade.ocl import backend
-    monkeypatch.setattr(backend, "DROPOUT_RNG", "cpu")
+    from fade.ocl import philox
+    monkeypatch.setattr(philox, "DROPOUT_RNG", "cpu")
     x = torch.randn(1000)
     torch.manual_seed(5)
     expected = torch.nn.functional.dropout(x, 0.3)
@@ -599,8 +600,8 @@ def test_dropout_on_the_device_rng(dtype):
     """The default: Philox on the device, seeded from the CPU generator. Same seed, same masks; the next call a
     new mask; the kept share of 2^18 elements within 6 standard deviations of 1 - p, in each of Philox's four
     lanes; kept elements scaled by 1 / (1 - p); the backward uses the same mask."""
-    from fade.ocl import backend
-    assert backend.DROPOUT_RNG == "device"
+    from fade.ocl import philox
+    assert philox.DROPOUT_RNG == "device"
     n, p = 1 << 18, 0.3
     x = torch.randn(n, dtype=dtype)
     torch.manual_seed(5)
@@ -691,8 +692,8 @@ def test_bernoulli_on_the_device_rng(dtype):
 
 
 def test_bernoulli_with_the_cpu_rng_matches_the_cpu(monkeypatch):
-    from fade.ocl import backend
-    monkeypatch.setattr(backend, "DROPOUT_RNG", "cpu")
+    from fade.ocl import philox
+    monkeypatch.setattr(philox, "DROPOUT_RNG", "cpu")
     torch.manual_seed(5)
     expected = torch.empty(1000).bernoulli_(0.3)
     torch.manual_seed(5)
@@ -700,12 +701,12 @@ def test_bernoulli_with_the_cpu_rng_matches_the_cpu(monkeypatch):
 
 
 def test_an_unknown_setting_warns_and_keeps_the_default(monkeypatch):
-    from fade.ocl import backend
+    from fade.ocl import settings
     monkeypatch.setenv("FADE_OCL_DROPOUT_RNG", "gpu")
     with pytest.warns(UserWarning, match="FADE_OCL_DROPOUT_RNG='gpu' is not one of device, cpu"):
-        assert backend.env_choice("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu")) == "device"
+        assert settings.env_choice("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu")) == "device"
     monkeypatch.setenv("FADE_OCL_DROPOUT_RNG", "cpu")
-    assert backend.env_choice("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu")) == "cpu"
+    assert settings.env_choice("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu")) == "cpu"
 
 
 def test_logical_reductions_and_inf_tests():
@@ -850,10 +851,10 @@ def test_cached_meta_results_follow_dtypes_scalars_and_strides():
 def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels, monkeypatch):
     """Both GEMM layouts of the im2col convolution (one strided-batched GEMM per image, or every image of a chunk
     in one GEMM and a permuting copy) and the direct 1x1 one, against the CPU in float64."""
-    from fade.ocl import backend
+    from fade.ocl import convolution
 
-    monkeypatch.setattr(backend, "FOLD_PIXELS", fold_pixels)
-    monkeypatch.setattr(backend, "CONV_WORKSPACE_BYTES", 20000)  # chunks of a few images
+    monkeypatch.setattr(convolution, "FOLD_PIXELS", fold_pixels)
+    monkeypatch.setattr(convolution, "CONV_WORKSPACE_BYTES", 20000)  # chunks of a few images
     torch.manual_seed(0)
     for cin, cout, kernel, stride, padding, groups in ((4, 6, 3, 1, 1, 1), (4, 6, 3, 2, 1, 2), (6, 8, 1, 1, 0, 2)):
         conv_matches_the_cpu(torch.randn(5, cin, 7, 6, dtype=torch.float64),
@@ -865,9 +866,9 @@ def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels,
 def test_split_k_gemm_equals_the_cpu(dtype, monkeypatch):
     """A small output with a long k is computed as pieces of k summed by a kernel (a weight gradient's shape);
     with beta, a transposed operand and a leftover of k that is not a whole piece."""
-    from fade.ocl import backend
+    from fade.ocl import gemm
 
-    monkeypatch.setattr(backend, "SPLIT_K_CHUNK", 64)
+    monkeypatch.setattr(gemm, "SPLIT_K_CHUNK", 64)
     torch.manual_seed(0)
     a, b, c = torch.randn(5, 1000, dtype=dtype), torch.randn(3, 1000, dtype=dtype), torch.randn(5, 3, dtype=dtype)
     tolerance = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-5}
@@ -923,18 +924,18 @@ def test_kernel_profile_labels_commands_and_sums_device_time():
 def test_convolution_layout_is_measured_once_per_shape_and_cached(monkeypatch):
     """With CONV_BENCHMARK on, the first call of a shape times both GEMM layouts and keeps the faster; the
     result is the CPU's whichever won, and the next call of the shape reuses the choice."""
-    from fade.ocl import backend
+    from fade.ocl import convolution
 
-    monkeypatch.setattr(backend, "CONV_BENCHMARK", "on")
-    monkeypatch.setattr(backend, "_conv_layouts", {})
+    monkeypatch.setattr(convolution, "CONV_BENCHMARK", "on")
+    monkeypatch.setattr(convolution, "conv_layouts", {})
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(4, 6, 3, padding=1, dtype=torch.float64)
     x = torch.randn(3, 4, 8, 8, dtype=torch.float64)
     conv_ocl, x_ocl = conv_matches_the_cpu(x, conv, atol=1e-12, rtol=1e-10)
-    assert len(backend._conv_layouts) == 2  # the forward and the backward shape, each measured once
-    layouts = dict(backend._conv_layouts)
+    assert len(convolution.conv_layouts) == 2  # the forward and the backward shape, each measured once
+    layouts = dict(convolution.conv_layouts)
     close(conv_ocl(x_ocl), conv(x).detach(), atol=1e-12, rtol=1e-10)
-    assert backend._conv_layouts == layouts
+    assert convolution.conv_layouts == layouts
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -942,13 +943,13 @@ def test_foreach_inplace_ops_run_as_multi_tensor_kernels_and_equal_the_cpu(dtype
     """SGD's in-place foreach ops over many tensors of mixed sizes (more than one launch's width, empty ones
     among them) as multi-tensor kernels (forced on: by default only GPUs use them), large tensors in launches of
     their own; a non-contiguous tensor sends the op the per-tensor way."""
-    from fade.ocl import backend
+    from fade.ocl import foreach
 
-    monkeypatch.setattr(backend, "FOREACH_FUSED", "on")
+    monkeypatch.setattr(foreach, "FOREACH_FUSED", "on")
     torch.manual_seed(0)
     sizes = [(3,), (5, 7), (100,), (1,), (0,), (33, 3, 3)] * 4
     for contiguous, alone, per_op in ((True, 1 << 20, 2), (False, 1 << 20, 0), (True, 200, 5)):
-        monkeypatch.setattr(backend, "FOREACH_ALONE", alone)  # 200: the four 297-element tensors alone
+        monkeypatch.setattr(foreach, "FOREACH_ALONE", alone)  # 200: the four 297-element tensors alone
         host = [torch.randn(size, dtype=dtype) for size in sizes]
         other = [torch.randn_like(t) for t in host]
         dev_host, dev_other = [t.to(DEV) for t in host], [t.to(DEV) for t in other]

@@ -71,3 +71,35 @@ def test_no_opencl_platform_is_one_clear_error(monkeypatch):
             runtime.devices()
     finally:
         runtime._cl_devices.cache_clear()
+
+
+def test_docs_settings_table_is_the_settings_module_table():
+    """docs/ocl.md shows fade.ocl.settings.SETTINGS as markdown_table() writes it: a setting added, renamed or
+    changed in one place and not the other fails here."""
+    from fade.ocl import settings
+
+    text = (Path(__file__).parents[2] / "docs" / "ocl.md").read_text(encoding="utf-8")
+    start = text.index("<!-- settings table: fade.ocl.settings.markdown_table() -->\n")
+    shown = text[text.index("\n", start) + 1:text.index("<!-- end settings table -->")]
+    assert shown == settings.markdown_table()
+
+
+def test_every_fade_ocl_variable_the_package_names_is_in_the_settings_table():
+    """No FADE_OCL_* variable is read outside the table: every name in src/fade/ocl is one of its rows."""
+    import re
+
+    from fade.ocl import settings
+
+    source = Path(__file__).parents[2] / "src" / "fade" / "ocl"
+    named = {name for path in source.rglob("*.py") for name in re.findall(r"FADE_OCL_[A-Z0-9_]+", path.read_text())}
+    assert named <= set(settings.BY_NAME), named - set(settings.BY_NAME)
+    assert {row.name for row in settings.SETTINGS} <= named
+
+
+def test_an_unknown_setting_value_warns_and_keeps_the_default():
+    from fade.ocl import settings
+
+    with pytest.warns(UserWarning, match="FADE_OCL_CLBLAST_TUNED='yes' is not one of 0, 1"):
+        assert settings.setting("FADE_OCL_CLBLAST_TUNED", {"FADE_OCL_CLBLAST_TUNED": "yes"}) == "1"
+    assert settings.setting("FADE_OCL_CLBLAST_TUNED", {"FADE_OCL_CLBLAST_TUNED": "0"}) == "0"
+    assert settings.setting("FADE_OCL_CONV_WINOGRAD", {}) == "auto"

@@ -52,8 +52,8 @@ def build(name):
 def cpu_dropout(monkeypatch):
     """Training is compared step by step with the CPU, so ocl draws dropout masks as the CPU kernel does (the
     default draws them on the device; device_checks.py tests that generator)."""
-    from fade.ocl import backend
-    monkeypatch.setattr(backend, "DROPOUT_RNG", "cpu")
+    from fade.ocl import philox
+    monkeypatch.setattr(philox, "DROPOUT_RNG", "cpu")
 
 
 def run(name, device, dtype=torch.float32, steps=STEPS):

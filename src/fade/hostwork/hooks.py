@@ -114,7 +114,7 @@ def _route(kind: str, text: str) -> bool:
 
 # device type -> the module whose add_fallback_listener/remove_fallback_listener report every CPU fallback by
 # op name. fade.ocl warns only at an op's first fallback, so guards count its fallbacks through the listener.
-FALLBACK_LISTENER_MODULES = {"ocl": "fade.ocl.backend"}
+FALLBACK_LISTENER_MODULES = {"ocl": "fade.ocl"}
 LISTENED_WARNING_PREFIXES = ("fade.ocl:",)  # those backends' own warnings, which the listener already covers
 _listener_users: dict = {}
 

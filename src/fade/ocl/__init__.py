@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from fade.ocl import backend, runtime
+from fade.ocl import dispatch, runtime, tuning  # tuning: persisted CLBlast parameters apply as a device opens
 from fade.ocl.profiling import KernelTimes, profile
 from fade.ocl.runtime import DeviceInfo, OclError, OutOfMemoryError
 
@@ -17,12 +17,12 @@ __all__ = ["register", "is_registered", "devices", "device_count", "fallback_cou
            "OutOfMemoryError", "add_fallback_listener", "remove_fallback_listener", "profile", "KernelTimes",
            "clblast_tuning"]
 
-register = backend.register
-is_registered = backend.is_registered
-fallback_counts = backend.fallback_counts
-reset_fallback_counts = backend.reset_fallback_counts
-add_fallback_listener = backend.add_fallback_listener
-remove_fallback_listener = backend.remove_fallback_listener
+register = dispatch.register
+is_registered = dispatch.is_registered
+fallback_counts = dispatch.fallback_counts
+reset_fallback_counts = dispatch.reset_fallback_counts
+add_fallback_listener = dispatch.add_fallback_listener
+remove_fallback_listener = dispatch.remove_fallback_listener
 
 
 def devices() -> list[DeviceInfo]:
@@ -36,12 +36,12 @@ def device_count() -> int:
 
 def synchronize() -> None:
     """Wait for every queued OpenCL command."""
-    backend.BackendModule().synchronize()
+    dispatch.BackendModule().synchronize()
 
 
 def empty_cache() -> None:
     """Return the allocator's cached buffers (and those of dead tensors) to the driver."""
-    backend.BackendModule().empty_cache()
+    dispatch.BackendModule().empty_cache()
 
 
 def manual_seed(seed: int) -> None:
@@ -51,13 +51,11 @@ def manual_seed(seed: int) -> None:
 
 def memory_allocated() -> int:
     """Bytes held by live ocl tensors' buffers (rounded to the allocator's sizes)."""
-    return backend.BackendModule().memory_allocated()
+    return dispatch.BackendModule().memory_allocated()
 
 
 def clblast_tuning(index: int = 0) -> dict:
     """What fade.ocl did with tuned CLBlast parameters when it opened ocl:`index` (opening it if needed):
     {applied, kernels, cache, reason}. FADE_OCL_CLBLAST_TUNED=0 turns the tuned parameters off."""
-    from fade.ocl import tuning
-
     runtime.device(index)
     return dict(tuning.applied[index])

@@ -286,6 +286,9 @@ class Device:
 
 _devices: dict[int, Device] = {}
 _devices_lock = threading.Lock()
+# called with each Device as it opens, in order: tuning.apply_persisted registers itself (the CLBlast parameters
+# `fade tune --device ocl --pretune` persisted); fade.ocl's __init__ imports tuning, so it is always registered
+DEVICE_OPENED: list = []
 
 
 def device(index: int) -> Device:
@@ -298,9 +301,8 @@ def device(index: int) -> Device:
             if not 0 <= index < count:
                 raise OclError(f"ocl:{index} does not exist; there are {count} OpenCL devices")
             _devices[index] = Device(index)
-            from fade.ocl import tuning  # CLBlast parameters `fade tune --device ocl --pretune` persisted
-
-            tuning.apply_persisted(_devices[index])
+            for opened in list(DEVICE_OPENED):
+                opened(_devices[index])
         return _devices[index]
 
 

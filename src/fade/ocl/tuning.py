@@ -34,6 +34,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Optional
 
+from fade.ocl import runtime
+from fade.ocl.settings import setting
+
 KERNEL_PARAMETERS = {  # every parameter CLBlastOverrideParameters needs per kernel (CLBlast 1.5-1.7)
     "Xgemm": ("GEMMK", "KREG", "KWG", "KWI", "MDIMA", "MDIMC", "MWG", "NDIMB", "NDIMC", "NWG", "SA", "SB", "STRM",
               "STRN", "VWM", "VWN"),
@@ -56,7 +59,7 @@ GEMM_RTOL = 1e-3  # fp32 GEMMs blocked differently: ~sqrt(k)*eps relative (5e-6 
 C_RESET = 1.0e4  # C's value before a sampled call (see ShapeBench.measure)
 CHECK_ELEMENTS = 1 << 16  # C elements compared per shape (evenly strided, plus the last): all of C when smaller
 DEVICE_BUFFER_FRACTION = 0.5  # of the device's memory, for the shapes' A, B and C kept between candidates
-DISABLE_ENV = "FADE_OCL_CLBLAST_TUNED"  # "0": fade.ocl opens devices with CLBlast's own parameters
+DISABLE_ENV = "FADE_OCL_CLBLAST_TUNED"  # "0": fade.ocl opens devices with CLBlast's own parameters (settings.py)
 CACHE_FILE = "clblast.json"  # in the device's tuning-cache directory (fade.act.tune.cache)
 SCHEMA_VERSION = 1
 
@@ -303,8 +306,6 @@ class ShapeBench:
     def call(self, shape: GemmShape, buffers) -> None:
         import torch
 
-        from fade.ocl import runtime
-
         a, b, c = buffers
         lda = shape.m if shape.trans_a else shape.k  # row-major op(A) is m x k: A is k x m when transposed
         ldb = shape.k if shape.trans_b else shape.n
@@ -406,8 +407,6 @@ def device_limits(dev) -> dict:
 def apply(dev, parameters: dict) -> None:
     """Override CLBlast's float32 parameters for each kernel in `parameters` ({kernel: {name: value}})."""
     import torch
-
-    from fade.ocl import runtime
 
     for kernel, values in parameters.items():
         runtime.override_parameters(dev, kernel, torch.float32, values)
@@ -524,8 +523,6 @@ def tune(dev, shapes: list, budget_s: float, *, progress: Optional[Callable[[str
 # the fingerprint and the persisted parameters
 def clblast_identity() -> str:
     """The loaded libclblast: its real file name and the first 12 hex digits of its SHA-256."""
-    from fade.ocl import runtime
-
     runtime.clblast()
     path = next((line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
                  if "libclblast" in line), None) if Path("/proc/self/maps").exists() else None
@@ -570,7 +567,7 @@ def apply_persisted(dev, *, environ=None, cache_base=None) -> dict:
     environ = os.environ if environ is None else environ
     report: dict = {"applied": False, "kernels": [], "cache": None}
     try:
-        if environ.get(DISABLE_ENV, "1") == "0":
+        if setting(DISABLE_ENV, environ) == "0":  # any other value: on (one not "0" or "1" warns)
             report["reason"] = f"{DISABLE_ENV}=0: CLBlast's own parameters"
         else:
             report.update(_apply_from_cache(dev, environ, cache_base))
@@ -600,3 +597,6 @@ def _apply_from_cache(dev, environ, cache_base) -> dict:
     apply(dev, record["parameters"])
     return {"applied": bool(record["parameters"]), "kernels": sorted(record["parameters"]), "cache": str(root),
             "reason": "tuned parameters from the cache" if record["parameters"] else "the tuning kept CLBlast's own"}
+
+
+runtime.DEVICE_OPENED.append(apply_persisted)

@@ -1,0 +1,279 @@
+"""torch's PrivateUse1 device named "ocl": every ATen op on it reaches `_dispatch`, which routes it to a kernel
+or to the counted CPU fallback.
+
+The routing (`route_of`, cached per op): the copy ops, _foreach_*, empty, in-place geometry ops and view ops
+first; then POINTWISE (pointwise.py) by the op's base name; then HANDLERS, base name -> the module's kernel. A
+kernel raises NoKernel for a call it cannot run (a dtype, a variant); that call, and every op without a route,
+runs on the CPU (`_cpu_fallback`: storages copied in, the op run, written arguments copied back, views kept),
+warns once per op with its name, and is counted (`fallback_counts`, `add_fallback_listener`). `register()` names
+the device; BackendModule is what torch asks of a device module (`torch.ocl`).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import threading
+import warnings
+
+import torch
+
+from fade.hostwork.storages import map_nested, PythonDeviceModule, register_python_backend, set_geometry
+from fade.ocl import runtime
+from fade.ocl.convolution import convolution
+from fade.ocl.foreach import foreach, FOREACH_FUSED_EXPRESSIONS
+from fade.ocl.gemm import matmul
+from fade.ocl.indexing import arange, embedding, triangle
+from fade.ocl.memory import empty, NAME, reclaim, storage_table
+from fade.ocl.meta import base_name, bind_arguments, device_index_of, is_view_op, numbers_as_tensors, written_arguments
+from fade.ocl.normalization import batch_norm, layer_norm
+from fade.ocl.philox import bernoulli, dropout
+from fade.ocl.pointwise import POINTWISE, pointwise_op
+from fade.ocl.pooling import adaptive_avg_pool, avg_pool, max_pool
+from fade.ocl.reductions import nll_loss, reduce_op, softmax, softmax_backward
+from fade.ocl.runtime import OclError
+from fade.ocl.sources import NoKernel
+from fade.ocl.transfers import (copy_from, local_scalar_dense, restore_storage, storage_from_host, storage_to_host,
+                                upload)
+from fade.ocl.views import cat, empty_op, GEOMETRY_INPLACE, geometry_inplace, view_op
+
+aten = torch.ops.aten
+
+
+_library = None
+
+_lock = threading.Lock()
+
+_fallbacks: collections.Counter = collections.Counter()
+
+
+def is_registered() -> bool:
+    return _library is not None
+
+
+def register() -> None:
+    """Name PrivateUse1 "ocl" in this process and route its ops here (idempotent). OclError if there is no
+    OpenCL device or PrivateUse1 already has another name (it can be named once per process)."""
+    global _library
+    if _library is not None:
+        return
+    runtime.devices()  # fails with one line when there is no OpenCL
+    # native_layer_norm(_backward) are composite for backends without a kernel (layer norm would decompose
+    # into batch norm); registered per op they run this backend's own kernels.
+    libraries = register_python_backend(
+        NAME, BackendModule(), _dispatch, error=OclError,
+        extra_ops=("native_layer_norm.default", "native_layer_norm_backward.default",
+                   # these have a composite per-tensor kernel that would win over the fallback: registered, they
+                   # reach foreach as one call (multi-tensor kernels, _foreach_fused)
+                   *[f"_foreach_{key}" for key in FOREACH_FUSED_EXPRESSIONS], *_structured_ops()))
+    # torch.load restores a storage with torch.UntypedStorage(n, device="ocl"), which needs a C++ allocator
+    # (PrivateUse1 from Python has none: it crashes). Restore "ocl:N" storages through this allocator instead.
+    torch.serialization.register_package(1, lambda obj: None, restore_storage)
+    _library = libraries
+
+
+def _structured_ops() -> list[str]:
+    """The functional and in-place overloads of the ops with kernels here that torch runs, on a backend without
+    its own kernel for them, through a composite that computes the meta result in C++ and then dispatches
+    empty + the out= overload: two trips into Python. Registered per op, they reach `_dispatch` once (a
+    functional add: 101 -> 62 us on PoCL)."""
+    found = []
+    for base in sorted(set(POINTWISE) | set(HANDLERS)):
+        for name in (base, base + "_"):
+            packet = getattr(aten, name, None)
+            for overload in packet.overloads() if isinstance(packet, torch._ops.OpOverloadPacket) else ():
+                try:  # TorchScript-only overloads (add.t) are not in the dispatcher
+                    structured = torch._C._dispatch_has_kernel_for_dispatch_key(
+                        getattr(packet, overload).name(), "CompositeExplicitAutogradNonFunctional")
+                except RuntimeError:
+                    continue
+                if structured:
+                    found.append(f"{name}.{overload}")
+    return found
+
+
+def fallback_counts() -> dict[str, int]:
+    """How many times each op ran on the CPU for lack of an OpenCL kernel, by op name."""
+    with _lock:
+        return dict(_fallbacks)
+
+
+def reset_fallback_counts() -> None:
+    with _lock:
+        _fallbacks.clear()
+
+
+_fallback_listeners: list = []  # called with the op name at every CPU fallback (fade.guard files them)
+
+
+def add_fallback_listener(listener) -> None:
+    """Call `listener(op_name)` at every CPU fallback, on the thread that ran the op."""
+    _fallback_listeners.append(listener)
+
+
+def remove_fallback_listener(listener) -> None:
+    if listener in _fallback_listeners:
+        _fallback_listeners.remove(listener)
+
+
+HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, kwargs, bound)
+    **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "all", "any"), reduce_op),
+    "native_dropout": dropout,
+    "bernoulli": bernoulli,
+    **dict.fromkeys(("_softmax", "_log_softmax"), softmax),
+    **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), softmax_backward),
+    **dict.fromkeys(("nll_loss_forward", "nll_loss_backward"), nll_loss),
+    **dict.fromkeys(("native_layer_norm", "native_layer_norm_backward"), layer_norm),
+    **dict.fromkeys(("embedding", "index_select", "embedding_dense_backward"), embedding),
+    **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward"), max_pool),
+    **dict.fromkeys(("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"), adaptive_avg_pool),
+    **dict.fromkeys(("avg_pool2d", "avg_pool2d_backward"), avg_pool),
+    **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward"), batch_norm),
+    **dict.fromkeys(("convolution", "convolution_backward"), convolution),
+    **dict.fromkeys(("mm", "addmm", "bmm"), matmul),
+    "arange": arange,
+    **dict.fromkeys(("tril", "triu"), triangle),
+    "cat": cat,
+}
+
+
+def _native(op, args, kwargs):
+    """The device kernel for op, or raise NoKernel."""
+    return route_of(op)(op, args, kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def route_of(op):
+    """The function (op, args, kwargs) that runs `op` on the device: what _native used to decide per call from
+    the op's schema (~5 us of attribute walks per op)."""
+    if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
+        return copy_from
+    if op is aten._local_scalar_dense.default:
+        return local_scalar_dense
+    name = op._schema.name
+    if name.startswith("aten::_foreach_"):
+        return foreach
+
+    def bound(handler):
+        return lambda op, args, kwargs: handler(op, args, kwargs, bind_arguments(op, args, kwargs))
+
+    if op in (aten.empty.memory_format, aten.empty_strided.default):
+        return bound(empty_op)
+    if name.split("::")[1] in GEOMETRY_INPLACE:
+        return bound(geometry_inplace)
+    if is_view_op(op):
+        return view_op
+    base = base_name(op)
+    if base in POINTWISE:
+        return bound(pointwise_op)
+    handler = HANDLERS.get(base)
+    if handler is None or op._overloadname in ("unary_out", "other", "names_dim"):  # max.other is maximum
+        def no_kernel(op, args, kwargs):
+            raise NoKernel(op.name())
+        return no_kernel
+    return bound(handler)
+
+
+def _dispatch(op, *args, **kwargs):
+    """The kernel for every op on the ocl device."""
+    try:
+        return _native(op, args, kwargs)
+    except NoKernel:
+        return _cpu_fallback(op, args, kwargs)
+
+
+def _cpu_fallback(op, args, kwargs):
+    name = op.name()
+    with _lock:
+        first = name not in _fallbacks
+        _fallbacks[name] += 1
+    for listener in list(_fallback_listeners):
+        listener(name)
+    if first:
+        warnings.warn(f"fade.ocl: the operator '{name}' has no OpenCL kernel and runs on the CPU (copy in, run, "
+                      "copy out); fade.ocl.fallback_counts() counts them", UserWarning, stacklevel=3)
+    bound = bind_arguments(op, args, kwargs)
+    written = {id(t) for t in written_arguments(op, bound)}
+    host_storages = {}  # device StorageImpl address -> (host storage, a device tensor on it)
+    host_to_device = {}  # id(host tensor) -> (host, device tensor)
+    device_by_host_storage = {}
+
+    def unwrap(value):
+        if isinstance(value, torch.Tensor) and value.device.type == NAME:
+            storage = value.untyped_storage()
+            # zero-byte tensors share one storage (empty()): each gets a host storage of its own, or the CPU op
+            # would resize several outputs over one host storage
+            key = storage._cdata if storage.nbytes() else ("zero-byte", id(value))
+            if key not in host_storages:
+                host_storages[key] = (storage_to_host(value), value)
+            host_storage = host_storages[key][0]
+            host = set_geometry(torch.empty(0, dtype=value.dtype), host_storage, value.storage_offset(),
+                                value.size(), value.stride())
+            host_to_device[id(host)] = (host, value)
+            device_by_host_storage[host_storage._cdata] = value
+            return host
+        if isinstance(value, torch.device) and value.type == NAME:
+            return torch.device("cpu")
+        return value
+
+    host_args, host_kwargs = numbers_as_tensors(op, map_nested(unwrap, args), map_nested(unwrap, kwargs))
+    result = op(*host_args, **host_kwargs)
+    for host, device_tensor in list(host_to_device.values()):
+        if id(device_tensor) in written:
+            if host.untyped_storage().nbytes() > device_tensor.untyped_storage().nbytes() or \
+                    host.untyped_storage()._cdata not in device_by_host_storage:
+                fresh = empty(host.size(), host.stride(), host.dtype, device_tensor.device.index,
+                              host.storage_offset())
+                set_geometry(device_tensor, fresh.untyped_storage(), host.storage_offset(), host.size(),
+                             host.stride())
+                storage_from_host(host.untyped_storage(), device_tensor, owned=True)
+            else:
+                set_geometry(device_tensor, device_tensor.untyped_storage(), host.storage_offset(), host.size(),
+                             host.stride())
+                storage_from_host(host.untyped_storage(), device_tensor, owned=True)
+    index = device_index_of(args, kwargs)
+
+    def wrap(value):
+        if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
+            return value
+        known = host_to_device.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        base = device_by_host_storage.get(value.untyped_storage()._cdata)
+        if base is not None:
+            return storage_table.view_of(base, value.dtype, value.storage_offset(), value.size(), value.stride())
+        fresh = empty(value.size(), value.stride(), value.dtype, index, value.storage_offset())
+        storage_from_host(value.untyped_storage(), fresh) if value.untyped_storage().nbytes() <= \
+            fresh.untyped_storage().nbytes() else upload(value, fresh)
+        return fresh
+
+    return map_nested(wrap, result)
+
+
+class BackendModule(PythonDeviceModule):
+    """`torch.ocl`: what torch asks of a device module. Random ops run on the CPU (through the fallback) with
+    the CPU generator, so seeding is torch.manual_seed's."""
+
+    def device_count(self) -> int:
+        return len(runtime.devices())
+
+    def device(self, device):
+        """A no-op context: ops run on their tensors' device, there is no current device to switch."""
+        return contextlib.nullcontext()
+
+    def get_amp_supported_dtype(self) -> list:
+        return [torch.float16] if any(d.fp16 for d in runtime.devices()) else []
+
+    def synchronize(self, device=None) -> None:
+        for dev in runtime.active_devices():
+            dev.queue.finish()
+
+    def empty_cache(self) -> None:
+        reclaim()
+        for dev in runtime.active_devices():
+            dev.empty_cache()
+
+    def memory_allocated(self, device=None) -> int:
+        return sum(block.buffer.size for block in storage_table.live()
+                   if block.buffer is not runtime.device(block.device).null_buffer())

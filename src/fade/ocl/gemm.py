@@ -1,0 +1,225 @@
+"""Matrix multiplies: mm, addmm and bmm through CLBlast (runtime.gemm), split-K for a small output with a long k,
+and FADE's own GEMM kernel (kernels/own_gemm.cl) for the small batched GEMMs of 1x1 convolutions, whose
+CLBlast host cost (~50-130 us a call on the H100's host) would outweigh the work.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fade.ocl import runtime
+from fade.ocl.memory import as_mat, block_of, contiguous_strides, empty, Mat, Scratch
+from fade.ocl.meta import base_name, meta_result_of, written_arguments
+from fade.ocl.pointwise import contiguous, finish, pointwise
+from fade.ocl.sources import cl_type, compiled_source, load, NoKernel
+
+aten = torch.ops.aten
+
+
+def gemm_layout(m: Mat):
+    """(transposed, leading dimension) of a matrix CLBlast can read in place, or None."""
+    if m.col_stride == 1 and m.row_stride >= max(m.cols, 1):
+        return False, m.row_stride
+    if m.row_stride == 1 and m.col_stride >= max(m.rows, 1):
+        return True, m.col_stride
+    return None
+
+
+def _gemm_operand(m: Mat) -> tuple:
+    """(matrix, transposed, leading dimension), copying the matrix if neither layout fits."""
+    layout = gemm_layout(m)
+    if layout is not None:
+        return (m,) + layout
+    dense = empty([m.rows, m.cols], [m.cols, 1], m.dtype, m.index)
+    pointwise("a", dense, [m.tensor()])
+    return as_mat(dense), False, max(m.cols, 1)
+
+
+def mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0)) -> None:
+    """out = alpha * a @ b + beta * out for 2-D device tensors or _Mats (out row-major); with `batch` > 1, that
+    many products whose a, b and out start `strides` elements after the previous ones (those given are the
+    first)."""
+    out, a, b = (x if isinstance(x, Mat) else as_mat(x) for x in (out, a, b))
+    m, k = a.shape
+    n = b.cols
+    if m == 0 or n == 0 or batch == 0:
+        return
+    if out.col_stride != 1 and out.rows > 1 and out.cols > 1:
+        raise ValueError("a GEMM's output must be row-major")
+    if k == 0 and batch == 1:
+        target = out.tensor()
+        pointwise("a * beta", target, [target], scalars={"beta": beta}) if beta else pointwise("0", target, [])
+        return
+    if batch > 1 and (gemm_layout(a) is None or gemm_layout(b) is None):
+        raise ValueError("a batched GEMM operand must be readable in place")  # callers pass strided views
+    a, trans_a, lda = _gemm_operand(a)
+    b, trans_b, ldb = _gemm_operand(b)
+    pieces = _split_k_pieces(m, n, k) if batch == 1 else 0
+    if pieces >= 2:
+        return _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces)
+    dev, ldc = runtime.device(out.index), max(out.row_stride, n)
+    with Scratch(dev) as scratch:
+        temp = None
+        if batch == 1:  # CLBlast's padded copies in a pool buffer, not one it makes and frees per call
+            nbytes = runtime.gemm_temp_bytes(dev, out.dtype, trans_a, trans_b, m, n, k, a.offset, lda, b.offset, ldb,
+                                             out.offset, ldc)
+            temp = scratch.buffer(nbytes) if nbytes else None
+        runtime.gemm(dev, out.dtype, trans_a, trans_b, m, n, k, alpha, a.buffer, a.offset, lda, b.buffer, b.offset,
+                     ldb, beta, out.buffer, out.offset, ldc, batch=batch, strides=strides, temp=temp)
+
+
+_OWN_GEMM_SOURCE = load("own_gemm.cl")
+
+
+def _own_gemm_kernel(dev: runtime.Device, dtype, values: dict):
+    """own_gemm built for a geometry (`values`: the defines of _OWN_GEMM_SOURCE)."""
+    header = (f"T {cl_type(dtype)}", f"ACC {'double' if dtype == torch.float64 else 'float'}")
+    return dev.kernel("own_gemm", compiled_source(_OWN_GEMM_SOURCE, header, tuple(values), tuple(values.values()),
+                                                   True))
+
+
+OWN_GEMM_SPLIT_GROUPS = 512  # work-groups a split-K own_gemm aims at (the H100 has 132 compute units)
+
+
+def own_weight_grad_1x1(dev: runtime.Device, grad: torch.Tensor, x: torch.Tensor, grad_weight: torch.Tensor,
+                         groups: int) -> None:
+    """A stride-1 1x1 convolution's weight gradient, gW_g = sum over images i and pixels l of grad[i, g, :, l]
+    x[i, g, :, l]^T, read in place (no permuted copy of grad, no columns) by own_gemm walking k as (image,
+    pixel) blocks, split along k into slices summed by sum_pieces: two launches per group."""
+    n, c = x.shape[0], x.shape[1]
+    cout = grad.shape[1]
+    length = x.numel() // max(n * c, 1)
+    cg, coutg, k = c // groups, cout // groups, n * length
+    tiles = -(-cg // 64) * -(-coutg // 64)
+    splits = max(1, min(OWN_GEMM_SPLIT_GROUPS // tiles, k // 256))
+    chunk = -(-k // splits)
+    chunk = -(-chunk // 16) * 16
+    splits = -(-k // chunk)
+    values = dict(M=coutg, N=cg, K=k, A_RS=length, A_CS=1, A_BS=0, B_RS=1, B_CS=length, B_BS=0, C_RS=cg,
+                  C_BS=coutg * cg, KL=length, A_KB=cout * length, B_KB=c * length, KC=chunk)
+    kernel = _own_gemm_kernel(dev, x.dtype, values)
+    scalar = np.float64 if x.dtype == torch.float64 else np.float32
+    gw = as_mat(grad_weight, cout, cg)
+    with Scratch(dev) as scratch:
+        partial = scratch.buffer(splits * coutg * cg * x.dtype.itemsize)
+        for group in range(groups):
+            dev.launch(kernel, (-(-cg // 64) * 16, -(-coutg // 64) * 16, splits), (16, 16, 1), block_of(grad).buffer,
+                       np.int64(grad.storage_offset() + group * coutg * length), block_of(x).buffer,
+                       np.int64(x.storage_offset() + group * cg * length), partial, np.int64(0), scalar(1.0),
+                       scalar(0.0))
+            sum_pieces(dev, partial, splits, gw.row_range(group * coutg, (group + 1) * coutg), 0.0)
+
+
+def own_gemm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1,
+              strides: tuple = (0, 0, 0)) -> None:
+    """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _OWN_GEMM_SOURCE: any strides for a
+    and b, out row-major. One program per geometry (built once, disk-cached by pyopencl)."""
+    if not (a.rows and b.cols and batch):
+        return
+    dev = runtime.device(out.index)
+    kernel, grid = own_gemm_geometry(dev, out, a, b, batch, strides)
+    scalar = np.float64 if out.dtype == torch.float64 else np.float32
+    dev.launch(kernel, grid, (16, 16, 1), a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer,
+               np.int64(out.offset), scalar(alpha), scalar(beta))
+
+
+def own_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: int, strides: tuple) -> tuple:
+    """(kernel, global size) of own_gemm for these matrices' shapes and strides (their offsets are arguments)."""
+    m, k, n = a.rows, a.cols, b.cols
+    values = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
+                  B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2])
+    return _own_gemm_kernel(dev, out.dtype, values), (-(-n // 64) * 16, -(-m // 64) * 16, batch)
+
+
+SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...
+
+SPLIT_K_PARTIALS = 1 << 22  # ... when the pieces' partial products (m x n each) fit this many elements
+
+
+def _split_k_pieces(m: int, n: int, k: int) -> int:
+    """How many slices of k a GEMM is split into (< 2: none): as many as SPLIT_K_CHUNK and SPLIT_K_PARTIALS
+    allow, or fewer (down to half) when that divides k, so no leftover slice costs a GEMM call of its own
+    (CLBlast spends ~130 us of host time per call on the H100's host)."""
+    most = min(k // SPLIT_K_CHUNK, SPLIT_K_PARTIALS // max(m * n, 1))
+    for pieces in range(most, max(1, most // 2), -1):
+        if k % pieces == 0:
+            return pieces
+    return most
+
+
+_SUM_PIECES_SOURCE = load("sum_pieces.cl")
+
+
+def sum_pieces(dev, partial, pieces: int, out: "Mat", beta: float) -> None:
+    """out = sum of `pieces` contiguous (out.rows x out.cols) partial products in `partial` + beta * out,
+    accumulated in double where the device has fp64."""
+    dtype = out.dtype
+    wide = "double" if dtype == torch.float64 or dev.info.fp64 else "float"
+    source = compiled_source(_SUM_PIECES_SOURCE, (f"T {cl_type(dtype)}", f"ACC {wide}"))
+    scalar = np.float64 if dtype == torch.float64 else np.float32
+    m, n = out.rows, out.cols
+    dev.launch(dev.kernel("sum_pieces", source), (m * n,), None, partial, np.int64(pieces), np.int64(m), np.int64(n),
+               out.buffer, np.int64(out.offset), np.int64(out.row_stride), scalar(beta))
+
+
+
+def _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces) -> None:
+    """out = alpha * a @ b + beta * out for a GEMM with a small output and a long k (a convolution's weight
+    gradient sums over every pixel of the batch: mobilenet_v2's first is 16 x 32 x 802816), whose few output
+    tiles leave most of a GPU idle: `pieces` products over slices of k in one strided-batched GEMM, then a
+    kernel sums them into out (accumulating in double where the device has fp64); the leftover of k, if any,
+    is one more GEMM added to out."""
+    m, k = a.shape
+    n = b.cols
+    chunk = k // pieces
+    dtype, dev = out.dtype, runtime.device(out.index)
+    step_a = chunk * (lda if trans_a else 1)  # one slice of k further along a (m x k) and b (k x n)
+    step_b = chunk * (1 if trans_b else ldb)
+    with Scratch(dev) as scratch:
+        partial = scratch.buffer(pieces * m * n * dtype.itemsize)
+        runtime.gemm(dev, dtype, trans_a, trans_b, m, n, chunk, alpha, a.buffer, a.offset, lda, b.buffer, b.offset,
+                     ldb, 0.0, partial, 0, n, batch=pieces, strides=(step_a, step_b, m * n))
+        sum_pieces(dev, partial, pieces, out, beta)
+    if k > pieces * chunk:
+        mm_into(out, a.col_range(pieces * chunk, k), b.row_range(pieces * chunk, k), alpha, 1.0)
+
+
+def matmul(op, args, kwargs, bound):
+    base = base_name(op)
+    if bound["self"].dtype not in (torch.float32, torch.float64):
+        raise NoKernel("a GEMM variant without CLBlast")
+    meta_result = meta_result_of(op, args, kwargs)
+    index = bound["self"].device.index
+    written = written_arguments(op, bound)
+    if written and written[0].dtype == meta_result.dtype:  # mm.out (torch.mm's path): GEMM straight into it
+        if written[0].shape != meta_result.shape:
+            aten.resize_.default(written[0], meta_result.shape)
+        inputs = {t.untyped_storage()._cdata for t in (bound.get("self"), bound.get("mat1"), bound.get("mat2"))
+                  if isinstance(t, torch.Tensor)}
+        if written[0].is_contiguous() and written[0].untyped_storage()._cdata not in inputs:
+            out = written[0]
+            bound = dict(bound, out=None)  # nothing left for finish to copy
+    if not written or bound.get("out") is not None:
+        out = empty(meta_result.shape, contiguous_strides(meta_result.shape), meta_result.dtype, index)
+    if base == "mm":
+        mm_into(out, bound["self"], bound["mat2"], 1.0, 0.0)
+    elif base == "addmm":
+        beta, alpha = float(bound["beta"]), float(bound["alpha"])
+        if beta:
+            pointwise("a", out, [bound["self"]])
+        mm_into(out, bound["mat1"], bound["mat2"], alpha, beta)
+    else:  # bmm: one strided-batched GEMM
+        a, b = bound["self"], bound["mat2"]
+        if out.shape[0] == 1 or out.numel() == 0:
+            for batch in range(out.shape[0]):
+                mm_into(out[batch], a[batch], b[batch], 1.0, 0.0)
+        else:
+            a = a if gemm_layout(as_mat(a[0])) is not None else contiguous(a)
+            b = b if gemm_layout(as_mat(b[0])) is not None else contiguous(b)
+            if a.shape[2] == 0:
+                pointwise("0", out, [])
+            else:
+                mm_into(out[0], a[0], b[0], 1.0, 0.0, batch=out.shape[0],
+                         strides=(a.stride(0), b.stride(0), out.stride(0)))
+    return finish(op, bound, out)

@@ -1,0 +1,238 @@
+"""Batch norm (fused kernels in kernels/batch_norm.cl for contiguous input: per-channel work-group sums, then
+one elementwise pass; otherwise composed of the elementwise and reduction ops) and layer norm (composed).
+Also `channel_sums`, a convolution's bias gradient by the batch norm's per-channel sums.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fade.ocl.memory import block_of, contiguous_strides, device_of, empty, Scratch
+from fade.ocl.meta import base_name, has_out_arguments, written_arguments
+from fade.ocl.pointwise import contiguous, pointwise
+from fade.ocl.sources import cl_type, compiled_source, load, NoKernel
+
+aten = torch.ops.aten
+
+
+def layer_norm(op, args, kwargs, bound):
+    """native_layer_norm and its backward, composed of this backend's own kernels (rows = leading dims)."""
+    if written_arguments(op, bound):
+        raise NoKernel("layer norm out=")
+    x = bound["input"]
+    if x.dtype not in (torch.float32, torch.float64):
+        raise NoKernel(f"layer norm over {x.dtype}")
+    normalized = list(bound["normalized_shape"])
+    axis = x.dim() - len(normalized)
+    dims = list(range(axis, x.dim()))
+    stat_shape = list(x.shape[:axis]) + [1] * len(normalized)
+    weight, bias = bound.get("weight"), bound.get("bias")
+    if base_name(op) == "native_layer_norm":
+        mean = aten.mean.dim(x, dims, True)
+        centered = aten.sub.Tensor(x, mean)
+        variance = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, True)
+        rstd = aten.rsqrt.default(aten.add.Scalar(variance, bound["eps"]))
+        out = aten.mul.Tensor(centered, rstd)
+        if weight is not None:
+            out = aten.mul.Tensor(out, weight)
+        if bias is not None:
+            out = aten.add.Tensor(out, bias)
+        return out, mean.view(stat_shape), rstd.view(stat_shape)
+    grad, mean, rstd = bound["grad_out"], bound["mean"], bound["rstd"]
+    mask = bound["output_mask"]
+    xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd)
+    g = aten.mul.Tensor(grad, weight) if weight is not None else grad
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        mean_g = aten.mean.dim(g, dims, True)
+        mean_gx = aten.mean.dim(aten.mul.Tensor(g, xhat), dims, True)
+        inner = aten.sub.Tensor(aten.sub.Tensor(g, mean_g), aten.mul.Tensor(xhat, mean_gx))
+        grad_input = aten.mul.Tensor(inner, rstd)
+    batch_dims = list(range(axis))
+    if mask[1] and weight is not None:
+        product = aten.mul.Tensor(grad, xhat)
+        grad_weight = aten.sum.dim_IntList(product, batch_dims, False) if batch_dims else product
+    if mask[2] and bias is not None:
+        grad_bias = aten.sum.dim_IntList(grad, batch_dims, False) if batch_dims else aten.clone.default(grad)
+    return grad_input, grad_weight, grad_bias
+
+
+_BN_SOURCE = load("batch_norm.cl")
+
+BN_PART = 8192  # elements of one channel a bn_partials work-group sums
+
+
+def batch_norm(op, args, kwargs, bound):
+    """native_batch_norm and its backward over (N, C, ...). Contiguous input with parameters of its dtype: fused
+    kernels (per-channel sums by work-group reduction, accumulated in double where the device has fp64, then one
+    elementwise pass): 3 launches for a training forward or backward, 1 for eval. Otherwise composed of the
+    elementwise and reduction kernels. Running statistics are updated in place as on the CPU (unbiased)."""
+    if has_out_arguments(op):
+        raise NoKernel("out=")
+    x = bound["input"]
+    if x.dtype not in (torch.float32, torch.float64) or x.dim() < 2:
+        raise NoKernel("batch norm dtype")
+    names = ("weight", "bias", "running_mean", "running_var", "save_mean", "save_invstd", "grad_out")
+    tensors = [bound.get(name) for name in names if isinstance(bound.get(name), torch.Tensor)]
+    if not x.is_contiguous() or any(t.dtype != x.dtype or t.device != x.device for t in tensors) or \
+            (bound.get("grad_out") is not None and not bound["grad_out"].is_contiguous()) or x.numel() == 0:
+        return _batch_norm_composed(op, bound)
+    n, c = x.shape[0], x.shape[1]
+    hw = x.numel() // max(n * c, 1)
+    m = n * hw
+    dev = device_of(x)
+    index = x.device.index
+    source, local, wide = _bn_setup(dev, x.dtype)
+    np_wide = np.float64 if wide == torch.float64 else np.float32
+    weight, bias = bound.get("weight"), bound.get("bias")
+    training = bound["training"] if "training" in bound else bound["train"]
+    eps = np_wide(bound["eps"])
+
+    def arg(t):  # (buffer, offset) of an optional per-channel tensor; x's buffer stands in for a missing one
+        return (block_of(t).buffer, np.int64(t.storage_offset())) if t is not None else \
+            (block_of(x).buffer, np.int64(0))
+
+    flags = (np.int32(weight is not None), np.int32(bias is not None))
+    forward = base_name(op) in ("native_batch_norm", "_native_batch_norm_legit")
+    if forward and not training:  # one pass from the running statistics
+        out = empty(x.shape, contiguous_strides(x.shape), x.dtype, index)
+        dev.launch(dev.kernel("bn_eval", source), (x.numel(),), None, block_of(x).buffer, np.int64(x.storage_offset()),
+                   *arg(bound.get("running_mean")), *arg(bound.get("running_var")), *arg(weight), *arg(bias),
+                   *flags, eps, block_of(out).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
+        return out, empty([0], [1], x.dtype, index), empty([0], [1], x.dtype, index)
+    with Scratch(dev) as scratch:  # partial sums and coefficients: pool buffers, not tensors
+        coef = scratch.buffer(c * 4 * wide.itemsize)  # per channel: the affine map bn_apply uses, and more
+
+        def partials(grad=None, center=None):
+            return _bn_partials(dev, source, local, scratch, wide, x, arg(grad), arg(center), c, hw, m,
+                                grad is not None)
+
+        if forward:  # training
+            running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
+            out = empty(x.shape, contiguous_strides(x.shape), x.dtype, index)
+            save_mean, save_invstd = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
+            sums, parts = partials()
+            running = running_mean is not None and running_var is not None
+            dev.launch(dev.kernel("bn_forward_stats", source), (c,), None, sums, parts, np.int64(m),
+                       block_of(x).buffer, np.int64(x.storage_offset()), np.int64(hw), *arg(weight), *arg(bias),
+                       *flags, block_of(save_mean).buffer, block_of(save_invstd).buffer, *arg(running_mean),
+                       *arg(running_var), np.int32(running), eps, np_wide(bound["momentum"]), coef, np.int64(c))
+            dev.launch(dev.kernel("bn_apply", source), (x.numel(),), None, block_of(x).buffer,
+                       np.int64(x.storage_offset()), coef, block_of(out).buffer, np.int64(c),
+                       np.int64(hw), np.int64(x.numel()))
+            return out, save_mean, save_invstd
+        grad, mask = bound["grad_out"], bound["output_mask"]
+        center, spread = (bound["save_mean"], bound["save_invstd"]) if training else \
+            (bound["running_mean"], bound["running_var"])
+        grad_weight, grad_bias = empty([c], [1], x.dtype, index), empty([c], [1], x.dtype, index)
+        sums, parts = partials(grad, center)
+        dev.launch(dev.kernel("bn_backward_stats", source), (c,), None, sums, parts, np.int64(m),
+                   *arg(center), *arg(spread), np.int32(not training), eps, *arg(weight), flags[0], np.int32(training),
+                   block_of(grad_weight).buffer, block_of(grad_bias).buffer, coef, np.int64(c))
+        grad_input = None
+        if mask[0]:
+            grad_input = empty(x.shape, contiguous_strides(x.shape), x.dtype, index)
+            dev.launch(dev.kernel("bn_backward_apply", source), (x.numel(),), None, block_of(grad).buffer,
+                       np.int64(grad.storage_offset()), block_of(x).buffer, np.int64(x.storage_offset()),
+                       coef, block_of(grad_input).buffer, np.int64(c), np.int64(hw), np.int64(x.numel()))
+        return grad_input, grad_weight if mask[1] else None, grad_bias if mask[2] else None
+
+
+def _bn_partials(dev, source: str, local: int, scratch: Scratch, wide, x: torch.Tensor, grad: tuple, center: tuple,
+                 c: int, hw: int, m: int, backward: bool) -> tuple:
+    """bn_partials over a contiguous (N, C, HW) x into a scratch buffer: (buffer, parts as np.int64)."""
+    parts = max(1, -(-m // BN_PART))
+    out = scratch.buffer(c * parts * 2 * wide.itemsize)
+    dev.launch(dev.kernel("bn_partials", source), (c * parts * local,), (local,), block_of(x).buffer,
+               np.int64(x.storage_offset()), *grad, *center, out, np.int64(c), np.int64(hw), np.int64(m),
+               np.int64(BN_PART), np.int64(parts), np.int32(backward))
+    return out, np.int64(parts)
+
+
+def _bn_setup(dev, dtype) -> tuple:
+    """(kernel source, work-group size, accumulation dtype) of the batch-norm kernels for `dtype` on `dev`."""
+    wide = torch.float64 if dtype == torch.float64 or dev.info.fp64 else torch.float32
+    local = min(256, dev.max_work_group_size)
+    local = 1 << (local.bit_length() - 1)
+    header = (f"T {cl_type(dtype)}", f"ACC {cl_type(wide)}", f"LOCAL {local}")
+    return compiled_source(_BN_SOURCE, header), local, wide
+
+
+def channel_sums(grad: torch.Tensor) -> torch.Tensor:
+    """grad (N, C, ...) summed over every dimension but C (a convolution's bias gradient): the batch norm's
+    per-channel work-group sums, no permuted copy of grad."""
+    grad = contiguous(grad)
+    n, c = grad.shape[0], grad.shape[1]
+    hw = grad.numel() // max(n * c, 1)
+    dev = device_of(grad)
+    out = empty([c], [1], grad.dtype, grad.device.index)
+    if grad.numel() == 0:
+        pointwise("0", out, [])
+        return out
+    source, local, wide = _bn_setup(dev, grad.dtype)
+    with Scratch(dev) as scratch:
+        place = (block_of(grad).buffer, np.int64(grad.storage_offset()))
+        sums, parts = _bn_partials(dev, source, local, scratch, wide, grad, place, place, c, hw, n * hw, True)
+        dev.launch(dev.kernel("channel_sums", source), (c,), None, sums, parts, block_of(out).buffer, np.int64(c))
+    return out
+
+
+def _batch_norm_composed(op, bound):
+    """Batch norm composed of this backend's elementwise and reduction kernels: any strides, mixed dtypes."""
+    x = bound["input"]
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    weight = bound.get("weight")
+    count = x.numel() // max(x.shape[1], 1)
+    training = bound["training"] if "training" in bound else bound["train"]
+    if base_name(op) in ("native_batch_norm", "_native_batch_norm_legit"):  # the latter: under FlopCounterMode
+        running_mean, running_var = bound.get("running_mean"), bound.get("running_var")
+        if training:
+            mean = aten.mean.dim(x, dims, False)
+            centered = aten.sub.Tensor(x, mean.view(shape))
+            variance = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, False)
+            invstd = aten.rsqrt.default(aten.add.Scalar(variance, bound["eps"]))
+            momentum = bound["momentum"]
+            if running_mean is not None:
+                pointwise("a * (1 - m) + b * m", running_mean, [running_mean, mean], scalars={"m": momentum})
+            if running_var is not None:
+                unbiased = count / max(count - 1, 1)
+                pointwise("a * (1 - m) + b * m * u", running_var, [running_var, variance],
+                          scalars={"m": momentum, "u": unbiased})
+        else:
+            mean = running_mean
+            invstd = aten.rsqrt.default(aten.add.Scalar(running_var, bound["eps"]))
+            centered = aten.sub.Tensor(x, mean.view(shape))
+        out = aten.mul.Tensor(centered, invstd.view(shape))
+        if weight is not None:
+            out = aten.mul.Tensor(out, weight.view(shape))
+        if bound.get("bias") is not None:
+            out = aten.add.Tensor(out, bound["bias"].view(shape))
+        if not training:  # the CPU returns empty saved statistics in eval mode
+            return out, empty([0], [1], x.dtype, x.device.index), empty([0], [1], x.dtype, x.device.index)
+        return out, mean, invstd
+    grad = bound["grad_out"]
+    mask = bound["output_mask"]
+    if training:
+        mean, invstd = bound["save_mean"], bound["save_invstd"]
+    else:
+        mean = bound["running_mean"]
+        invstd = aten.rsqrt.default(aten.add.Scalar(bound["running_var"], bound["eps"]))
+    xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean.view(shape)), invstd.view(shape))
+    grad_input = grad_weight = grad_bias = None
+    sum_grad = aten.sum.dim_IntList(grad, dims, False)
+    sum_grad_xhat = aten.sum.dim_IntList(aten.mul.Tensor(grad, xhat), dims, False)
+    scale = invstd if weight is None else aten.mul.Tensor(invstd, weight)
+    if mask[0]:
+        if training:
+            inner = aten.sub.Tensor(aten.sub.Tensor(grad, aten.div.Scalar(sum_grad, count).view(shape)),
+                                    aten.mul.Tensor(xhat, aten.div.Scalar(sum_grad_xhat, count).view(shape)))
+            grad_input = aten.mul.Tensor(inner, scale.view(shape))
+        else:
+            grad_input = aten.mul.Tensor(grad, scale.view(shape))
+    if mask[1]:
+        grad_weight = sum_grad_xhat
+    if mask[2]:
+        grad_bias = sum_grad
+    return grad_input, grad_weight, grad_bias

@@ -1,0 +1,74 @@
+"""Every FADE_OCL_* environment variable fade.ocl reads, in one table (SETTINGS), read through `setting`.
+
+Each row names the variable, its default, the values it takes and what it does. A module reads its setting
+once, at import (convolution, philox, foreach), or when a device opens (tuning: CLBlast's tuned parameters),
+so set them before the process imports fade.ocl. A value outside `allowed` warns and means the default: a
+typo must not silently mean the default. docs/ocl.md's settings table is `markdown_table()`'s output
+(tests/ocl/test_opencl_offline.py checks that they agree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from typing import Mapping, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str
+    allowed: tuple
+    does: str  # what it changes, and the measurement behind the default
+
+
+SETTINGS = (
+    Setting("FADE_OCL_CONV_BENCHMARK", "auto", ("on", "off", "auto"),
+            "A convolution's GEMM layout (folded, per image, Winograd, own 1x1 GEMM) measured once per shape and "
+            "the fastest kept, like cudnn.benchmark. auto: on GPUs only; elsewhere folded below FOLD_PIXELS output "
+            "pixels, per image above."),
+    Setting("FADE_OCL_CONV_WINOGRAD", "auto", ("on", "off", "auto"),
+            "Winograd F(2x2, 3x3) for stride-1 3x3 convolutions. auto: one of the measured layouts (so used only "
+            "where measured faster, GPUs); on: always where it applies (the tests); off: never."),
+    Setting("FADE_OCL_CONV_OWN_GEMM", "auto", ("on", "off", "auto"),
+            "FADE's own GEMM kernel for a 1x1 convolution's per-image GEMMs and weight gradient (it saves "
+            "CLBlast's host cost per call). auto: one of the measured layouts; on: always where it applies (the "
+            "tests); off: never."),
+    Setting("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu"),
+            "device: dropout and bernoulli draw on the device by Philox, keyed from torch's CPU generator (seeded "
+            "runs repeat; the masks differ from the CPU's, as CUDA's do). cpu: the CPU kernel's own draw, uploaded "
+            "(masks identical to the CPU's; ~14 ns an element of host time)."),
+    Setting("FADE_OCL_FOREACH_FUSED", "auto", ("on", "off", "auto"),
+            "torch.optim's in-place foreach ops (add_, mul_) as multi-tensor kernels, 16 tensors a launch. auto: "
+            "GPUs only (resnet50's SGD step on the H100 61 -> 4-10 ms; on PoCL the branching kernel was slower "
+            "than a kernel per tensor)."),
+    Setting("FADE_OCL_CLBLAST_TUNED", "1", ("0", "1"),
+            "1: when a device opens, apply the CLBlast parameters `fade tune MODEL --device ocl --pretune` "
+            "persisted for it (fade.ocl.clblast_tuning(N) says what happened). 0: CLBlast's own parameters."),
+)
+BY_NAME = {row.name: row for row in SETTINGS}
+
+
+def env_choice(name: str, default: str, allowed: tuple, environ: Optional[Mapping[str, str]] = None) -> str:
+    """The value of environment variable `name` when it is one of `allowed`; else `default`, with a warning for a
+    value set but not understood (a typo must not silently mean the default)."""
+    value = (os.environ if environ is None else environ).get(name)
+    if value is None or value in allowed:
+        return value or default
+    warnings.warn(f"{name}={value!r} is not one of {', '.join(allowed)}; using {default!r}", stacklevel=3)
+    return default
+
+
+def setting(name: str, environ: Optional[Mapping[str, str]] = None) -> str:
+    """The value of SETTINGS' row `name` in `environ` (default: the process's environment)."""
+    row = BY_NAME[name]
+    return env_choice(row.name, row.default, row.allowed, environ)
+
+
+def markdown_table() -> str:
+    """SETTINGS as the table docs/ocl.md shows."""
+    rows = ["| Variable | Default | Values | What it does |", "|---|---|---|---|"]
+    rows += [f"| `{row.name}` | `{row.default}` | {' '.join(f'`{value}`' for value in row.allowed)} | {row.does} |"
+             for row in SETTINGS]
+    return "\n".join(rows) + "\n"
