@@ -3,7 +3,7 @@
 import pytest
 
 from fade.act.tune.cache import open_cache
-from fade.act.tune.search import NOISE_FLOOR, SearchError, search
+from fade.act.tune.search import NOISE_FLOOR, SearchError, Trial, search
 from tests.tune.fakes import KNOBS, REFERENCE, FakeTimer, knob, mobilenet_v2_step_ms
 
 FINGERPRINT = {"backend": "cpu", "name": "test", "arch": "x86_64", "torch": "2.13.0"}
@@ -157,8 +157,8 @@ def test_a_torn_journal_line_is_skipped(tmp_path):
 
 def test_a_candidate_expected_to_outrun_the_budget_left_is_not_started():
     """compile=default, the first compile, costs 10 s; max-autotune is expected at 8x that (knob table `cost`):
-    80 s, more than the 50 s left (400 s budget, 100 s reserved, 250 s spent), so it never starts and its row
-    says what it was expected to cost."""
+    80 s. 250 s are spent, and should it win, its final check would need 2 x (10 + 80) s of the 400 s budget
+    (this measure has no side_by_side): it never starts, and its row says what it was expected to cost."""
     from dataclasses import replace
 
     knobs = [KNOBS[0], replace(KNOBS[2], values=("off", "default", "max-autotune"), cost={"default": 1.0, "max-autotune": 8.0})]
@@ -171,7 +171,7 @@ def test_a_candidate_expected_to_outrun_the_budget_left_is_not_started():
     result = search(knobs, measure, reference=REFERENCE, budget_s=400, clock=timer.clock)
     row = next(row for row in result.candidates if row.value == "max-autotune")
     assert row.status == "not-tried" and row.expected_s == pytest.approx(80)
-    assert "expected to take ~80 s, more than the 50 s of search budget left" in row.reason
+    assert "expected to take ~80 s, more than the 0 s of search budget left (the final check's room included" in row.reason
     assert {"precision": "default", "compile": "max-autotune"} not in timer.calls
     assert {"precision": "default", "compile": "default"} in timer.calls
 
@@ -576,3 +576,70 @@ def test_a_resumed_journal_counts_even_when_the_budget_is_spent(tmp_path):
     resumed = search(KNOBS, again, reference=REFERENCE, budget_s=41, journal=journal, clock=again.clock)
     assert resumed.trials_resumed == 4
     assert statuses(resumed)[("precision", "amp-bf16")] == "accepted"
+
+
+# -- a review of the session-11 search changes (results/tune-h200-s11/): each test below failed before its fix
+def test_a_known_compile_that_would_win_starts_only_with_room_for_its_final_check():
+    """max-autotune expected (and taking) 320 s with 390 s of search budget left once looked affordable; it won,
+    and its final check ran the run to 705 s of a 600 s budget. The start rule now counts the final check the
+    trial would need should it win."""
+    precision = knob("precision", "precision", ["default", "tf32", "amp-bf16", "amp-fp16"])
+    compile_knob = knob("compile", "compile", ["off", "reduce-overhead", "max-autotune"], cost={"reduce-overhead": 1.0, "max-autotune": 8.0})
+    timer = SlowCompiles({("compile", "max-autotune"): 0.5}, eager_s=5.0, compile_s={"reduce-overhead": 40.0, "max-autotune": 320.0})
+    result = search([precision, compile_knob], timer.paired(), reference=REFERENCE, budget_s=600, clock=timer.clock)
+    assert result.elapsed_s <= 600 + 60
+    row = next(row for row in result.candidates if row.value == "max-autotune")
+    assert row.status == "not-tried" and "final check's room included" in row.reason
+
+
+def test_a_final_check_cut_off_keeps_the_numerics_of_the_runs_that_finished():
+    """Each side ran, then the last run of the chosen side was stopped by the limit: the side's pooled samples are
+    judged with the numerics of its last good run, not reverted for 'no numerics'."""
+    from fade.act.tune.search import _final_check
+
+    timer = FakeTimer({("precision", "amp-bf16"): 0.5})
+    runs = []
+
+    def measure(config, timeout_s=None):
+        runs.append(config["precision"])
+        if config["precision"] == "amp-bf16" and runs.count("amp-bf16") == 4:  # its last run
+            return Trial(config, (), "failed", "timeout: no result after 5 s")
+        return timer(config)
+
+    baseline, chosen = _final_check(measure, {"precision": "default"}, {"precision": "amp-bf16"}, timeout_s=1000, clock=timer.clock)
+    assert chosen.status == "ok" and chosen.numerics is not None and chosen.samples_s
+
+
+def test_compile_modes_deferred_by_a_winner_are_not_lost_in_the_last_pass():
+    """reduce-overhead wins in pass 1, default in pass 2, reduce-overhead again in pass 3: what a winner defers in
+    the last pass would never be measured, and max-autotune (the fastest) had no row at all."""
+    from fade.analyze.tuneplan import plan_search
+
+    precision = knob("precision", "precision", ["default", "tf32", "amp-bf16", "amp-fp16"])
+    layout = knob("channels_last", "layout", ["off", "on"])
+    compile_knob = knob("compile", "compile", ["off", "reduce-overhead", "default", "max-autotune"])
+    rates = {("default", "off", "reduce-overhead"): 2000, ("amp-bf16", "off", "reduce-overhead"): 2600,
+             ("amp-bf16", "off", "default"): 3000, ("amp-fp16", "off", "default"): 3500, ("amp-fp16", "on", "default"): 4000,
+             ("amp-fp16", "on", "reduce-overhead"): 5000, ("amp-fp16", "on", "max-autotune"): 9000}  # fmt: skip
+    timer = FakeTimer({}, step_ms=lambda config: 64e3 / rates.get((config["precision"], config["channels_last"], config["compile"]), 1000))
+    knobs = [precision, layout, compile_knob]
+    result = search(knobs, timer, reference=REFERENCE, budget_s=100_000, clock=timer.clock, plan=plan_search(knobs, mode="train"))
+    assert any(call["compile"] == "max-autotune" for call in timer.calls)
+    assert result.chosen["compile"] == "max-autotune"
+
+
+def test_a_crashed_compile_does_not_prove_what_a_compile_costs():
+    """reduce-overhead crashed after 3 s (a CUDA graph capture error): compile=default was then 'known' at 3 s and
+    stopped at 30 s with 437 s of budget left. A crash's cost is no estimate: default keeps the unproven-cost rule."""
+    precision = knob("precision", "precision", ["default", "tf32"])
+    compile_knob = knob("compile", "compile", ["off", "reduce-overhead", "default"])
+    timer = SlowCompiles({("compile", "default"): 0.5}, eager_s=5.0, compile_s={"reduce-overhead": 56.0, "default": 56.0})
+
+    def measure(config, timeout_s=None):
+        if config["compile"] == "reduce-overhead":
+            timer.now += 3
+            return Trial(config, (), "failed", "crashed: cudaErrorStreamCaptureUnsupported", cost_s=3.0)
+        return timer.measure(config, timeout_s)
+
+    result = search([precision, compile_knob], measure, reference=REFERENCE, budget_s=600, clock=timer.clock)
+    assert statuses(result)[("compile", "default")] == "accepted"

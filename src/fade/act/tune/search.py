@@ -39,8 +39,9 @@ Cost
     stopped at that share: one compile of unknown cost can take at most half of what is left, never all of it.
     Until a compiled trial has run to the end, a stopped one's cost is only a lower bound: the next compile is
     still of unproven cost and keeps the share rule.
-    A trial whose cost is known starts when it fits the search budget left, and is stopped at OVERRUN_FACTOR
-    times its expected cost or at what is left, if sooner (never below MIN_TRIAL_TIMEOUT_S). Why not half of
+    A trial whose cost is known starts when it fits the search budget left, counting the larger final check it
+    would need should it win, and is stopped at OVERRUN_FACTOR times its expected cost (at least
+    MIN_TRIAL_TIMEOUT_S) or at what is left, whichever is sooner. A crashed trial's cost proves nothing. Why not half of
     what is left for every trial: EfficientNet-B0 training on an H200 (results/tune-h200-s11/) left
     reduce-overhead, expected at 56 s, unstarted with 89 s of search budget left, and the whole run ended at
     108 s of its 300. The final check is stopped FINAL_OVERRUN_S past the budget.
@@ -53,8 +54,8 @@ Statuses
                       marked slower, with the reason);
         within-noise  faster by less than the bar;   slower  otherwise;
         skipped       it needs another knob value the current best lacks (knob table `needs`);
-        not-tried     the budget ran out before it, its expected cost did not fit the share of the budget left,
-                      or it outran that share and was stopped.
+        not-tried     the budget ran out before it, its expected cost did not fit what was left of the budget
+                      (half of it for a compile of unproven cost), or it outran its limit and was stopped.
     Every row says why it was tried in its place (`why`: the verdict that names it, or its knob's place in the
     plan). A value the profile named that was never measured is listed first in the verdict (`untried_named`),
     with the budget that would have covered it (`budget_needed_s`): nothing important is left untried in silence.
@@ -172,6 +173,7 @@ class Candidate:
     cost_s: Optional[float] = None  # wall time of the trial: build, compile, checks and timing
     why: str = ""  # why it was tried in its place (the plan: the verdict that names it, or its knob's place)
     expected_s: Optional[float] = None  # the trial's expected cost when it was judged (expected_cost_s)
+    expected_is_bound: bool = False  # expected_s is only a lower bound (a compile was stopped, none finished)
 
 
 @dataclass
@@ -269,7 +271,6 @@ def search(
     else:
         best = _coordinate_ascent(state, baseline_trial)
     searched_s = clock() - started  # set-up and search, before the final check
-    reserve_s = final_reserve_s(0.0, baseline_trial, best, paired=state.paired)
 
     candidates = state.candidates
     chosen = best.config
@@ -285,7 +286,10 @@ def search(
     elapsed_s = clock() - started
     untried = [] if exhaustive else state.untried_named()  # exhaustive measures every combination
     needed_s = None
-    if untried:
+    if untried:  # the final check's room as if the dearest of them had won
+        dearest = max([best.cost_s] + [entry["expected_s"] or 0.0 for entry in untried])
+        reserve_s = final_reserve_s(0.0, baseline_trial, Trial(best.config, cost_s=dearest),
+                                    paired=bool(state.can_pair(baseline, best.config)))  # fmt: skip
         needed_s = budget_needed_s(searched_s, [entry["expected_s"] for entry in untried], state.dearest_trial_s(), reserve_s)
         why = untried_line(untried, needed_s) + " " + why
     return SearchResult(
@@ -320,7 +324,8 @@ class _State:
             say(message)
         self.counts = {"measured": 0, "resumed": 0}
         self.takes_timeout = takes_timeout(measure)
-        self.paired = getattr(measure, "side_by_side", None) is not None  # the final check builds both sides once
+        # the final check builds both sides once in one worker when the measure can pair them (same env)
+        self.can_pair = getattr(measure, "pairable", None) or (lambda first, second: hasattr(measure, "side_by_side"))
         self.compile_knob = next((knob for knob in knobs if knob.group == "compile"), None)
         self.eager_costs: list = []  # wall seconds of trials that compiled nothing
         self.compile_costs: list = []  # (mode, wall seconds) of compiled trials, in measurement order
@@ -369,14 +374,15 @@ class _State:
         return None if value == self.compile_knob.baseline else value
 
     def note_cost(self, config: dict, trial: Trial) -> None:
-        if not trial.cost_s:
-            return
+        stopped = str(trial.reason or "").startswith("timeout")
+        if not trial.cost_s or (trial.status != "ok" and not stopped):
+            return  # a crash after 3 s says nothing of what a compile costs
         mode = self.compile_mode(config)
         if mode is None:
             self.eager_costs.append(trial.cost_s)
         else:
             self.compile_costs.append((mode, trial.cost_s))
-            if not str(trial.reason or "").startswith("timeout"):
+            if trial.status == "ok" and trial.samples_s:
                 self.compiles_finished += 1
 
     def expected_s(self, knob, value: str, config: dict) -> Optional[float]:
@@ -386,9 +392,14 @@ class _State:
     def dearest_trial_s(self) -> float:
         return max(self.eager_costs + [cost for _, cost in self.compile_costs] + [0.0])
 
-    def search_left_s(self, best: Trial) -> float:
-        """Budget left for search trials: what lies beyond the final check's reserve (final_reserve_s)."""
-        reserve_s = final_reserve_s(self.budget_s, self.baseline_trial, best, paired=self.paired)
+    def search_left_s(self, best: Trial, cost_if_best: Optional[float] = None, config: Optional[dict] = None) -> float:
+        """Budget left for search trials: what lies beyond the final check's reserve (final_reserve_s) for `best`,
+        or, with `cost_if_best`, for a candidate of that cost (and `config`) that would become the best: a trial
+        that wins grows the final check, and it must still fit."""
+        config = best.config if config is None else config
+        cost_s = best.cost_s if cost_if_best is None else max(best.cost_s, cost_if_best)
+        paired = bool(self.can_pair(self.baseline_trial.config, config))
+        reserve_s = final_reserve_s(self.budget_s, self.baseline_trial, Trial(config, cost_s=cost_s), paired=paired)
         return self.budget_s - reserve_s - (self.clock() - self.started)
 
     # -- judging one candidate
@@ -418,10 +429,13 @@ class _State:
         share_s = TRIAL_SHARE * left_s
         # a compile's cost is known once one compiled trial ran to the end; a stopped one only bounds it from below
         known = expected is not None and (self.compile_mode(config) is None or self.compiles_finished > 0)
+        if known:  # room for it and, should it win, for the larger final check it would need
+            left_s = min(left_s, self.search_left_s(best, expected, config))
         too_dear = expected > left_s if known else (expected > share_s if expected is not None else share_s < MIN_TRIAL_TIMEOUT_S)
         if not resumed and too_dear:
             if known:
-                reason = f"expected to take ~{expected:.0f} s, more than the {left_s:.0f} s of search budget left"
+                reason = (f"expected to take ~{expected:.0f} s, more than the {max(left_s, 0.0):.0f} s of search budget "
+                          "left (the final check's room included, should it win)")  # fmt: skip
             elif expected is not None:
                 reason = (f"expected to take more than ~{expected:.0f} s (a compile outran that limit); a compile of unproven "
                           f"cost may take {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left")  # fmt: skip
@@ -430,7 +444,8 @@ class _State:
                           f"search budget left is under the {MIN_TRIAL_TIMEOUT_S:.0f} s a trial gets at least")  # fmt: skip
             self.say(f"{knob.id}={value}: not tried ({reason})")
             if record_unstarted or named:
-                row = Candidate(knob.id, value, config, "not-tried", reason, why=why, expected_s=expected)
+                row = Candidate(knob.id, value, config, "not-tried", reason, why=why, expected_s=expected,
+                                expected_is_bound=expected is not None and not known)  # fmt: skip
                 self.candidates.append(row)
                 return row
             return None
@@ -483,7 +498,7 @@ class _State:
             row = next((row for row in reversed(self.candidates) if row.knob == knob_id and row.value == value), None)
             untried.append({"knob": knob_id, "value": value, "verdict": verdict,
                             "reason": row.reason if row else "the search ended before it",
-                            "expected_s": row.expected_s if row else None})  # fmt: skip
+                            "expected_s": row.expected_s if row and not row.expected_is_bound else None})  # fmt: skip
         return untried
 
 
@@ -513,7 +528,7 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
                     values.append(knob.baseline)  # a later pass may find the baseline value better again
                 rejected = _rejected_values(state, knob)  # a crash or a numerics failure would repeat: not again
                 values = _later_order(state, knob, [value for value in values if value not in rejected], best.config)
-            if knob.group == "compile" and mode_won:
+            if knob.group == "compile" and mode_won and pass_number < MAX_PASSES:
                 deferred[index] = values  # another compile first: the knobs under the mode that won come before it
                 continue
             first_row = len(state.candidates)
@@ -526,13 +541,15 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
                         kept_row.status = "slower"
                         kept_row.reason += f"; then {knob.id}={value} was faster still"
                     best, kept_row = state.accepted[id(row)], row
-                    if knob.group == "compile":
+                    if knob.group == "compile" and value != knob.baseline and pass_number < MAX_PASSES:
                         mode_won = True
                         deferred[index] = values[position + 1:]
                         break
             if pass_number > 1:
+                moved = (_changed(knob.id, start.config, seen_before) if seen_before != others else
+                         f"waiting while the knobs were judged under {knob.id}={best.config[knob.id]}")  # fmt: skip
                 for row in state.candidates[first_row:]:
-                    row.reason = f"pass {pass_number}, after {_changed(knob.id, start.config, seen_before)}: {row.reason}"
+                    row.reason = f"pass {pass_number}, after {moved}: {row.reason}"
         best = _interaction_probe(state, best)
         if best.config == best_before_pass:
             break  # a pass that changed nothing: every knob was judged under the final configuration
@@ -749,6 +766,7 @@ def _final_check(measure, baseline: dict, chosen: dict, *, timeout_s: Optional[f
     deadline = None if timeout_s is None else clock() + timeout_s
     pooled: dict = {"baseline": [], "chosen": []}
     last: dict = {}
+    good: dict = {}  # side -> its last run that returned timings: its numerics stand for the side
     for side in FINAL_ORDER * FINAL_ROUNDS:
         left_s = None if deadline is None else deadline - clock()
         if left_s is not None and left_s <= 0 and all(side_name in last for side_name in pooled):
@@ -759,12 +777,14 @@ def _final_check(measure, baseline: dict, chosen: dict, *, timeout_s: Optional[f
         last[side] = trial
         if trial.status == "ok":
             pooled[side].extend(trial.samples_s)
+            good[side] = trial
     merged = []
     for side in ("baseline", "chosen"):
         trial = last[side]
         if not pooled[side]:
             merged.append(trial)  # every run failed: its reason travels
         else:
+            trial = good[side]  # not a later run cut off by the limit: it has no numerics
             merged.append(Trial(trial.config, tuple(pooled[side]), "ok", None, trial.numerics, trial.samples_per_step))
     return tuple(merged)
 

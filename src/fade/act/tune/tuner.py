@@ -174,6 +174,10 @@ class WorkerMeasure:
         executor.timeout_s = min(self.timeout_s, timeout_s) if timeout_s else self.timeout_s
         return executor.run(case, ctx)
 
+    def pairable(self, first: dict, second: dict) -> bool:
+        """Whether side_by_side can time these two configurations in one worker: they need the same env."""
+        return knob_table.config_env(self.knobs, first) == knob_table.config_env(self.knobs, second)
+
     def side_by_side(self, configs: dict, *, rounds: int, timeout_s: Optional[float] = None) -> Optional[dict]:
         """{name: Trial} for configurations (name -> config) timed in turns in one worker (trial.side_by_side),
         or None when they need different env (separate processes) or the shared run failed: the caller then

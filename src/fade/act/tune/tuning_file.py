@@ -155,7 +155,8 @@ def build_tuning(
             "noise_floor": NOISE_FLOOR,
             "rule": "the knobs that need no compile first, then the compile modes (in each, the values the baseline's "
                     "profile names first; compile modes then by cost), then the knobs again under the best compile "
-                    "mode; a trial starts only when its expected cost fits the search budget left (a compile of "
+                    "mode (once a compile mode wins, the other modes wait for the next pass); a trial starts only when "
+                    "its expected cost fits the search budget left with the final check it would need (a compile of "
                     "unproven cost: half of it); a value is accepted when "
                     "start_median / candidate_median > 1 + max(noise_floor, IQR/median of either side) and it is the "
                     "fastest such value of its knob (start: the configuration before that knob)",
