@@ -1,11 +1,13 @@
-"""The five seed image classifiers in plain torch.nn, layer for layer as torchvision builds them.
+"""The seed image classifiers in plain torch.nn, layer for layer as torchvision builds them.
 
 alexnet, resnet18, resnet50, vgg16 and mobilenet_v2 follow pytorch/vision `torchvision/models/{alexnet,
 resnet,vgg,mobilenetv2}.py` (v0.13 and later): the same modules in the same order, so `state_dict()` keys,
 parameter shapes and output shapes equal torchvision's (tests/models/test_zoo_vs_torchvision.py checks it
-where torchvision is installed). Weights are initialised as torchvision initialises them (kaiming-normal
-convolutions, unit batch norms, N(0, 0.01) classifier layers where torchvision does so), from whatever
-RNG state the caller seeded; nothing is ever downloaded.
+where torchvision is installed). resnext50_32x4d and wide_resnet50_2 are the same ResNet with grouped or
+wider bottlenecks (torchvision's `groups` and `width_per_group`). Weights are initialised as torchvision
+initialises them (kaiming-normal convolutions, unit batch norms, N(0, 0.01) classifier layers where
+torchvision does so), from whatever RNG state the caller seeded; nothing is ever downloaded. The networks
+added for issue 27 (ConvNeXt, DenseNet, MobileNetV3, MNASNet, EfficientNet, RegNet, ViT) are in vision_more.py.
 """
 
 from __future__ import annotations
@@ -96,8 +98,8 @@ class VGG(nn.Module):
 
 
 # -- ResNet (v1.5: the stride sits in the 3x3 convolution of a bottleneck) --------------------------------------
-def conv3x3(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride, padding=1, bias=False)
+def conv3x3(in_planes: int, out_planes: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride, padding=1, groups=groups, bias=False)
 
 
 def conv1x1(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
@@ -107,8 +109,11 @@ def conv1x1(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
 class BasicBlock(nn.Module):
     expansion = 1
 
-    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Optional[nn.Module] = None):
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Optional[nn.Module] = None,
+                 groups: int = 1, base_width: int = 64):
         super().__init__()
+        if groups != 1 or base_width != 64:
+            raise ValueError("BasicBlock only supports groups=1 and base_width=64")  # as torchvision
         self.conv1 = conv3x3(inplanes, planes, stride)
         self.bn1 = nn.BatchNorm2d(planes)
         self.relu = nn.ReLU(inplace=True)
@@ -127,12 +132,13 @@ class BasicBlock(nn.Module):
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Optional[nn.Module] = None):
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: Optional[nn.Module] = None,
+                 groups: int = 1, base_width: int = 64):
         super().__init__()
-        width = planes  # groups = 1, base width 64
+        width = int(planes * (base_width / 64.0)) * groups  # resnet50: planes; resnext50_32x4d: 2 * planes
         self.conv1 = conv1x1(inplanes, width)
         self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = conv3x3(width, width, stride)
+        self.conv2 = conv3x3(width, width, stride, groups)
         self.bn2 = nn.BatchNorm2d(width)
         self.conv3 = conv1x1(width, planes * self.expansion)
         self.bn3 = nn.BatchNorm2d(planes * self.expansion)
@@ -149,9 +155,11 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, block, layers, num_classes: int = 1000):
+    def __init__(self, block, layers, num_classes: int = 1000, groups: int = 1, width_per_group: int = 64):
         super().__init__()
         self.inplanes = 64
+        self.groups = groups
+        self.base_width = width_per_group
         self.conv1 = nn.Conv2d(3, self.inplanes, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(self.inplanes)
         self.relu = nn.ReLU(inplace=True)
@@ -175,9 +183,10 @@ class ResNet(nn.Module):
             downsample = nn.Sequential(
                 conv1x1(self.inplanes, planes * block.expansion, stride), nn.BatchNorm2d(planes * block.expansion)
             )
-        layers = [block(self.inplanes, planes, stride, downsample)]
+        layers = [block(self.inplanes, planes, stride, downsample, self.groups, self.base_width)]
         self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        layers += [block(self.inplanes, planes, groups=self.groups, base_width=self.base_width)
+                   for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -275,6 +284,16 @@ def resnet18(num_classes: int = 1000) -> nn.Module:
 
 def resnet50(num_classes: int = 1000) -> nn.Module:
     return ResNet(Bottleneck, (3, 4, 6, 3), num_classes)
+
+
+def resnext50_32x4d(num_classes: int = 1000) -> nn.Module:
+    """32 groups of 4 channels per 64 planes: bottleneck widths 128, 256, 512, 1024."""
+    return ResNet(Bottleneck, (3, 4, 6, 3), num_classes, groups=32, width_per_group=4)
+
+
+def wide_resnet50_2(num_classes: int = 1000) -> nn.Module:
+    """Bottlenecks twice as wide as resnet50's (the last block is 2048-1024-2048); outer widths unchanged."""
+    return ResNet(Bottleneck, (3, 4, 6, 3), num_classes, width_per_group=64 * 2)
 
 
 def mobilenet_v2(num_classes: int = 1000) -> nn.Module:
