@@ -151,7 +151,8 @@ def check_request(
         if size is not None and size < entry.min_size:
             raise FadeUsageError(f"{flag} {size}: {model} needs inputs of at least {entry.min_size} {entry.size_unit}")
         if size is not None and entry.max_size is not None and size > entry.max_size:
-            raise FadeUsageError(f"{flag} {size}: {model} has position embeddings for {entry.max_size} tokens at most")
+            raise FadeUsageError(f"{flag} {size}: {model} has position embeddings for {entry.max_size} "
+                                 f"{entry.size_unit} at most")  # fmt: skip
     for flag, size in (("--image-size", image_size), ("--seq-len", sequence_length)):
         if size is not None and size <= 0:
             raise FadeUsageError(f"{flag} {size}: must be a positive integer")
@@ -199,6 +200,12 @@ def run_models(
     models = list(models or (QUICK_MODELS if quick else ZOO))
     batch = (QUICK_BATCH if quick else DEFAULT_BATCH) if batch is None else batch
     if quick:
+        if image_size is None:  # the quick size is FADE's choice, not the user's: say so when a network refuses it
+            for model in models:
+                entry = ZOO.get(model)
+                if entry is not None and entry.kind == "image" and entry.min_size > QUICK_IMAGE_SIZE:
+                    raise FadeUsageError(f"--quick runs image networks at {QUICK_IMAGE_SIZE} px and {model} needs "
+                                         f"{entry.min_size} px: add --image-size {entry.min_size}")  # fmt: skip
         image_size = image_size or QUICK_IMAGE_SIZE
         sequence_length = sequence_length or QUICK_SEQUENCE
     modes = check_request(models, batch=batch, mode=mode, image_size=image_size, sequence_length=sequence_length)
