@@ -238,6 +238,23 @@ class InvertedResidual(nn.Module):
         return x + self.conv(x) if self.use_res_connect else self.conv(x)
 
 
+def init_mobile(model: nn.Module, linear_weight) -> None:
+    """torchvision's initialisation of its mobile networks (MobileNetV2/V3, EfficientNet), in module order so the
+    same seed draws the same weights: convolutions Kaiming-normal (fan_out) with zero bias, norms one and zero,
+    linear layers `linear_weight(weight)` with zero bias (the one part that differs between them)."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out")
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (nn.BatchNorm2d, nn.GroupNorm)):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Linear):
+            linear_weight(module.weight)
+            nn.init.zeros_(module.bias)
+
+
 class MobileNetV2(nn.Module):
     def __init__(self, num_classes: int = 1000, dropout: float = 0.2):
         super().__init__()
@@ -252,17 +269,7 @@ class MobileNetV2(nn.Module):
         features.append(ConvBNReLU6(input_channel, last_channel, kernel_size=1))
         self.features = nn.Sequential(*features)
         self.classifier = nn.Sequential(nn.Dropout(p=dropout), nn.Linear(last_channel, num_classes))
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out")
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.BatchNorm2d):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, 0, 0.01)
-                nn.init.zeros_(module.bias)
+        init_mobile(self, lambda weight: nn.init.normal_(weight, 0, 0.01))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x)

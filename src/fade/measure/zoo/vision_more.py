@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fade.measure.zoo.vision import make_divisible
+from fade.measure.zoo.vision import init_mobile, make_divisible
 
 
 # -- torchvision.ops blocks ---------------------------------------------------------------------------------------
@@ -315,17 +315,7 @@ class MobileNetV3(nn.Module):
             nn.Dropout(p=dropout, inplace=True),
             nn.Linear(last_channel, num_classes),
         )
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out")
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, 0, 0.01)
-                nn.init.zeros_(module.bias)
+        init_mobile(self, lambda weight: nn.init.normal_(weight, 0, 0.01))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.flatten(self.avgpool(self.features(x)), 1)
@@ -476,18 +466,7 @@ class EfficientNet(nn.Module):
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(nn.Dropout(p=dropout, inplace=True), nn.Linear(lastconv_output, num_classes))
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out")
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, (nn.BatchNorm2d, nn.GroupNorm)):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Linear):
-                init_range = 1.0 / math.sqrt(module.out_features)
-                nn.init.uniform_(module.weight, -init_range, init_range)
-                nn.init.zeros_(module.bias)
+        init_mobile(self, lambda weight: nn.init.uniform_(weight, -weight.shape[0] ** -0.5, weight.shape[0] ** -0.5))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.flatten(self.avgpool(self.features(x)), 1)
