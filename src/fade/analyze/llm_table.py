@@ -211,12 +211,17 @@ def config_from_json(path: Path, architectures: dict) -> LlmConfig:
     return config_from_row(row, architectures, where)
 
 
-def config_from_row(row, architectures: dict, where: str) -> LlmConfig:
+def _check_table(row, known, where: str) -> None:
+    """LlmTableError unless `row` is a table whose fields are all among `known`."""
     if not isinstance(row, dict):
         raise LlmTableError(f"{where}: not a table of fields")
-    unknown = set(row) - set(CONFIG_FIELDS)
+    unknown = set(row) - set(known)
     if unknown:
-        raise LlmTableError(f"{where}: unknown field(s) {sorted(unknown)} (known: {', '.join(CONFIG_FIELDS)})")
+        raise LlmTableError(f"{where}: unknown field(s) {sorted(unknown)} (known: {', '.join(known)})")
+
+
+def config_from_row(row, architectures: dict, where: str) -> LlmConfig:
+    _check_table(row, CONFIG_FIELDS, where)
     values = {}
     for name, (required, kind) in CONFIG_FIELDS.items():
         if name not in row:
@@ -249,11 +254,7 @@ def _architectures(data: dict, name: str) -> dict:
     architectures: dict = {}
     for index, row in enumerate(data.get("architecture", []), start=1):
         where = f"{name}: architecture {index} ({row.get('model_type', '?') if isinstance(row, dict) else '?'})"
-        if not isinstance(row, dict):
-            raise LlmTableError(f"{where}: not a table of fields")
-        unknown = set(row) - set(ARCHITECTURE_FIELDS)
-        if unknown:
-            raise LlmTableError(f"{where}: unknown field(s) {sorted(unknown)} (known: {', '.join(ARCHITECTURE_FIELDS)})")
+        _check_table(row, ARCHITECTURE_FIELDS, where)
         values = {}
         for field_name, kind in ARCHITECTURE_FIELDS.items():
             if field_name not in row:
