@@ -3,41 +3,43 @@
 # fade-loop) and then benchmarks/llm_reference.py (the same three, written by hand, nothing from fade) for the same
 # case, then FADE beside the reference (bar 5%), `fade compare` (the roofline view) and `fade report`.
 #
-#   bash benchmarks/llm_table.sh OUT                                  # H200: llama-3.2-1b, llama-3.1-8b; b1,8,32
-#   DEVICE=cpu MODELS=tiny-llama bash benchmarks/llm_table.sh OUT     # CPU smoke: fp32, p16+n16, b1,2, ~2-3 min
+#   bash benchmarks/llm_table.sh OUT                                  # llama-3.2-1b, llama-3.1-8b; batch 1, 8, 32
+#   GPUS=4 bash benchmarks/llm_table.sh OUT                           # the same, one job per GPU at a time
+#   DEVICE=cpu MODELS=tiny-llama bash benchmarks/llm_table.sh OUT     # CPU smoke: fp32, p16+n16, b1,2: ~30 s
 #
 # Environment (defaults for a GPU): MODELS="llama-3.2-1b llama-3.1-8b" (names in src/fade/data/llm.toml),
 # BATCHES="1 8 32", DEVICE=cuda, DTYPE=bf16, PROMPT=512, NEW=128 (fade bench llm's defaults), PREFILL=512 (one
-# prefill length per model: the bench needs one, and each costs a model build), REPEATS=5 (reference rounds),
-# PYTHON=python3, GPUS (number of GPUs to spread the models over, one model per GPU at a time; default: 1).
+# prefill length: the bench needs at least one, and each costs a model build), REPEATS=5 (reference rounds),
+# PYTHON=python3, GPUS=1 (jobs run at once, job k on GPU k mod GPUS), DEADLINE_S=540 (no job or reference starts
+# after that many seconds), CASE_TIMEOUT=600 (fade bench llm --timeout), TABLES_ONLY=1 (only write the tables).
+# DEVICE=cpu switches the defaults to MODELS=tiny-llama, BATCHES="1 2", fp32, p16+n16, PREFILL=16 and --quick.
 #
-# Order: model by model (the 1B first: cheap), and within a model batch by batch, FADE then the reference, so that a
-# cut leaves finished (FADE, reference) pairs. Everything is appended as it finishes: OUT/fade-<model>.jsonl (FADE
-# records), OUT/ref-<model>.jsonl (reference rows), OUT/*.log; progress lines go to stderr and OUT/progress.log.
+# A job is one (model, batch): fade bench llm for the three variants, then llm_reference.py for the same case.
+# Jobs run in MODELS x BATCHES order (put the model you need most first); with GPUS > 1 each GPU takes the next
+# job left. Everything is appended as it finishes: OUT/fade-<model>-b<batch>.jsonl (FADE records),
+# OUT/ref-<model>-b<batch>.jsonl (reference rows), OUT/*.log; progress lines go to stderr and OUT/progress.log.
 # Run the same command again on the same OUT and it resumes: `fade bench llm --resume` skips cases measured ok,
-# llm_reference.py --resume skips rows it has. After each batch (and at the end, or on SIGINT/SIGTERM) the tables
-# are rewritten from whatever is there: OUT/llm.jsonl and OUT/reference.jsonl (the per-model files merged),
-# OUT/against.md (FADE beside the reference, bar 5%), OUT/compare.md and compare.txt (`fade compare`),
-# OUT/report.html (`fade report`). TABLES_ONLY=1 writes only the tables (e.g. here, from files a cut run left).
+# llm_reference.py --resume skips rows it has. The tables are rewritten from whatever is there after each job (one
+# GPU) or at the end (several), and on SIGINT/SIGTERM: OUT/llm.jsonl and OUT/reference.jsonl (the job files
+# merged), OUT/against.md (FADE beside the reference, bar 5%), OUT/compare.md and compare.txt (`fade compare`),
+# OUT/report.html (`fade report`). TABLES_ONLY=1 rewrites them from files a cut run left (here, say).
 #
-# Time (estimates for one H200, not yet measured: the suite has run its compiled paths on a CPU only). Per decode
+# Time (estimates for one H200, not measured yet: the suite's compiled paths have run on a CPU only). Per decode
 # case FADE starts a worker (import torch + transformers ~10 s), builds the model in fp32 and runs an fp32
-# hf-generate reference (8B: ~10-15 s; 1B: ~5 s), compiles what the variant compiles (hf-static: transformers'
-# reduce-overhead forward; fade-loop: the step; ~30-60 s cold for the 8B, ~20-40 s for the 1B, less when
-# inductor's on-disk cache has the graph) and times 3 x 2 rounds (~5-20 s). The reference builds its model once per
-# batch, in bf16 (no fp32 reference), and compiles hf-static and its loop again (inductor's cache helps).
-#   llama-3.2-1b: FADE ~25 s (hf-generate) + ~50 s (hf-static) + ~45 s (fade-loop) per batch -> ~360 s for 3
-#                 batches + ~20 s prefill; reference ~90 s per batch -> ~270 s.          total ~650 s
-#   llama-3.1-8b: FADE ~40 + ~90 + ~80 s per batch -> ~630 s + ~30 s prefill; reference ~150 s per batch -> ~450 s.
-#                                                                                          total ~1100 s
-# So everything is ~30 min of device time: more than one 10-minute device command and the ~500 s target. Run it
-# as several commands on the same OUT (it resumes; DEADLINE_S, default 540, starts no step after that many
-# seconds, but a step already running at the device's limit is lost and redone): on the device machine, where $OUT
-# starts empty, keep OUT in the checkout's ignored out/ and carry it back each time:
-#   timeout 580 bash benchmarks/llm_table.sh out/llm28; cp -r out/llm28 $OUT/      (then carry ["out/llm28"])
-# with MODELS=llama-3.2-1b first, then MODELS=llama-3.1-8b (twice). On nvidia-h200-x2, GPUS=2 runs the two models
-# at once, one per GPU (~1100 s wall: the 8B is the long pole; the tables are written at the end only).
-# Each FADE case has --timeout CASE_TIMEOUT (default 600).
+# hf-generate reference (8B ~10-15 s, 1B ~5 s), compiles what the variant compiles (hf-static: transformers'
+# reduce-overhead forward; fade-loop: its step; 8B ~30-60 s cold, 1B ~20-40 s; less when inductor's on-disk
+# cache has the graph) and times 3 x 2 rounds (~5-20 s); a prefill case ~20-30 s. The reference builds its model
+# once per job, in bf16, and compiles hf-static and its loop again (inductor's cache helps).
+#   one llama-3.2-1b job: FADE ~20 (prefill) + 25 (hf-generate) + 50 (hf-static) + 45 (fade-loop) s, reference
+#                         ~90 s                                                     ~230 s; 3 jobs ~700 s
+#   one llama-3.1-8b job: FADE ~30 + 40 + 90 + 80 s, reference ~150 s               ~390 s; 3 jobs ~1170 s
+# On one GPU that is ~30 min, beyond one 10-minute device command and the ~500 s target; with GPUS=4 on
+# nvidia-h200-x4 (MODELS="llama-3.1-8b llama-3.2-1b": the long jobs first) ~600 s wall (an 8B job, then a 1B
+# job on the GPU that frees first); with GPUS=2 ~950 s. On the device machine $OUT starts empty and brings back at
+# most 8 files, so keep OUT in the checkout's ignored out/, pack it, and carry out/llm28 into the next call to
+# resume what a cut left (run the same command again):
+#   export PYTHONUNBUFFERED=1; GPUS=4 MODELS="llama-3.1-8b llama-3.2-1b" DEADLINE_S=420 timeout 560 \
+#     bash benchmarks/llm_table.sh out/llm28; tar czf $OUT/llm28.tgz -C out llm28
 set -uo pipefail
 if [ $# -ne 1 ]; then
   echo "usage: [DEVICE=cpu MODELS=tiny-llama] bash benchmarks/llm_table.sh OUT" >&2
@@ -76,7 +78,7 @@ late() {  # true when the deadline has passed: no new step starts
   [ $(( $(date +%s) - START )) -ge "$DEADLINE_S" ]
 }
 
-tables() {  # merge the per-model files, then FADE beside the reference, fade compare, fade report
+tables() {  # merge the per-job files, then FADE beside the reference, fade compare, fade report
   progress "tables from what is in $OUT"
   cat /dev/null "$OUT"/fade-*.jsonl >"$OUT/llm.jsonl" 2>/dev/null
   cat /dev/null "$OUT"/ref-*.jsonl >"$OUT/reference.jsonl" 2>/dev/null
@@ -100,26 +102,30 @@ if [ -n "${TABLES_ONLY:-}" ]; then
 fi
 trap 'tables; exit 130' INT TERM
 
-one_model() {  # MODEL GPU: every batch of one model, FADE then the reference per batch
-  local model=$1 gpu=$2 batch tag
-  local env_gpu=()
+one_job() {  # MODEL BATCH GPU: FADE's three variants, then the reference's, for one model and batch
+  local model=$1 batch=$2 gpu=$3 tag="$1-b$2" env_gpu=()
   [ "$DEVICE" != cpu ] && env_gpu=(env CUDA_VISIBLE_DEVICES="$gpu")
-  for batch in $BATCHES; do
-    tag="$model-b$batch"
-    if late; then progress "$tag: past DEADLINE_S=$DEADLINE_S, not started"; return; fi
-    progress "$tag: fade bench llm (hf-generate, hf-static, fade-loop) -> $OUT/fade-$tag.log"
-    "${env_gpu[@]}" "$PYTHON" -m fade bench llm --config "$model" --device "$DEVICE" --dtype "$DTYPE" --batch "$batch" \
-      --prompt-tokens "$PROMPT" --new-tokens "$NEW" --prefill-tokens "$PREFILL" \
-      --variants hf-generate,hf-static,fade-loop --timeout "$CASE_TIMEOUT" $QUICK \
-      -o "$OUT/fade-$model.jsonl" --resume >"$OUT/fade-$tag.log" 2>&1
-    progress "$tag: fade exit $?"
-    if late; then progress "$tag: past DEADLINE_S=$DEADLINE_S, reference not started"; return; fi
-    progress "$tag: llm_reference.py -> $OUT/reference-$tag.log"
-    "${env_gpu[@]}" "$PYTHON" benchmarks/llm_reference.py --config "$model" --device "$DEVICE" --dtype "$DTYPE" \
-      --batch "$batch" --prompt-tokens "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS" \
-      --out "$OUT/ref-$model.jsonl" --resume >"$OUT/reference-$tag.log" 2>&1
-    progress "$tag: reference exit $?"
-    if [ "$GPUS" -eq 1 ]; then tables; fi
+  progress "$tag: fade bench llm (hf-generate, hf-static, fade-loop) on GPU $gpu -> $OUT/fade-$tag.log"
+  "${env_gpu[@]}" "$PYTHON" -m fade bench llm --config "$model" --device "$DEVICE" --dtype "$DTYPE" --batch "$batch" \
+    --prompt-tokens "$PROMPT" --new-tokens "$NEW" --prefill-tokens "$PREFILL" \
+    --variants hf-generate,hf-static,fade-loop --timeout "$CASE_TIMEOUT" $QUICK \
+    -o "$OUT/fade-$tag.jsonl" --resume >"$OUT/fade-$tag.log" 2>&1
+  progress "$tag: fade exit $?"
+  if late; then progress "$tag: past DEADLINE_S=$DEADLINE_S, reference not started"; return; fi
+  progress "$tag: llm_reference.py on GPU $gpu -> $OUT/reference-$tag.log"
+  "${env_gpu[@]}" "$PYTHON" benchmarks/llm_reference.py --config "$model" --device "$DEVICE" --dtype "$DTYPE" \
+    --batch "$batch" --prompt-tokens "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS" \
+    --out "$OUT/ref-$tag.jsonl" --resume >"$OUT/reference-$tag.log" 2>&1
+  progress "$tag: reference exit $?"
+}
+
+worker() {  # SLOT: take the next unclaimed job (mkdir is atomic) until none is left or the deadline passed
+  local slot=$1 job
+  for job in "${JOBS[@]}"; do
+    mkdir "$CLAIMS/$job" 2>/dev/null || continue
+    if late; then progress "$job: past DEADLINE_S=$DEADLINE_S, not started"; continue; fi
+    one_job "${job% *}" "${job#* }" "$slot"
+    if [ "$GPUS" -eq 1 ]; then tables; fi  # one worker: the tables after each job (several: at the end)
   done
 }
 
@@ -129,17 +135,17 @@ fi
 "$PYTHON" -c "import torch, transformers, sys; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available(), file=sys.stderr)" 2>&1 | tee -a "$OUT/progress.log" >&2
 progress "models: $MODELS; batches: $BATCHES; $DEVICE $DTYPE p$PROMPT+n$NEW; GPUS=$GPUS; deadline ${DEADLINE_S}s"
 
-slot=0
-pids=()
+JOBS=()
 for model in $MODELS; do
-  if [ "$GPUS" -gt 1 ]; then
-    one_model "$model" "$slot" &
-    pids+=($!)
-    slot=$(( (slot + 1) % GPUS ))
-    if [ "$slot" -eq 0 ]; then wait "${pids[@]}"; pids=(); fi
-  else
-    one_model "$model" 0
-  fi
+  for batch in $BATCHES; do JOBS+=("$model $batch"); done
 done
-[ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
-tables
+CLAIMS=$(mktemp -d "${TMPDIR:-/tmp}/llm_table.XXXXXX")
+pids=()
+for (( slot = 0; slot < GPUS; slot++ )); do
+  worker "$slot" &
+  pids+=($!)
+done
+wait "${pids[@]}"
+rm -rf "$CLAIMS"
+[ "$GPUS" -gt 1 ] && tables
+exit 0
