@@ -82,6 +82,14 @@ NCCL_SHADOWED = ((("topology", "nccl"), {"wheel": {"package": "nvidia-nccl-cu11"
                                                               "version": "2.16.2"}]}),)  # fmt: skip
 NO_SM90_ARCH_LIST = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"]
 
+def with_aotriton(fixture: str, version: str, torch_version: str) -> tuple:
+    """A change that gives the fixture's torch a recorded AOTriton library (collect.torch_probe.aotriton_library;
+    the file name torch/lib/libaotriton_v2.so.X.Y.Z, as in ROCm/legacy-rocm-build#5404) and a torch version."""
+    torch = _load(fixture + ".json", "snapshots")["torch"]
+    return ((("torch",), {**torch, "version": torch_version,
+                          "aotriton": {"library": f"libaotriton_v2.so.{version}", "version": version}}),)
+
+
 FIRES = {
     "WHEEL001": Case("amd_rx6800_cpu_wheel_installed"),
     "WHEEL002": Case(H100, "the CPU wheel on an NVIDIA box: the default `pip install torch` is a CPU build "
@@ -143,6 +151,12 @@ FIRES = {
     "PERF001": Case(HEALTHY_RDNA2),
     "PERF002": Case(HEALTHY_RDNA2),
     "PERF003": Case(HEALTHY_RDNA2),
+    "ATTN001": Case(HEALTHY_RDNA3, "torch 2.9 with AOTriton 0.11b, which moved gfx1100 back to experimental (its release "
+                    "notes, quoted in ROCm/TheRock#1315; pytorch PR#166397)",
+                    changes=with_aotriton(HEALTHY_RDNA3, "0.11.0", "2.9.0+rocm6.4")),
+    "ATTN002": Case(HEALTHY_RDNA3),
+    "ATTN003": Case(HEALTHY_RDNA3, "the same AOTriton 0.11b: gfx11xx capped at head_dim 256 (sdp_utils.cpp aotriton_max_hdim)",
+                    changes=with_aotriton(HEALTHY_RDNA3, "0.11.0", "2.9.0+rocm6.4")),
     "PERF004": Case(HEALTHY_RDNA3),
     "PERF005": Case(HEALTHY_RDNA2, "both allocator variables set: the HIP one wins (pytorch "
                     "c10/cuda/CUDAAllocatorConfig.h)",
@@ -222,6 +236,13 @@ QUIET = {
     "PERF001": Case(HEALTHY_RDNA3),
     "PERF002": Case(HEALTHY_RDNA3),
     "PERF003": Case(HEALTHY_RDNA3),
+    "ATTN001": Case(HEALTHY_RDNA3, "the fix applied: TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 (sdp_utils.cpp check_env)",
+                    changes=with_aotriton(HEALTHY_RDNA3, "0.11.0", "2.9.0+rocm6.4")
+                    + env(TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL="1")),
+    "ATTN002": Case(HEALTHY_RDNA3, "the AOTriton version recorded: 0.10b builds gfx1100 as supported",
+                    changes=with_aotriton(HEALTHY_RDNA3, "0.10.0", "2.8.0+rocm6.4")),
+    "ATTN003": Case(MI300X, "gfx942 under the same AOTriton 0.11b: the 512 limit",
+                    changes=with_aotriton(MI300X, "0.11.0", "2.9.0+rocm6.4")),
     "PERF004": Case(HEALTHY_RDNA3, "the fix applied (pytorch ConvUtils.h::miopen_conv_use_channels_last)",
                     changes=env(PYTORCH_MIOPEN_SUGGEST_NHWC="1")),
     "PERF005": Case(HEALTHY_RDNA2),

@@ -28,8 +28,8 @@ EXPERIMENTAL_ENV = "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"
 # c10/util/env.cpp check_env: these spellings are true, these false; anything else is neither (a warning)
 ENV_TRUE = ("1", "ON", "YES", "TRUE", "Y")
 ENV_FALSE = ("0", "OFF", "NO", "FALSE", "N")
-ATTENTION_FACTS = ("aotriton_version", "aotriton_known", "sdpa_aotriton", "aotriton_experimental_enabled",
-                   "aotriton_max_head_dim", "aotriton_status_by_version")
+ATTENTION_FACTS = ("aotriton_version", "aotriton_known", "aotriton_label", "sdpa_aotriton", "sdpa_aotriton_varies",
+                   "aotriton_experimental_enabled", "aotriton_max_head_dim")
 
 
 class AttentionTableError(FadeUsageError, ValueError):
@@ -306,7 +306,8 @@ def attention_facts(*, vendor: Optional[str], arch: Optional[str], torch_build: 
     sdpa_aotriton: "built" | "experimental" | "not_built" for this arch under this torch's AOTriton; without a
       known AOTriton version, the status every release since 0.10b agrees on ("experimental" also covers an
       arch that some of those releases did not build at all), else None.
-    aotriton_status_by_version: True when the status came from the recorded library version.
+    sdpa_aotriton_varies: True when the version is unknown and the releases disagree on this arch.
+    aotriton_label: "AOTriton 0.11.0" or, without a version, "every AOTriton release since 0.10b".
     aotriton_experimental_enabled: the variable as torch reads it (False when unset).
     aotriton_max_head_dim: the head_dim limit of this AOTriton on this arch (None when unknown)."""
     facts = dict.fromkeys(ATTENTION_FACTS)
@@ -318,10 +319,11 @@ def attention_facts(*, vendor: Optional[str], arch: Optional[str], torch_build: 
     facts["aotriton_experimental_enabled"] = bool(env_flag(env.get(EXPERIMENTAL_ENV)))
     if release is not None:
         facts["sdpa_aotriton"] = aotriton_status(arch, release)
-        facts["aotriton_status_by_version"] = True
+        facts["sdpa_aotriton_varies"] = False
         facts["aotriton_max_head_dim"] = release.head_dim_limit(arch)
+        facts["aotriton_label"] = f"AOTriton {aotriton_version}"
     else:
-        facts["sdpa_aotriton"] = status_over_releases(arch) or (
-            "not_built" if all(arch not in r.targets for r in aotriton_releases()) else None)
-        facts["aotriton_status_by_version"] = False
+        facts["sdpa_aotriton"] = status_over_releases(arch)
+        facts["sdpa_aotriton_varies"] = facts["sdpa_aotriton"] is None
+        facts["aotriton_label"] = "every AOTriton release since 0.10b"
     return facts

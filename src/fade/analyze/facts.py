@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from fade.analyze import specs
+from fade.analyze.attention import ATTENTION_FACTS, attention_facts
 from fade.analyze.devices import DeviceTruth, base_arch, gfx_from_override, numeric_properties, torch_build
 from fade.analyze.tool_output import parse_nvidia_smi
 
@@ -42,7 +43,7 @@ DEVICE_FACTS = (
     "override_arch", "override_in_wheel", "override_danger", "hsa_override", "hsa_override_arch",
     "hsa_override_in_wheel", "partitioned", "full_compute_units", "igpu_beside_dgpu", "real_arch_known",
     "arch_in_wheel", "ptx_fallback", "sm",
-)
+) + ATTENTION_FACTS  # SDPA on ROCm: what AOTriton was built for (fade.analyze.attention.attention_facts)
 MEASURED_FACTS = ("measured.gemm_best_pct", "measured.selftest_ok", "measured.selftest_max_rel_err",
                   "measured.selftest_bad_rows")
 # a device rule sees system facts too (doctor.evaluate merges them)
@@ -282,6 +283,10 @@ def device_facts(truth: DeviceTruth, snapshot: dict, measurement: dict | None = 
     if gpu and truth.compute_units and truth.compute_units < gpu.compute_units:
         facts["partitioned"] = True
         facts["full_compute_units"] = gpu.compute_units
+    # AOTriton checks the arch the runtime reports (an override's, when one is set)
+    facts.update(attention_facts(vendor=truth.vendor, arch=truth.runtime_arch or truth.arch,
+                                 torch_build=torch_build(snapshot.get("torch")),
+                                 aotriton_version=(torch.get("aotriton") or {}).get("version"), env=env))  # fmt: skip
     facts.update(measured_facts(measurement))
     return facts
 

@@ -41,6 +41,23 @@ def _arch_list(torch) -> list[str]:
     return list(arches)
 
 
+def aotriton_library(torch) -> dict | None:
+    """ROCm builds: the AOTriton library torch links ({"library": "libaotriton_v2.so.0.10.0", "version": "0.10.0"},
+    read from the file name in torch/lib: ROCm/legacy-rocm-build#5404), None elsewhere or when absent."""
+    if not getattr(torch.version, "hip", None):
+        return None
+    import pathlib
+    import re
+
+    names = sorted(p.name for p in (pathlib.Path(torch.__file__).parent / "lib").glob("libaotriton_v2.so*"))
+    versioned = [n for n in names if re.search(r"\.so\.\d+\.\d+", n)]
+    if not names:
+        return None
+    name = max(versioned, key=len) if versioned else names[0]
+    match = re.search(r"\.so\.(\d+\.\d+(?:\.\d+)?)", name)
+    return {"library": name, "version": match.group(1) if match else None}
+
+
 def probe_torch() -> dict | None:
     """The `torch` section of a snapshot, or None when torch cannot be imported."""
     try:
@@ -65,6 +82,9 @@ def probe_torch() -> dict | None:
             }
             info["cudnn_version"] = torch.backends.cudnn.version() if info["available"] else None
             info["devices"] = [_device(torch, i) for i in range(info["device_count"])]
+            aotriton = aotriton_library(torch)
+            if aotriton:
+                info["aotriton"] = aotriton
         except Exception as exc:  # noqa: BLE001 - keep what was gathered; the doctor explains the rest
             info["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
     info["warnings"] = sorted({str(w.message).strip().splitlines()[0] for w in caught})

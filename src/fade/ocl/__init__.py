@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import torch
 
-from fade.ocl import dispatch, runtime, tuning  # tuning: persisted CLBlast parameters apply as a device opens
+from fade.ocl import dispatch, graph, runtime, tuning  # tuning: persisted CLBlast parameters apply as a device opens
+from fade.ocl.graph import graph_backend, graph_fallback_counts, graph_stats, reset_graph_stats
 from fade.ocl.profiling import KernelTimes, profile
 from fade.ocl.runtime import DeviceInfo, OclError, OutOfMemoryError
 
 __all__ = ["register", "is_registered", "devices", "device_count", "fallback_counts", "reset_fallback_counts",
            "synchronize", "empty_cache", "manual_seed", "memory_allocated", "DeviceInfo", "OclError",
            "OutOfMemoryError", "add_fallback_listener", "remove_fallback_listener", "profile", "KernelTimes",
-           "clblast_tuning"]
+           "clblast_tuning", "graph_backend", "graph_fallback_counts", "graph_stats", "reset_graph_stats"]
 
-register = dispatch.register
+
+def register() -> None:
+    """Name PrivateUse1 "ocl" in this process and route its ops here (idempotent), and name the graph mode's
+    torch.compile backend "fade_ocl" (`torch.compile(model, backend="fade_ocl")`, docs/ocl.md "Graph mode").
+    OclError if there is no OpenCL device or PrivateUse1 already has another name."""
+    dispatch.register()
+    graph.register_backend()
+
+
 is_registered = dispatch.is_registered
 fallback_counts = dispatch.fallback_counts
 reset_fallback_counts = dispatch.reset_fallback_counts

@@ -117,6 +117,18 @@ def remove_fallback_listener(listener) -> None:
         _fallback_listeners.remove(listener)
 
 
+def note_fallback(name: str) -> bool:
+    """Count one fallback named `name` in fallback_counts() and call the listeners; True the first time `name`
+    is counted (the caller then warns). The graph mode (graph.py) counts its nodes that ran through eager
+    dispatch as "graph:<op>" and dynamo's graph breaks as "graph:break"."""
+    with _lock:
+        first = name not in _fallbacks
+        _fallbacks[name] += 1
+    for listener in list(_fallback_listeners):
+        listener(name)
+    return first
+
+
 HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, kwargs, bound)
     **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "all", "any"), reduce_op),
     "native_dropout": dropout,

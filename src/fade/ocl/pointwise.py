@@ -73,7 +73,7 @@ def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalar
     if ct == "double":  # the expressions' float literals (0.5f) would round double math to float precision
         expr = FLOAT_LITERAL.sub(r"\1", expr)
     store = f"({ot})(({ct})({expr}) != 0)" if out.dtype == torch.bool else f"({ot})({expr})"
-    source = _helpers(expr, ct) + f"""
+    source = helper_source(expr, ct) + f"""
 __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(', ' + p for p in params)}) {{
     long i = get_global_id(0);
     if (i >= meta[0]) return;
@@ -91,7 +91,7 @@ __kernel void pointwise(__global {ot}* out, __global const long* meta{''.join(',
     cl = dev.cl
     meta_buffer = cl.Buffer(dev.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR,
                             hostbuf=np.asarray(meta, dtype=np.int64))
-    np_ct = _numpy_scalar(ct, compute)
+    np_ct = numpy_scalar(ct, compute)
     values = [arg if not isinstance(arg, (int, float, bool)) else np_ct(arg) for arg in args]
     dev.launch(kernel, (out.numel(),), None, block_of(out).buffer, meta_buffer, *values, label=f"pointwise {expr}")
 
@@ -154,14 +154,14 @@ def _pointwise_flat(expr, out, operands, compute, ct, ot, scalars) -> tuple:
         single = [kind[1] for kind in kinds if kind is not None]  # per tensor operand: one element, broadcast
         params, loads, store = _pointwise_parts(expr, [kind and kind[0] for kind in kinds], scalars, ct, ot,
                                                 out.dtype == torch.bool, lambda slot: "" if single[slot] else " + i")
-        source = _helpers(expr, ct) + f"""
+        source = helper_source(expr, ct) + f"""
 __kernel void pointwise_flat(__global {ot}* out, long off, long n{''.join(', ' + p for p in params)}) {{
     long i = get_global_id(0);
     if (i >= n) return;
     {' '.join(loads)}
     out[off + i] = {store};
 }}"""
-        entry = flat_kernels[key] = (device_of(out).kernel("pointwise_flat", source), _numpy_scalar(ct, compute))
+        entry = flat_kernels[key] = (device_of(out).kernel("pointwise_flat", source), numpy_scalar(ct, compute))
     _launch_flat(*entry, out, operands, scalars, f"pointwise {expr}")
     return entry
 
@@ -189,7 +189,7 @@ def _pointwise_parts(expr: str, dtypes: list, scalars: dict, ct: str, ot: str, t
     return params, loads, f"({ot})(({ct})({body}) != 0)" if to_bool else f"({ot})({body})"
 
 
-def _numpy_scalar(ct: str, compute):
+def numpy_scalar(ct: str, compute):
     """The numpy type of a kernel's scalar arguments computed in OpenCL type `ct` (torch dtype `compute`)."""
     return np.float32 if ct == "float" else torch.empty(0, dtype=compute).numpy().dtype.type
 
@@ -206,7 +206,7 @@ def _operand_args(operands, scalars: dict, np_ct) -> list:
     return args + [np_ct(v) if isinstance(v, (int, float, bool)) else v for v in scalars.values()]
 
 
-def _collapse(shape, stride_lists) -> tuple:
+def collapse(shape, stride_lists) -> tuple:
     """(shape, stride lists) with size-1 dimensions dropped and neighbours merged where every tensor steps
     through them as one (a permuted copy of [n, c, l] stays 3-D, an expanded row becomes 2-D)."""
     kept = [d for d, size in enumerate(shape) if size != 1]
@@ -224,7 +224,7 @@ def _collapse(shape, stride_lists) -> tuple:
     return sizes, strides
 
 
-def _broadcast_strides(x: torch.Tensor, shape) -> list:
+def broadcast_strides(x: torch.Tensor, shape) -> list:
     """x's strides when broadcast to `shape` (what x.expand(shape).stride() says, without a view op)."""
     lead = len(shape) - x.dim()
     return [0] * lead + [0 if size == 1 and shape[lead + d] != 1 else st
@@ -243,7 +243,7 @@ def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
     tensors = [x for x in operands if isinstance(x, torch.Tensor)]
     if any(x.dim() > len(shape) for x in tensors):
         return False
-    sizes, strides = _collapse(shape, [list(out.stride())] + [_broadcast_strides(x, shape) for x in tensors])
+    sizes, strides = collapse(shape, [list(out.stride())] + [broadcast_strides(x, shape) for x in tensors])
     kinds = tuple(x.dtype if isinstance(x, torch.Tensor) else None for x in operands)
     key = ("strided", out.device.index or 0, expr, ct, ot, out.dtype == torch.bool, kinds, tuple(scalars),
            tuple(sizes), tuple(map(tuple, strides)))
@@ -266,7 +266,7 @@ def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
 
         params, loads, store = _pointwise_parts(expr, kinds, scalars, ct, ot, out.dtype == torch.bool,
                                                 lambda slot: f" + {address(strides[slot + 1])}")
-        source = _helpers(expr, ct) + f"""
+        source = helper_source(expr, ct) + f"""
 __kernel void pointwise_strided(__global {ot}* out, long off{''.join(', ' + p for p in params)}) {{
     {idx} i = get_global_id(0);
     if (i >= {total}) return;
@@ -274,7 +274,7 @@ __kernel void pointwise_strided(__global {ot}* out, long off{''.join(', ' + p fo
     {' '.join(loads)}
     out[off + {address(strides[0])}] = {store};
 }}"""
-        entry = flat_kernels[key] = (device_of(out).kernel("pointwise_strided", source), _numpy_scalar(ct, compute))
+        entry = flat_kernels[key] = (device_of(out).kernel("pointwise_strided", source), numpy_scalar(ct, compute))
     kernel, np_ct = entry
     device_of(out).launch(kernel, (out.numel(),), None, block_of(out).buffer, np.int64(out.storage_offset()),
                      *_operand_args(operands, scalars, np_ct), label=f"pointwise {expr}")
@@ -377,7 +377,7 @@ _HELPERS = {  # function an expression may call -> (its OpenCL C over floating T
 }
 
 
-def _helpers(expr: str, ct: str) -> str:
+def helper_source(expr: str, ct: str) -> str:
     """The definitions of the helper functions `expr` calls, over the kernel's compute type `ct`."""
     floating = ct in ("float", "double", "half")
     return "".join(f"#define T {ct}\n{_HELPERS[name][0 if floating else 1]}\n#undef T\n"
@@ -441,6 +441,35 @@ def _pointwise_inputs(bound: dict, operand_names, scalar_names) -> tuple:
     return operands, {name: (1 if bound[name] is None else bound[name]) for name in scalar_names}
 
 
+def variant_expression(op, bound: dict) -> str:
+    """The expression of an elementwise op's call (tanh GELU's own); NoKernel for a variant with no kernel
+    (a division's rounding mode). Checked before the op's output is made or resized."""
+    base = base_name(op)
+    if bound.get("approximate") == "tanh" and base in _GELU_TANH:
+        return _GELU_TANH[base]
+    if bound.get("rounding_mode") is not None or bound.get("approximate") not in (None, "none"):
+        raise NoKernel("a variant without a kernel")
+    return POINTWISE[base][1]
+
+
+def typed_expression(op, bound: dict, expr: str, out_dtype) -> tuple:
+    """(expression, compute dtype) of an elementwise op's call whose result is `out_dtype`: comparisons compute
+    in their inputs' promoted type, integer types take _INTEGER_POINTWISE's forms; NoKernel for bfloat16. The
+    graph mode's fused kernels (graph_fusion.py) ask this too, with the graph's fake tensors as operands."""
+    base = base_name(op)
+    operands = [bound[name] for name in POINTWISE[base][0]]
+    tensors = [x for x in operands if isinstance(x, torch.Tensor)]
+    compute = out_dtype
+    if out_dtype == torch.bool and base != "where" and tensors:  # compare in the inputs' promoted type
+        compute = torch.result_type(*operands) if len(operands) == 2 else tensors[0].dtype
+    if compute == torch.bfloat16 or any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
+                                        for x in operands):
+        raise NoKernel("bfloat16")
+    if not compute.is_floating_point and base in _INTEGER_POINTWISE:
+        expr = _INTEGER_POINTWISE[base]
+    return expr, compute
+
+
 def pointwise_op(op, args, kwargs, bound):
     arguments = meta_key((args, tuple(sorted(kwargs.items()))))
     key = None
@@ -449,23 +478,10 @@ def pointwise_op(op, args, kwargs, bound):
         plan = pointwise_plans.get(key)
         if plan is not None:
             return _run_plan(plan, args, kwargs, bound)
-    base = base_name(op)
-    operand_names, expr, scalar_names = POINTWISE[base]
-    if bound.get("approximate") == "tanh" and base in _GELU_TANH:
-        expr = _GELU_TANH[base]
-    elif bound.get("rounding_mode") is not None or bound.get("approximate") not in (None, "none"):
-        raise NoKernel("a variant without a kernel")
+    expr = variant_expression(op, bound)
     out, _ = output_for(op, args, kwargs, bound, arguments)
-    operands = [bound[name] for name in operand_names]
-    tensors = [x for x in operands if isinstance(x, torch.Tensor)]
-    compute = out.dtype
-    if out.dtype == torch.bool and base != "where" and tensors:  # compare in the inputs' promoted type
-        compute = torch.result_type(*operands) if len(operands) == 2 else tensors[0].dtype
-    if compute == torch.bfloat16 or any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
-                                        for x in operands):
-        raise NoKernel("bfloat16")
-    if not compute.is_floating_point and base in _INTEGER_POINTWISE:
-        expr = _INTEGER_POINTWISE[base]
+    expr, compute = typed_expression(op, bound, expr, out.dtype)
+    operand_names, _, scalar_names = POINTWISE[base_name(op)]
     operands, scalars = _pointwise_inputs(bound, operand_names, scalar_names)
     flat = pointwise(expr, out, operands, compute, scalars)
     written = schema_of(op)[1]  # the names of the arguments the op writes
