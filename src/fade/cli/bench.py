@@ -304,6 +304,32 @@ def cmd_bench_llm(args) -> int:
         agreement = "tokens match" if tokens.get("match") else f"tokens differ from token {tokens.get('first_mismatch')}"
         console.print(f"[fade.dim]{record['case_id']}: {share}; first token {extra.get('ttft_ms', 0):.3g} ms; {agreement}[/]",
                       soft_wrap=True, markup=True)
+    for record in run.records:  # the attention truth of the prefill cases (fade.measure.attention)
+        for phase, probe in ((record.get("extra") or {}).get("attention") or {}).items():
+            for line in attention_lines(record["case_id"], phase, probe):
+                console.print(line, soft_wrap=True, markup=False, style="fade.warn" if "MATH" in line else None)
     if args.json:
         write_json(run.to_dict(), args.json)
     return report_run_problems(run) or result.exit_status
+
+
+def attention_lines(case_id: str, phase: str, probe: dict) -> list:
+    """One line per backend (what ran, its kernel library, median) and the finding, for one probed shape."""
+    lines = [f"{case_id}: attention {phase} ({probe.get('label')})"]
+    for row in probe.get("backends") or []:
+        if row.get("ran"):
+            library = ", ".join(row.get("attention_libraries") or []) or ("bmm + softmax" if row.get("backend") == "math" else "")
+            median = row.get("median_ms")
+            ran = "MATH" if row.get("backend") == "math" else row.get("backend")
+            lines.append(f"  {row['requested']:>9}: ran {ran}" + (f" [{library}]" if library else "")
+                         + (f" {median:.3g} ms" if median is not None else ""))  # fmt: skip
+        else:
+            why = "; ".join(c["cause"] for c in row.get("causes") or []) or (row.get("error") or "").splitlines()[0][:80]
+            lines.append(f"  {row['requested']:>9}: cannot run ({why})")
+    finding = probe.get("finding") or {}
+    if finding.get("status") == "math_fallback":
+        lines.append(f"  finding: MATH fallback: {finding.get('message')}")
+        lines += [f"    fix ({cause['cause']}): {cause['fix']}" for cause in finding.get("causes") or []]
+    elif finding.get("status") not in (None, "ok"):
+        lines.append(f"  finding: {finding.get('status')}: {finding.get('message')}")
+    return lines

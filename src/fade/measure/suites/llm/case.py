@@ -137,8 +137,27 @@ def prefill_case(ctx, *, config: dict, dtype: str, batch: int, tokens: int) -> C
     flops = llm_math.prefill_flops(shape, batch, tokens)
     formula = ("prefill_flops / median_s / 1e12; prefill_flops = batch x (2 x matmul params x tokens + 2 x vocab x "
                "hidden + 4 x layers x heads x head_dim x tokens^2 / 2) (fade.analyze.llm)")  # fmt: skip
-    return tflops_result(timing, int(flops), formula, dtype, {"memory": peak_memory(device),
-                                                               "ttft_note": "a prefill alone; decode cases time the first token as users see it"})
+    memory = peak_memory(device)
+    del model
+    return tflops_result(timing, int(flops), formula, dtype, {"memory": memory,
+                                                               "ttft_note": "a prefill alone; decode cases time the first token as users see it",
+                                                               "attention": attention_truth(shape, dtype, batch, tokens, ctx)})
+
+
+def attention_truth(shape, dtype: str, batch: int, tokens: int, ctx) -> dict:
+    """The attention probe (fade.measure.attention) for this model's real attention: its head_dim, heads and KV
+    heads (GQA) in the case's dtype, as the prefill runs it (q = kv = tokens, causal: transformers passes
+    is_causal when no padding mask is given) and as a decode step runs it (1 query against `tokens` cached keys,
+    no mask). Each backend's row and the finding (a math fallback with its cause, or a slower default)."""
+    from fade.measure.attention import PROBE_TIMING, QUICK_PROBE_TIMING, AttentionShape, probe_attention
+
+    out = {}
+    for phase, q_len, mask in (("prefill", tokens, "causal"), ("decode", 1, "none")):
+        probe_shape = AttentionShape(batch=batch, q_heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
+                                     head_dim=shape.head_dim, q_len=q_len, kv_len=tokens, mask=mask, dtype=dtype)  # fmt: skip
+        out[phase] = probe_attention(probe_shape, device=ctx.device,
+                                     timing=QUICK_PROBE_TIMING if ctx.quick else PROBE_TIMING)  # fmt: skip
+    return out
 
 
 def interleaved(first_call, second_call, device: str, settings: dict) -> tuple:
