@@ -8,9 +8,10 @@ of a real non-CPU device type, and the guard sees exactly the ops it would see o
 
 How: `torch.utils.backend_registration._setup_privateuseone_for_python_backend` registers the device, its
 hooks and a Python device guard (torch >= 2.5; experimental there). Every ATen op on the device reaches one
-boxed fallback kernel (`_run_on_host`) that runs it on host tensors sharing the device tensors' memory and
-wraps the results. A device tensor's storage is made with `_construct_storage_from_data_pointer` over its
-host twin's memory, so views, `detach` and in-place ops keep their aliasing without any per-op code.
+boxed fallback kernel (`_run_on_host`), which runs it with the host fallback fade.ocl uses too
+(`fade.hostwork.host_fallback.run_on_host`) on host tensors sharing the device tensors' memory. A device
+tensor's storage is made with `_construct_storage_from_data_pointer` over its host twin's memory, so views,
+`detach` and in-place ops keep their aliasing without any per-op code.
 
 Limits: one device (standin:0); ops run synchronously; no streams, events, pinned memory or generators
 (random ops use the CPU generator). It is for tests and examples, never for speed.
@@ -24,8 +25,8 @@ import warnings
 
 import torch
 
-from fade.hostwork.storages import (PythonDeviceModule, StorageTable, map_nested, register_python_backend,
-                                    set_geometry)
+from fade.hostwork.host_fallback import HostMemory, run_on_host
+from fade.hostwork.storages import PythonDeviceModule, StorageTable, register_python_backend, set_geometry
 
 NAME = "standin"
 aten = torch.ops.aten
@@ -71,34 +72,35 @@ def simulated_cpu_fallback(*ops: str):
                                for op in ops})
 
 
-def _device() -> torch.device:
-    return torch.device(NAME, 0)
-
-
 def to_host(tensor: torch.Tensor) -> torch.Tensor:
     """The host tensor sharing `tensor`'s memory, with the same sizes, strides and offset. No copy."""
-    try:
-        host_storage = _host_storage.backing(tensor)
-    except RuntimeError:
-        raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.hostwork.standin?)") from None
-    return set_geometry(torch.empty(0, dtype=tensor.dtype), host_storage, tensor.storage_offset(), tensor.size(),
-                        tensor.stride())
+    return set_geometry(torch.empty(0, dtype=tensor.dtype), _memory.host_storage(tensor), tensor.storage_offset(),
+                        tensor.size(), tensor.stride())
 
 
-def _new_device_tensor(host: torch.Tensor) -> torch.Tensor:
-    """A device tensor over `host`'s memory, same geometry."""
-    host_storage = host.untyped_storage()
-    tensor = _host_storage.new_tensor(host_storage, host_storage.data_ptr(), host_storage.nbytes(), _device(),
-                                      host.dtype, host.storage_offset(), host.size(), host.stride())
-    if len(_host_storage) % 1024 == 0:
-        _host_storage.sweep()
-    return tensor
+class _HostMemory(HostMemory):
+    """The stand-in's storages are host memory: the host storage is the memory itself, nothing is copied."""
+
+    def host_storage(self, tensor: torch.Tensor) -> torch.UntypedStorage:
+        try:
+            return _host_storage.backing(tensor)
+        except RuntimeError:
+            raise RuntimeError(f"{NAME} tensor has no host memory (was it made outside fade.hostwork.standin?)") \
+                from None
+
+    def store(self, host_storage, tensor) -> None:
+        pass  # the op wrote the device tensor's own memory
+
+    def adopt(self, host_storage, device, dtype, owned: bool) -> torch.Tensor:
+        nbytes = host_storage.nbytes()
+        tensor = _host_storage.new_tensor(host_storage, host_storage.data_ptr(), nbytes, device, torch.uint8, 0,
+                                          [nbytes], [1])
+        if len(_host_storage) % 1024 == 0:
+            _host_storage.sweep()
+        return tensor
 
 
-def _view_of(device_base: torch.Tensor, host_view: torch.Tensor) -> torch.Tensor:
-    """A device tensor sharing `device_base`'s storage, with `host_view`'s geometry."""
-    return _host_storage.view_of(device_base, host_view.dtype, host_view.storage_offset(), host_view.size(),
-                                 host_view.stride())
+_memory = _HostMemory(NAME, _host_storage)
 
 
 def _run_on_host(op, *args, **kwargs):
@@ -110,60 +112,12 @@ def _run_on_host(op, *args, **kwargs):
         message = _simulated_warnings.get(name) or _simulated_warnings.get(name.split(".")[0])
         if message:
             warnings.warn(message, UserWarning, stacklevel=2)
-    device_by_storage = {}  # host storage address -> device tensor, to turn host views back into device views
-    device_by_host = {}  # id(host tensor) -> (host tensor, device tensor), for in-place and out= results
-
-    def unwrap(value):
-        if isinstance(value, torch.Tensor) and value.device.type == NAME:
-            host = to_host(value)
-            device_by_storage[host.untyped_storage()._cdata] = value
-            device_by_host[id(host)] = (host, value)
-            return host
-        if isinstance(value, torch.device) and value.type == NAME:
-            return torch.device("cpu")
-        return value
-
-    host_args = map_nested(unwrap, args)
-    host_kwargs = map_nested(unwrap, kwargs)
     if op is aten._copy_from.default or op is aten._copy_from_and_resize.default:
-        source, destination = host_args[0], host_args[1]
+        source, destination = args[0], args[1]
         if op is aten._copy_from_and_resize.default:
-            destination.resize_(source.shape)
-        destination.copy_(source)
-        return _wrap_inplace(destination, args[1])
-    for argument in op._schema.arguments:
-        if argument.is_out and isinstance(host_kwargs.get(argument.name), torch.Tensor):
-            # The generic structured kernel hands us outputs of a placeholder shape; let the CPU kernel size
-            # them rather than warn that it resized a non-empty output.
-            host_kwargs[argument.name].resize_(0)
-    result = op(*host_args, **host_kwargs)
-
-    def wrap(value):
-        if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
-            return value
-        known = device_by_host.get(id(value))
-        if known is not None and known[0] is value:  # in-place or out=: hand back the caller's tensor
-            return _wrap_inplace(value, known[1])
-        base = device_by_storage.get(value.untyped_storage()._cdata)
-        if base is not None:  # a view of an input
-            return _view_of(base, value)
-        return _new_device_tensor(value)
-
-    return map_nested(wrap, result)
-
-
-def _wrap_inplace(host: torch.Tensor, device_tensor: torch.Tensor) -> torch.Tensor:
-    """Return `device_tensor`, first matching its geometry to `host` if the op resized or restrided it."""
-    same_geometry = (host.size() == device_tensor.size() and host.stride() == device_tensor.stride()
-                     and host.storage_offset() == device_tensor.storage_offset())
-    grew = host.untyped_storage().nbytes() > device_tensor.untyped_storage().nbytes()
-    if grew:  # the host storage was reallocated: point the device tensor at a storage over the new memory
-        fresh = _new_device_tensor(host)
-        set_geometry(device_tensor, fresh.untyped_storage(), host.storage_offset(), host.size(), host.stride())
-    elif not same_geometry:
-        set_geometry(device_tensor, device_tensor.untyped_storage(), host.storage_offset(), host.size(),
-                     host.stride())
-    return device_tensor
+            run_on_host(aten.resize_.default, (destination, source.shape), {}, _memory)
+        return run_on_host(aten.copy_.default, (destination, source), {}, _memory)
+    return run_on_host(op, args, kwargs, _memory)
 
 
 class _BackendModule(PythonDeviceModule):

@@ -4,7 +4,8 @@ or to the counted CPU fallback.
 The routing (`route_of`, cached per op): the copy ops, _foreach_*, empty, in-place geometry ops and view ops
 first; then POINTWISE (pointwise.py) by the op's base name; then HANDLERS, base name -> the module's kernel. A
 kernel raises NoKernel for a call it cannot run (a dtype, a variant); that call, and every op without a route,
-runs on the CPU (`_cpu_fallback`: storages copied in, the op run, written arguments copied back, views kept),
+runs on the CPU (`_cpu_fallback`, through fade.hostwork.host_fallback, which the stand-in device shares: storages
+copied in, the op run, written arguments copied back, views kept),
 warns once per op with its name, and is counted (`fallback_counts`, `add_fallback_listener`). `register()` names
 the device; BackendModule is what torch asks of a device module (`torch.ocl`).
 """
@@ -19,14 +20,15 @@ import warnings
 
 import torch
 
-from fade.hostwork.storages import map_nested, PythonDeviceModule, register_python_backend, set_geometry
+from fade.hostwork.host_fallback import HostMemory, run_on_host
+from fade.hostwork.storages import PythonDeviceModule, register_python_backend
 from fade.ocl import runtime
 from fade.ocl.convolution import convolution
 from fade.ocl.foreach import foreach, FOREACH_FUSED_EXPRESSIONS
 from fade.ocl.gemm import matmul
 from fade.ocl.indexing import arange, embedding, triangle
 from fade.ocl.memory import empty, NAME, reclaim, storage_table
-from fade.ocl.meta import base_name, bind_arguments, device_index_of, is_view_op, numbers_as_tensors, written_arguments
+from fade.ocl.meta import base_name, bind_arguments, is_view_op
 from fade.ocl.normalization import batch_norm, layer_norm
 from fade.ocl.philox import bernoulli, dropout
 from fade.ocl.pointwise import POINTWISE, pointwise_op
@@ -34,8 +36,7 @@ from fade.ocl.pooling import adaptive_avg_pool, avg_pool, max_pool
 from fade.ocl.reductions import nll_loss, reduce_op, softmax, softmax_backward
 from fade.ocl.runtime import OclError
 from fade.ocl.sources import NoKernel
-from fade.ocl.transfers import (copy_from, local_scalar_dense, restore_storage, storage_from_host, storage_to_host,
-                                upload)
+from fade.ocl.transfers import copy_from, local_scalar_dense, restore_storage, storage_from_host, storage_to_host
 from fade.ocl.views import cat, empty_op, GEOMETRY_INPLACE, geometry_inplace, view_op
 
 aten = torch.ops.aten
@@ -205,62 +206,25 @@ def _cpu_fallback(op, args, kwargs):
     if first:
         warnings.warn(f"fade.ocl: the operator '{name}' has no OpenCL kernel and runs on the CPU (copy in, run, "
                       "copy out); fade.ocl.fallback_counts() counts them", UserWarning, stacklevel=3)
-    bound = bind_arguments(op, args, kwargs)
-    written = {id(t) for t in written_arguments(op, bound)}
-    host_storages = {}  # device StorageImpl address -> (host storage, a device tensor on it)
-    host_to_device = {}  # id(host tensor) -> (host, device tensor)
-    device_by_host_storage = {}
+    return run_on_host(op, args, kwargs, _host_memory)
 
-    def unwrap(value):
-        if isinstance(value, torch.Tensor) and value.device.type == NAME:
-            storage = value.untyped_storage()
-            # zero-byte tensors share one storage (empty()): each gets a host storage of its own, or the CPU op
-            # would resize several outputs over one host storage
-            key = storage._cdata if storage.nbytes() else ("zero-byte", id(value))
-            if key not in host_storages:
-                host_storages[key] = (storage_to_host(value), value)
-            host_storage = host_storages[key][0]
-            host = set_geometry(torch.empty(0, dtype=value.dtype), host_storage, value.storage_offset(),
-                                value.size(), value.stride())
-            host_to_device[id(host)] = (host, value)
-            device_by_host_storage[host_storage._cdata] = value
-            return host
-        if isinstance(value, torch.device) and value.type == NAME:
-            return torch.device("cpu")
-        return value
 
-    host_args, host_kwargs = numbers_as_tensors(op, map_nested(unwrap, args), map_nested(unwrap, kwargs))
-    result = op(*host_args, **host_kwargs)
-    for host, device_tensor in list(host_to_device.values()):
-        if id(device_tensor) in written:
-            if host.untyped_storage().nbytes() > device_tensor.untyped_storage().nbytes() or \
-                    host.untyped_storage()._cdata not in device_by_host_storage:
-                fresh = empty(host.size(), host.stride(), host.dtype, device_tensor.device.index,
-                              host.storage_offset())
-                set_geometry(device_tensor, fresh.untyped_storage(), host.storage_offset(), host.size(),
-                             host.stride())
-                storage_from_host(host.untyped_storage(), device_tensor, owned=True)
-            else:
-                set_geometry(device_tensor, device_tensor.untyped_storage(), host.storage_offset(), host.size(),
-                             host.stride())
-                storage_from_host(host.untyped_storage(), device_tensor, owned=True)
-    index = device_index_of(args, kwargs)
+class _HostMemory(HostMemory):
+    """ocl's storages are OpenCL buffers: read into a host copy before the op, written back after it."""
 
-    def wrap(value):
-        if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
-            return value
-        known = host_to_device.get(id(value))
-        if known is not None and known[0] is value:
-            return known[1]
-        base = device_by_host_storage.get(value.untyped_storage()._cdata)
-        if base is not None:
-            return storage_table.view_of(base, value.dtype, value.storage_offset(), value.size(), value.stride())
-        fresh = empty(value.size(), value.stride(), value.dtype, index, value.storage_offset())
-        storage_from_host(value.untyped_storage(), fresh) if value.untyped_storage().nbytes() <= \
-            fresh.untyped_storage().nbytes() else upload(value, fresh)
+    def host_storage(self, tensor):
+        return storage_to_host(tensor)
+
+    def store(self, host_storage, tensor) -> None:
+        storage_from_host(host_storage, tensor, owned=True)  # the fallback's own copy, dropped after the op
+
+    def adopt(self, host_storage, device, dtype, owned: bool):
+        fresh = empty([-(-host_storage.nbytes() // dtype.itemsize)], [1], dtype, device.index or 0)
+        storage_from_host(host_storage, fresh, owned=owned)
         return fresh
 
-    return map_nested(wrap, result)
+
+_host_memory = _HostMemory(NAME, storage_table)
 
 
 class BackendModule(PythonDeviceModule):

@@ -247,6 +247,55 @@ def _batch_norm_functional(op, args, kwargs):
     return out, save_mean, save_invstd, mean, var
 
 
+def _batch_norm_functional_in_place(op, args, kwargs):
+    """_native_batch_norm_legit_functional whose running statistics the graph copies back into the same inputs
+    and reads nowhere else (`_in_place_batch_norms`): they are updated where they are, as eager does, and the
+    copies back are skipped."""
+    bound = bind_arguments(op, args, kwargs)
+    mean, var = bound["running_mean"], bound["running_var"]
+    out, save_mean, save_invstd = _routed(aten._native_batch_norm_legit.default, (
+        bound["input"], bound["weight"], bound["bias"], mean, var, bound["training"], bound["momentum"],
+        bound["eps"]))
+    return out, save_mean, save_invstd, mean, var
+
+
+def _copy_in_place(op, args, kwargs):
+    """copy_ (an input the graph updates, written back: AOTAutograd keeps those in the graph) by the elementwise
+    copy kernel."""
+    target, source = args[0], args[1]
+    if not isinstance(source, torch.Tensor) or source.device.type != NAME or torch.bfloat16 in (
+            source.dtype, target.dtype) or kwargs.get("non_blocking") or len(args) > 2:
+        raise NoKernel("copy_ from the host or of bfloat16")
+    pointwise("a", target, [source])
+    return target
+
+
+def _in_place_batch_norms(nodes: list) -> tuple[set, set]:
+    """(batch norm nodes, copy_ nodes): the _native_batch_norm_legit_functional nodes whose running statistics are
+    graph inputs read by nothing but the batch norm and a copy_ of its new value back into them, and those
+    copy_ nodes, which the plan then skips."""
+    norms, copies = set(), set()
+    for node in nodes:
+        if node.target is not aten._native_batch_norm_legit_functional.default or len(node.args) < 5:
+            continue
+        found = []
+        for position, stat in ((3, node.args[3]), (4, node.args[4])):
+            if not isinstance(stat, torch.fx.Node) or stat.op != "placeholder":
+                break
+            others = [u for u in stat.users if u is not node]
+            if len(others) != 1 or others[0].target is not aten.copy_.default or others[0].args[0] is not stat:
+                break
+            value = others[0].args[1]
+            if not (isinstance(value, torch.fx.Node) and value.target is operator.getitem and
+                    value.args == (node, position)):
+                break
+            found.append(others[0])
+        if len(found) == 2:
+            norms.add(node)
+            copies.update(found)
+    return norms, copies
+
+
 def _batch_norm_no_training(op, args, kwargs):
     bound = bind_arguments(op, args, kwargs)
     return _routed(aten._native_batch_norm_legit.default, (
@@ -295,6 +344,7 @@ LOWERINGS = {  # ops with no kernel of their own that the plan runs by other ops
     aten.full_like.default: _full_like,
     aten.select_backward.default: _scatter_backward,
     aten.slice_backward.default: _scatter_backward,
+    aten.copy_.default: _copy_in_place,
 }
 
 
@@ -385,6 +435,7 @@ class GraphPlan:
         groups = [g for g in group_elementwise(infos)]
         group_at = {g[-1]: g for g in groups}
         in_group = {m for g in groups for m in g}
+        norms, skipped_copies = _in_place_batch_norms(nodes)
         steps: list = []
         for node in nodes:
             slot = slots[node]
@@ -403,8 +454,10 @@ class GraphPlan:
                 continue
             elif node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
                 steps.append(_GetItem(slots[node.args[0]], node.args[1], slot))
+            elif node in skipped_copies:
+                continue  # its batch norm updated the input in place; the node has no readers
             else:
-                steps.append(self._op_step(node, slots))
+                steps.append(self._op_step(node, slots, _batch_norm_functional_in_place if node in norms else None))
         self.output_template = outputs
         self.outputs = _resolver(outputs)
         keep = set(_refs(outputs))
@@ -430,10 +483,12 @@ class GraphPlan:
         return [step.slot]
 
     @staticmethod
-    def _op_step(node: torch.fx.Node, slots: dict) -> _OpStep:
+    def _op_step(node: torch.fx.Node, slots: dict, call=None) -> _OpStep:
         op = node.target
         args, kwargs = _template(tuple(node.args), slots), _template(dict(node.kwargs), slots)
-        if isinstance(op, torch._ops.OpOverload):
+        if call is not None:
+            pass
+        elif isinstance(op, torch._ops.OpOverload):
             call = LOWERINGS.get(op) or dispatch.route_of(op)
         else:
             call = None  # a Python callable in the graph: run as it is, counted
@@ -500,7 +555,10 @@ def graph_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     backward and inference graphs. `torch.compile(model, backend=fade.ocl.graph_backend)`, or "fade_ocl"."""
     from torch._dynamo.backends.common import aot_autograd
     _note_graph_breaks()
-    backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, decompositions=_decompositions())
+    # input mutations (batch norm's running statistics) stay in the graph as copy_ nodes, so the plan can make
+    # them in place (_in_place_batch_norms)
+    backend = aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph, decompositions=_decompositions(),
+                           keep_inference_input_mutations=True)
     return backend(gm, example_inputs, **kwargs)
 
 

@@ -9,6 +9,7 @@ import functools
 
 import torch
 
+from fade.hostwork.host_fallback import numbers_as_tensors  # the CPU fallback needs it too
 from fade.hostwork.storages import map_nested
 from fade.ocl.memory import empty_like_meta, NAME
 
@@ -101,26 +102,6 @@ def remember(cache: dict, key, value) -> None:
     if len(cache) >= META_CACHE_SIZE:
         cache.clear()
     cache[key] = value
-
-
-@functools.lru_cache(maxsize=None)
-def _tensor_arguments(op) -> tuple:
-    """(position, name) of each argument `op` declares as a Tensor."""
-    return tuple((position, argument.name) for position, argument in enumerate(op._schema.arguments)
-                 if isinstance(argument.type, torch._C.TensorType))
-
-
-def numbers_as_tensors(op, args, kwargs) -> tuple:
-    """(args, kwargs) with a Python number in a Tensor argument made a 0-dim CPU tensor (an int64, bool or
-    default-dtype one, the dtypes of a wrapped number). torch hands a Python kernel `x % 3`'s wrapped 3 as a
-    number, and calling the op again with it fails outside the few ops (add, mul, ...) that accept numbers."""
-    args, kwargs = list(args), dict(kwargs)
-    for position, name in _tensor_arguments(op):
-        for values, key in ((args, position), (kwargs, name)):
-            if (key in values if isinstance(values, dict) else key < len(values)) and \
-                    isinstance(values[key], (bool, int, float, complex)):
-                values[key] = torch.tensor(values[key])
-    return tuple(args), kwargs
 
 
 def meta_result_of(op, args, kwargs, key=None):
