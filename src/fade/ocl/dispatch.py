@@ -23,6 +23,7 @@ import torch
 from fade.hostwork.host_fallback import HostMemory, run_on_host
 from fade.hostwork.storages import PythonDeviceModule, register_python_backend
 from fade.ocl import runtime
+from fade.ocl.attention import native_multi_head_attention, transformer_encoder_layer
 from fade.ocl.convolution import convolution
 from fade.ocl.foreach import foreach, FOREACH_FUSED_EXPRESSIONS
 from fade.ocl.gemm import matmul
@@ -144,10 +145,12 @@ HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, k
     **dict.fromkeys(("avg_pool2d", "avg_pool2d_backward"), avg_pool),
     **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward"), batch_norm),
     **dict.fromkeys(("convolution", "convolution_backward"), convolution),
-    **dict.fromkeys(("mm", "addmm", "bmm"), matmul),
+    **dict.fromkeys(("mm", "addmm", "bmm", "baddbmm"), matmul),
     "arange": arange,
     **dict.fromkeys(("tril", "triu"), triangle),
     "cat": cat,
+    "_native_multi_head_attention": native_multi_head_attention,
+    "_transformer_encoder_layer_fwd": transformer_encoder_layer,
 }
 
 

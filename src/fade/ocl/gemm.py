@@ -1,5 +1,5 @@
-"""Matrix multiplies: mm, addmm and bmm through CLBlast (runtime.gemm), split-K for a small output with a long k,
-and FADE's own GEMM kernel (kernels/own_gemm.cl) for the small batched GEMMs of 1x1 convolutions, whose
+"""Matrix multiplies: mm, addmm, bmm and baddbmm through CLBlast (runtime.gemm), split-K for a small output with a
+long k, and FADE's own GEMM kernel (kernels/own_gemm.cl) for the small batched GEMMs of 1x1 convolutions, whose
 CLBlast host cost (~50-130 us a call on the H100's host) would outweigh the work.
 """
 
@@ -185,6 +185,20 @@ def _mm_split_k(out, a, trans_a, lda, b, trans_b, ldb, alpha, beta, pieces) -> N
         mm_into(out, a.col_range(pieces * chunk, k), b.row_range(pieces * chunk, k), alpha, 1.0)
 
 
+def bmm_into(out, a, b, alpha: float, beta: float) -> None:
+    """out = alpha * a @ b + beta * out for 3-D device tensors: one strided-batched GEMM."""
+    if out.shape[0] == 1 or out.numel() == 0:
+        for batch in range(out.shape[0]):
+            mm_into(out[batch], a[batch], b[batch], alpha, beta)
+        return
+    a = a if gemm_layout(as_mat(a[0])) is not None else contiguous(a)
+    b = b if gemm_layout(as_mat(b[0])) is not None else contiguous(b)
+    if a.shape[2] == 0:  # no products: beta * out
+        pointwise("a * beta", out, [out], scalars={"beta": beta}) if beta else pointwise("0", out, [])
+    else:
+        mm_into(out[0], a[0], b[0], alpha, beta, batch=out.shape[0], strides=(a.stride(0), b.stride(0), out.stride(0)))
+
+
 def matmul(op, args, kwargs, bound):
     base = base_name(op)
     if bound["self"].dtype not in (torch.float32, torch.float64):
@@ -209,17 +223,11 @@ def matmul(op, args, kwargs, bound):
         if beta:
             pointwise("a", out, [bound["self"]])
         mm_into(out, bound["mat1"], bound["mat2"], alpha, beta)
-    else:  # bmm: one strided-batched GEMM
-        a, b = bound["self"], bound["mat2"]
-        if out.shape[0] == 1 or out.numel() == 0:
-            for batch in range(out.shape[0]):
-                mm_into(out[batch], a[batch], b[batch], 1.0, 0.0)
-        else:
-            a = a if gemm_layout(as_mat(a[0])) is not None else contiguous(a)
-            b = b if gemm_layout(as_mat(b[0])) is not None else contiguous(b)
-            if a.shape[2] == 0:
-                pointwise("0", out, [])
-            else:
-                mm_into(out[0], a[0], b[0], 1.0, 0.0, batch=out.shape[0],
-                         strides=(a.stride(0), b.stride(0), out.stride(0)))
+    elif base == "baddbmm":
+        beta, alpha = float(bound["beta"]), float(bound["alpha"])
+        if beta:
+            pointwise("a", out, [bound["self"]])
+        bmm_into(out, bound["batch1"], bound["batch2"], alpha, beta)
+    else:  # bmm
+        bmm_into(out, bound["self"], bound["mat2"], 1.0, 0.0)
     return finish(op, bound, out)
