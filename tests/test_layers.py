@@ -55,7 +55,13 @@ def _plant(tmp_path, files: dict) -> Path:
         ({"fade/ocl/convolution.py": "def f():\n    from fade.act.tune import cache\n",
           "fade/act/tune/cache.py": ""}, "fade.ocl imports fade.act.tune"),
         ({"fade/ocl/tuning.py": "from fade.act.patches import x\n", "fade/act/patches.py": ""},
-         "fade.ocl imports fade.act.patches"),  # the exception covers fade.act.tune only
+         "fade.ocl imports fade.act.patches"),
+        # the exception fade.device_cache replaced: ocl reads the tuner's cache without importing the tuner
+        ({"fade/ocl/tuning.py": "def f():\n    from fade.act.tune import cache as tune_cache\n",
+          "fade/act/tune/cache.py": ""}, "fade.ocl imports fade.act.tune"),
+        ({"fade/device_cache.py": "from fade.act.tune import device\n", "fade/act/tune/device.py": ""},
+         "fade.device_cache imports fade.act.tune"),
+        ({"fade/device_cache.py": "import torch\n"}, "fade.device_cache imports torch"),
         ({"fade/ocl/dispatch.py": "from fade.report import console\n", "fade/report/console.py": ""},
          "fade.ocl imports fade.report"),
         ({"fade/ocl/runtime.py": "import fade.cli\n", "fade/cli/__init__.py": ""}, "fade.ocl imports fade.cli"),

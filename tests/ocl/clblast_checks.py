@@ -2,6 +2,11 @@
 Each parameter override builds CLBlast's GEMM program anew (about 7 s on PoCL on 2 cores, then PoCL's kernel cache
 has it), so the checks share one 64x64x64 shape and two configurations."""
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy
 import pytest
 import torch
@@ -56,6 +61,27 @@ def test_persisted_parameters_round_trip_and_apply_on_this_device(dev, bench_and
     assert record["parameters"]["Xgemm"] == LEGAL
     result = tuning.measure_shapes(dev, [SHAPE], bench, {SHAPE: default}, repeats=1)
     assert result["worst_rel_diff"] <= tuning.GEMM_RTOL and result["rows"][0]["gflops"] > 0
+
+
+def test_parameters_the_tuner_persisted_apply_in_a_process_that_never_imports_it(dev, tmp_path):
+    """The tuner writes clblast.json through its cache (fade.act.tune.cache); a fresh process that imports only
+    fade.ocl, as a bench worker or a user's script does, applies it when the device opens (fade.ocl reads it through
+    fade.device_cache, and imports nothing of fade.act)."""
+    fingerprint = tuning.fingerprint(dev)
+    tuning.persist(tune_cache.open_cache(fingerprint, base=tmp_path / "fade" / "tune"), fingerprint,
+                   {**INDIRECT, "Xgemm": LEGAL}, {})
+    script = ("import json, sys, torch, fade.ocl as ocl\n"
+              "ocl.register()\n"
+              "torch.ones(2, device='ocl:0')\n"
+              "print(json.dumps({'tuning': ocl.clblast_tuning(0),\n"
+              "                  'act': sorted(m for m in sys.modules if m.startswith('fade.act'))}))\n")
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180,
+                           env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path), FADE_OCL_CLBLAST_TUNED="1"))
+    assert child.returncode == 0, child.stderr[-2000:]
+    seen = json.loads(child.stdout.splitlines()[-1])
+    assert seen["act"] == []
+    assert seen["tuning"]["applied"] and seen["tuning"]["kernels"] == ["GemmRoutine", "Xgemm"], seen
+    assert seen["tuning"]["cache"].startswith(str(tmp_path / "fade" / "tune"))
 
 
 def test_the_recorder_captures_a_tiny_models_step_and_nothing_outside():

@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Optional
 
+from fade import device_cache
 from fade.ocl import runtime
 from fade.ocl.settings import setting
 
@@ -60,7 +61,7 @@ C_RESET = 1.0e4  # C's value before a sampled call (see ShapeBench.measure)
 CHECK_ELEMENTS = 1 << 16  # C elements compared per shape (evenly strided, plus the last): all of C when smaller
 DEVICE_BUFFER_FRACTION = 0.5  # of the device's memory, for the shapes' A, B and C kept between candidates
 DISABLE_ENV = "FADE_OCL_CLBLAST_TUNED"  # "0": fade.ocl opens devices with CLBlast's own parameters (settings.py)
-CACHE_FILE = "clblast.json"  # in the device's tuning-cache directory (fade.act.tune.cache)
+CACHE_FILE = "clblast.json"  # in the device's tuning-cache directory (fade.device_cache; the tuner writes it: persist)
 SCHEMA_VERSION = 1
 
 applied: dict = {}  # device index -> what apply_persisted did when fade.ocl opened it (see clblast_tuning)
@@ -578,21 +579,17 @@ def apply_persisted(dev, *, environ=None, cache_base=None) -> dict:
 
 
 def _apply_from_cache(dev, environ, cache_base) -> dict:
-    from fade.act.tune import cache as tune_cache
-    from fade.act.tune import device as device_facts
-
     identity = {"backend": "ocl", "name": dev.info.name, "arch": dev.info.platform}  # fingerprint()'s identity
-    base = Path(cache_base) if cache_base is not None else tune_cache.default_base(environ)
-    root = base / device_facts.identity_hash(identity)
+    root = device_cache.device_root(identity, cache_base, environ)
     if not (root / CACHE_FILE).exists():  # nothing tuned: no directory made, CLBlast not loaded on a plain open
         return {"reason": "no tuned CLBlast parameters for this device (fade tune MODEL --device ocl --pretune)"}
     current = fingerprint(dev)
-    cache = tune_cache.open_cache(current, base=base, environ=environ)  # a stack change moves the file aside
+    cache = device_cache.open_device_cache(current, base=root.parent)  # a stack change moves the file aside
     record = read_persisted(cache)
     if record is None:
         return {"reason": "; ".join(cache.messages) or f"{root / CACHE_FILE} is unreadable", "cache": str(root)}
     if record.get("fingerprint") != current:
-        changed = device_facts.differences(record.get("fingerprint") or {}, current)
+        changed = device_cache.differences(record.get("fingerprint") or {}, current)
         return {"reason": f"tuned for another stack ({', '.join(changed)})", "cache": str(root)}
     apply(dev, record["parameters"])
     return {"applied": bool(record["parameters"]), "kernels": sorted(record["parameters"]), "cache": str(root),

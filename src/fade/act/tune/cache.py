@@ -1,7 +1,12 @@
 """The per-device tuning cache: TunableOp results, the MIOpen user DB, compile caches, search journals.
 
-Layout: `$XDG_CACHE_HOME/fade/tune/<identity hash>/` (device.identity_hash: backend, name, arch), with
-    stack.json          the stack the entries were made with (device.STACK_FIELDS)
+The directory itself (where it is, its identity hash, stack.json, the lock, stale entries moved aside) is
+fade.device_cache's, a leaf module, because fade.ocl reads its CLBlast file (fade.ocl.tuning) in processes that
+never import the tuner. This module adds what the tuner keeps there.
+
+Layout: `$XDG_CACHE_HOME/fade/tune/<identity hash>/` (device_cache.identity_hash: backend, name, arch), with
+    stack.json          the stack the entries were made with (device_cache.STACK_FIELDS)
+    clblast.json        the CLBlast parameters `fade tune --device ocl --pretune` chose (fade.ocl.tuning's format)
     tunableop/          PYTORCH_TUNABLEOP_FILENAME=tunableop/tunableop_results%d.csv (%d: device ordinal)
     miopen/db/          MIOPEN_USER_DB_PATH (find DB and perf DB)
     miopen/cache/       MIOPEN_CUSTOM_CACHE_DIR (compiled kernels)
@@ -25,22 +30,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Mapping, Optional
 
-from filelock import FileLock
+from fade.device_cache import DeviceCache, default_base, open_device_cache  # noqa: F401 - default_base, for its callers
+from fade.reading import NUMBER, Maybe, UnreadableFile, parse_json, read_bytes, schema_problem
 
-from fade.act.tune import device as device_facts
-from fade.files import atomic_write_text
-from fade.reading import NUMBER, Maybe, UnreadableFile, parse_json, read_bytes, read_json, schema_problem
-
-LOCK_TIMEOUT_S = 120.0  # a tuner holds the lock for one small write; two minutes means a stuck holder
-STACK_FILE = "stack.json"
-LOCK_FILE = ".lock"
 INDEX_FILE = "index.json"
 ENV_PATHS = {  # variable -> path under the device directory ("%d" is TunableOp's device ordinal)
     "PYTORCH_TUNABLEOP_FILENAME": "tunableop/tunableop_results%d.csv",
@@ -49,9 +44,7 @@ ENV_PATHS = {  # variable -> path under the device directory ("%d" is TunableOp'
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
     "TRITON_CACHE_DIR": "triton",
 }
-KEEP_ON_STACK_CHANGE = (STACK_FILE, LOCK_FILE)
 JOURNAL_MAX_BYTES = 64 * 2**20  # a search journals a few hundred trials of a few KB each
-SMALL_FILE_MAX_BYTES = 4 * 2**20  # stack.json and index.json: a few KB
 # One journal line: the fields search.Trial.from_dict and numerics.check read. A line that does not hold it is
 # skipped as torn (the trial is measured again).
 TRIAL = {
@@ -74,25 +67,8 @@ def finite_or_none(value):
     return value
 
 
-def default_base(environ: Optional[Mapping[str, str]] = None) -> Path:
-    """$XDG_CACHE_HOME/fade/tune, else ~/.cache/fade/tune."""
-    environ = os.environ if environ is None else environ
-    root = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "fade" / "tune"
-
-
-@dataclass
-class TuneCache:
-    root: Path  # the device directory
-    fingerprint: dict
-    messages: list = field(default_factory=list)  # what the user must be told: fallbacks, invalidations
-    temporary: bool = False  # True after a fall-back to a temp dir: nothing persists
-
-    def lock(self) -> FileLock:
-        return FileLock(str(self.root / LOCK_FILE), timeout=LOCK_TIMEOUT_S)
-
-    def path(self, relative: str) -> Path:
-        return self.root / relative
+class TuneCache(DeviceCache):
+    """The device directory (fade.device_cache.DeviceCache) with what the tuner keeps there."""
 
     def env(self) -> dict:
         """The variables that point TunableOp, MIOpen, Inductor and Triton at this cache (directories made)."""
@@ -103,32 +79,6 @@ class TuneCache:
             directory.mkdir(parents=True, exist_ok=True)
             env[name] = str(path)
         return env
-
-    def write_text(self, relative: str, text: str) -> Path:
-        """Atomic replace of one file, under the lock."""
-        with self.lock():
-            return atomic_write_text(self.root / relative, text)
-
-    def update_json(self, relative: str, update: Callable[[dict], dict]) -> dict:
-        """Read-modify-write of a JSON object under the lock; a missing or corrupt file reads as {}."""
-        path = self.root / relative
-        with self.lock():
-            try:
-                data = read_json(path, what="tuning cache file", max_bytes=SMALL_FILE_MAX_BYTES)
-                if not isinstance(data, dict):
-                    data = {}
-            except UnreadableFile:  # missing, or corrupt: FADE's own index, rebuilt from what is written next
-                data = {}
-            data = update(data)
-            atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-        return data
-
-    def remove_if_temporary(self) -> None:
-        """Delete a fallback temporary cache (open_cache's /tmp/fade-tune-*): nothing in it persists anyway."""
-        if self.temporary:
-            import shutil
-
-            shutil.rmtree(self.root, ignore_errors=True)
 
     def journal(self, key: str) -> "Journal":
         return Journal(self, f"journal/{key}.jsonl")
@@ -211,62 +161,9 @@ class Journal:
 
 
 def open_cache(fingerprint: dict, *, base=None, environ: Optional[Mapping[str, str]] = None, now=time.gmtime) -> TuneCache:
-    """The cache directory for `fingerprint` (device.device_fingerprint), checked against its stack.json.
-
-    A directory that cannot be made or written falls back to a temporary one (a message says so). A
-    stack.json naming another stack moves the old entries aside (a message names what changed).
-    """
-    base = Path(base) if base is not None else default_base(environ)
-    root = base / device_facts.identity_hash(fingerprint)
-    messages: list = []
-    temporary = False
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=root, prefix=".probe.", delete=True)
-        probe.close()
-    except OSError as error:
-        fallback = Path(tempfile.mkdtemp(prefix="fade-tune-"))
-        messages.append(
-            f"tuning cache {root} is not writable ({error.strerror or error}); using {fallback} for this run: "
-            "tuned results will not persist (set XDG_CACHE_HOME to a writable directory)"
-        )
-        root, temporary = fallback, True
-    cache = TuneCache(root=root, fingerprint=dict(fingerprint), messages=messages, temporary=temporary)
-    _check_stack(cache, now)
-    return cache
-
-
-def _check_stack(cache: TuneCache, now) -> None:
-    current = device_facts.stack(cache.fingerprint)
-    stack_path = cache.root / STACK_FILE
-    with cache.lock():
-        try:
-            recorded = read_json(stack_path, what="stack file", max_bytes=SMALL_FILE_MAX_BYTES)
-        except UnreadableFile:
-            recorded = {"unreadable": True} if os.path.lexists(stack_path) else None
-        if not isinstance(recorded, (dict, type(None))):
-            recorded = {"unreadable": True}
-        if recorded is not None and recorded != current:
-            entries = [entry for entry in cache.root.iterdir() if entry.name not in KEEP_ON_STACK_CHANGE
-                       and not entry.name.startswith(("stale-", ".probe.", f".{STACK_FILE}."))]  # fmt: skip
-            changed = ", ".join(device_facts.differences(recorded, current, device_facts.STACK_FIELDS)) or "stack.json unreadable"
-            if entries:
-                stale = cache.root / time.strftime("stale-%Y%m%dT%H%M%SZ", now())
-                suffix = 1
-                while stale.exists():
-                    stale = stale.with_name(f"{stale.name.split('.')[0]}.{suffix}")
-                    suffix += 1
-                stale.mkdir()
-                for entry in entries:
-                    shutil.move(str(entry), str(stale / entry.name))
-                cache.messages.append(
-                    f"the stack changed since {cache.root} was tuned ({changed}): moved {len(entries)} stale "
-                    f"entries to {stale.name}/; they will be tuned again"
-                )
-            else:
-                cache.messages.append(f"the stack changed since {cache.root} was tuned ({changed}); it held no entries")
-        if recorded != current:
-            atomic_write_text(stack_path, json.dumps(current, indent=2, sort_keys=True) + "\n")
+    """The cache directory for `fingerprint` (device.device_fingerprint), checked against its stack.json
+    (fade.device_cache.open_device_cache: a temporary fallback, stale entries moved aside)."""
+    return open_device_cache(fingerprint, base=base, environ=environ, now=now, cache_class=TuneCache)
 
 
 def journal_key(model: str, mode: str, batch: int, size: Optional[int], exhaustive: bool = False) -> str:

@@ -2,19 +2,19 @@
 
 Identity (backend, name, arch) says whether a profile belongs to this device at all; the stack (torch,
 CUDA/HIP, cuDNN/MIOpen, driver) says whether tuned results (TunableOp CSVs, the MIOpen user DB, compile
-caches) are still valid. Read from torch's getters and the kernel driver's version file, in the process
-that tunes; `device_fingerprint` is the only function here that imports torch.
+caches) are still valid (fade.device_cache: IDENTITY_FIELDS, STACK_FIELDS, identity_hash, differences). Read
+from torch's getters and the kernel driver's version file, in the process that tunes; `device_fingerprint` is
+the only function here that imports torch.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Optional
 
-IDENTITY_FIELDS = ("backend", "name", "arch")
-STACK_FIELDS = ("torch", "cuda", "hip", "cudnn", "miopen", "driver")
+# identity, stack, identity_hash and differences live with the cache directory they key (a leaf fade.ocl reads too)
+from fade.device_cache import differences  # noqa: F401 - device_facts.differences, for the tuning file
+
 DRIVER_VERSION_FILES = {  # the kernel module's own version: what the user-space runtime talks to
     "cuda": "/proc/driver/nvidia/version",
     "rocm": "/sys/module/amdgpu/version",
@@ -64,29 +64,6 @@ def driver_version(backend: str, *, read_file=None) -> Optional[str]:
         return read_file(path).strip().splitlines()[0][:200]
     except (OSError, IndexError):
         return None
-
-
-def identity(fingerprint: dict) -> dict:
-    return {name: fingerprint.get(name) for name in IDENTITY_FIELDS}
-
-
-def stack(fingerprint: dict) -> dict:
-    return {name: fingerprint.get(name) for name in STACK_FIELDS}
-
-
-def identity_hash(fingerprint: dict) -> str:
-    """12 hex digits naming the device's cache directory (backend, name, arch only)."""
-    text = json.dumps(identity(fingerprint), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def differences(recorded: dict, current: dict, fields=IDENTITY_FIELDS + STACK_FIELDS) -> list:
-    """['torch 2.11.0 -> 2.13.0', ...] for each field that differs."""
-    return [
-        f"{name} {recorded.get(name)} -> {current.get(name)}"
-        for name in fields
-        if recorded.get(name) != current.get(name)
-    ]
 
 
 def static_fingerprint(environ: Optional[dict] = None, *, snapshot: Optional[dict] = None) -> dict:
