@@ -18,9 +18,10 @@ from fade.version import __version__
 
 DOCTOR_SCHEMA_VERSION = 1  # `fade doctor --json`: bump only on an incompatible change of the report's keys
 BENCH_SCHEMA_VERSION = 1  # BenchResult.to_dict(): the same rule
-SUITES = ("micro", "models", "dist")
+SUITES = ("micro", "models", "dist", "llm")
 DEFAULT_OUTPUTS = {"micro": "results/micro.jsonl", "models": "results/models.jsonl",
-                   "dist": "results/dist.jsonl"}  # the CLI's -o defaults
+                   "dist": "results/dist.jsonl", "llm": "results/llm.jsonl"}  # the CLI's -o defaults
+LLM_SELECTION = ("config", "variants", "batches", "prompt_tokens", "new_tokens", "prefill_tokens", "dtype")  # bench(llm=)
 INTERRUPTED = 130  # the exit status of a run stopped by Ctrl-C, as a shell reports a SIGINT death
 
 
@@ -193,12 +194,14 @@ def bench(
     progress: Union[bool, object] = True,
     dist: Optional[dict] = None,
     timing_budget_s: Optional[float] = None,
+    llm: Optional[dict] = None,
 ) -> BenchResult:
     """Run a benchmark suite and append one JSONL record per case to `out`: what `fade bench SUITE` does.
 
     suite: "micro" (GEMM, bandwidth, transfers, launch, conv, attention, norms, CPU vs GPU, as % of the
-        device's peaks), "models" (train/infer throughput of real networks per variant) or "dist"
-        (torch.distributed collectives and data-parallel scaling on several processes; docs/dist.md).
+        device's peaks), "models" (train/infer throughput of real networks per variant), "dist"
+        (torch.distributed collectives and data-parallel scaling on several processes; docs/dist.md) or "llm"
+        (a causal LM's prefill TFLOP/s and greedy decode tokens/s against the bandwidth roofline; docs/llm.md).
     device: a torch device (None: cuda:0 if available, else cpu; dist: a device type, each rank takes its
         own). models: also several, "ocl:0,cuda:0" or a list: each runs the cases in turn into `out`, and
         `comparison` lays them side by side as % of the last one listed. quick: small sizes and short timing.
@@ -216,6 +219,9 @@ def bench(
     dist: the dist suite's selection, keyword arguments of fade.measure.suites.dist.suite.run_dist (nproc,
         collectives, sizes, scaling, strategies, batch, image_size, sequence_length); `dtypes` and
         `timeout_s` (a collective's wait for its peers) apply too.
+    llm: the llm suite's selection, keyword arguments of fade.measure.suites.llm.suite.run_llm (config, variants,
+        batches, prompt_tokens, new_tokens, prefill_tokens, dtype; each defaults to `fade bench llm`'s, --quick's
+        with `quick`); `variants` above applies when the dict names none.
     FadeUsageError for a bad request (before anything runs); WorkerStartError (a RuntimeError) when the
     worker cannot start on this device.
     """
@@ -241,6 +247,19 @@ def bench(
         if plot:
             result.plots = run.plots = _plot_micro(run)
         return result
+    if suite == "llm":
+        from fade.measure.suites.llm.suite import run_llm
+        from fade.results import summarize
+
+        selection = dict(llm or {})
+        unknown = sorted(set(selection) - set(LLM_SELECTION))
+        if unknown:
+            raise FadeUsageError(f"llm={{{', '.join(map(repr, unknown))}: ...}}: unknown; the llm suite takes {', '.join(LLM_SELECTION)}")
+        if variants is not None:
+            selection.setdefault("variants", variants)
+        run = run_llm(device, quick=quick, out=out, resume=resume, timeout_s=timeout_s, isolate=isolate,
+                      progress=watcher, **selection)  # fmt: skip
+        return BenchResult("llm", run, summary=summarize(run.records))
     if suite == "dist":
         return _bench_dist(device, quick=quick, dtypes=dtypes, out=out, resume=resume, timeout_s=timeout_s,
                            progress=watcher, **(dist or {}))  # fmt: skip

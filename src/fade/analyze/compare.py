@@ -16,6 +16,12 @@ Rows and columns: a model-bench record (suite "models") is row "<network> <varia
 "<set> <mode>"; with by="variant" the variant moves from the row to the set. Any other record is row
 `case_id`, one column per set.
 
+LLM records (suite "llm", `fade bench llm`) also get a roofline view (llm_roofline_views, Comparison.roofline):
+per result set, model, dtype, device and prompt/new-token sizes, one row per (variant, batch) with the decode
+tokens/s, the bandwidth roofline's tokens/s and the % reached (the record's extra.roofline, computed by
+fade.analyze.llm when the case ran), the time to first token and whether the greedy tokens matched the
+reference; the prefill cases of the same model beside them as TFLOP/s and % of the dtype's peak.
+
 % of baseline is the speed ratio, so > 100 is faster whatever the unit: value / baseline for rates
 (TFLOP/s, GB/s, samples/s, x), baseline / value for latencies (us). A difference is "within noise" when
 |% - 100| <= the noise band: half the relative IQR of each side added, at least NOISE_FLOOR_PCT. A cell
@@ -26,6 +32,8 @@ band, or a case that ran in the baseline and failed here, is a regression (`fade
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -84,6 +92,7 @@ class Comparison:
     by: str = "file"
     contended: int = 0  # cells whose record or baseline ran on a busy host or device
     notes: list = field(default_factory=list)  # what the reader must know: "the result sets share no case"
+    roofline: list = field(default_factory=list)  # RooflineView per LLM model in a set (llm_roofline_views)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -215,6 +224,7 @@ def compare_sets(
             comparison.rows.append({"row": row, "cells": cells})
     comparison.units = list(units)
     comparison.notes += _ran_as_notes(ordered)
+    comparison.roofline = llm_roofline_views(ordered)
     comparison.contended = sum(1 for row in comparison.rows for cell in row["cells"] if cell.contended)
     if len(ordered) > 1 and not any(_shared(row, columns, base.label) for row in comparison.rows):
         comparison.notes.append(f"the result sets share no case with the baseline {base.label!r}: "
@@ -358,3 +368,170 @@ def compare_devices(path, records: Sequence[dict], devices: Sequence[str], *, ca
     if baseline is None:
         comparison.notes.append(f"the baseline device {devices[-1]} has no record: the first set stands in")
     return comparison
+
+
+# -- the LLM roofline view ---------------------------------------------------------------------------------
+LLM_VARIANT_ORDER = ("hf-generate", "hf-static", "fade-loop", "fade-loop+compile", "fade-loop+eager")  # the bench's
+DECODE_CASE = re.compile(r"^llm/(?P<model>[^/]+)/(?P<dtype>[^/]+)/(?P<variant>[^/]+)/b(?P<batch>\d+)/p(?P<prompt>\d+)\+n(?P<new>\d+)$")
+PREFILL_CASE = re.compile(r"^llm/(?P<model>[^/]+)/(?P<dtype>[^/]+)/prefill/s(?P<tokens>\d+)/b(?P<batch>\d+)$")
+
+
+@dataclass
+class DecodePoint:
+    """One decode case of the roofline view: tokens/s over the batch against the bandwidth roofline."""
+
+    variant: str
+    batch: int
+    status: str
+    tokens_per_s: Optional[float] = None
+    roofline_tokens_per_s: Optional[float] = None
+    pct_of_roofline: Optional[float] = None
+    ttft_ms: Optional[float] = None
+    tokens_match: Optional[bool] = None  # greedy tokens equal the reference's (extra.tokens.match)
+    compiled: Optional[bool] = None  # extra.variant_ran.compiled
+    note: Optional[str] = None  # the error of a case that did not run
+
+
+@dataclass
+class PrefillPoint:
+    tokens: int
+    batch: int
+    status: str
+    tflops: Optional[float] = None
+    pct_of_peak: Optional[float] = None
+    peak_tflops: Optional[float] = None
+    note: Optional[str] = None
+
+
+@dataclass
+class RooflineView:
+    """`fade bench llm`'s records of one model in one result set, dtype, device and prompt/new-token sizes: decode
+    per variant and batch against the bandwidth roofline, and the model's prefill cases."""
+
+    set: str
+    model: str
+    dtype: str
+    torch_device: str
+    device_name: Optional[str]
+    prompt_tokens: Optional[int]  # None: a view of prefill cases only
+    new_tokens: Optional[int]
+    decode: list = field(default_factory=list)  # DecodePoint, variant order, then batch
+    roofline: list = field(default_factory=list)  # [batch, roofline tokens/s] per batch, ascending
+    prefill: list = field(default_factory=list)  # PrefillPoint, ascending tokens
+    bandwidth_gbs: Optional[float] = None
+    bandwidth_source: Optional[str] = None
+    reason: Optional[str] = None  # why there is no % of roofline (no bandwidth known for the device)
+
+    @property
+    def title(self) -> str:
+        device = f"{self.device_name} ({self.torch_device})" if self.device_name else self.torch_device
+        sizes = f", prompt {self.prompt_tokens} + {self.new_tokens} new tokens" if self.prompt_tokens is not None else ""
+        return f"{self.model} {self.dtype} on {device}{sizes} [{self.set}]"
+
+    @property
+    def batches(self) -> list:
+        return sorted({point.batch for point in self.decode})
+
+    @property
+    def variants(self) -> list:
+        return list(dict.fromkeys(point.variant for point in self.decode))
+
+
+def llm_roofline_views(sets: Sequence[ResultSet]) -> list:
+    """A RooflineView per (set, model, dtype, device, sizes) holding `fade bench llm` decode records, and one per
+    (set, model, dtype, device) holding only prefill records; prefill cases join every view of their model. Each
+    set's latest record per case counts (ResultSet.records). A record whose case id or fields are not the
+    bench's is left out (the compare table above still shows it)."""
+    views: dict = {}
+    prefills: dict = {}
+    for result_set in sets:
+        for record in result_set.records.values():
+            if record.get("suite") != "llm":
+                continue
+            case_id = str(record.get("case_id"))
+            device = str(record.get("torch_device"))
+            decode, prefill = DECODE_CASE.match(case_id), PREFILL_CASE.match(case_id)
+            if decode:
+                key = (result_set.label, decode["model"], decode["dtype"], device, int(decode["prompt"]), int(decode["new"]))
+                view = views.get(key)
+                if view is None:
+                    view = views[key] = RooflineView(result_set.label, decode["model"], decode["dtype"], device,
+                                                     _device_name(record), key[4], key[5])  # fmt: skip
+                _add_decode(view, record, decode["variant"], int(decode["batch"]))
+            elif prefill:
+                key = (result_set.label, prefill["model"], prefill["dtype"], device)
+                prefills.setdefault(key, []).append(_prefill_point(record, int(prefill["tokens"]), int(prefill["batch"])))
+    for key, points in prefills.items():
+        owners = [view for view_key, view in views.items() if view_key[:4] == key]
+        if not owners:
+            set_label, model, dtype, device = key
+            owners = [views.setdefault(key, RooflineView(set_label, model, dtype, device, None, None, None))]
+        for view in owners:
+            view.prefill = sorted(points, key=lambda point: (point.tokens, point.batch))
+    for view in views.values():
+        order = {variant: index for index, variant in enumerate(LLM_VARIANT_ORDER)}
+        view.decode.sort(key=lambda point: (order.get(point.variant, len(order)), point.variant, point.batch))
+        lines: dict = {}
+        for point in view.decode:
+            if point.roofline_tokens_per_s is not None:
+                lines.setdefault(point.batch, point.roofline_tokens_per_s)
+        view.roofline = [[batch, lines[batch]] for batch in sorted(lines)]
+    return list(views.values())
+
+
+def _add_decode(view: RooflineView, record: dict, variant: str, batch: int) -> None:
+    extra = _mapping(record.get("extra"))
+    roofline = _mapping(extra.get("roofline"))
+    status = str(record.get("status"))
+    ok = status == "ok"
+    point = DecodePoint(variant=variant, batch=batch, status=status,
+                        tokens_per_s=_number(record.get("value")) if ok else None,
+                        roofline_tokens_per_s=_number(roofline.get("roofline_tokens_per_s")),
+                        pct_of_roofline=_number(roofline.get("pct_of_roofline")) if ok else None,
+                        ttft_ms=_number(extra.get("ttft_ms")) if ok else None,
+                        tokens_match=_flag(_mapping(extra.get("tokens")).get("match")),
+                        compiled=_flag(_mapping(extra.get("variant_ran")).get("compiled")),
+                        note=None if ok else str(record.get("error") or status))  # fmt: skip
+    view.decode.append(point)
+    if view.device_name is None:
+        view.device_name = _device_name(record)
+    bandwidth = _number(roofline.get("bandwidth_gbs"))
+    if bandwidth is not None and view.bandwidth_gbs is None:
+        view.bandwidth_gbs = bandwidth
+        source = roofline.get("bandwidth_source")
+        view.bandwidth_source = source if isinstance(source, str) else None
+    reason = roofline.get("reason")
+    if isinstance(reason, str) and view.reason is None and bandwidth is None:
+        view.reason = reason
+
+
+def _prefill_point(record: dict, tokens: int, batch: int) -> PrefillPoint:
+    status = str(record.get("status"))
+    peak = _mapping(record.get("peak"))
+    ok = status == "ok" and record.get("unit") == "TFLOP/s"
+    return PrefillPoint(tokens=tokens, batch=batch, status=status, tflops=_number(record.get("value")) if ok else None,
+                        pct_of_peak=_number(peak.get("pct_of_peak")) if ok else None,
+                        peak_tflops=_number(peak.get("value")) if peak.get("unit") == "TFLOP/s" else None,
+                        note=None if status == "ok" else str(record.get("error") or status))  # fmt: skip
+
+
+def _device_name(record: dict) -> Optional[str]:
+    device = _mapping(record.get("device"))
+    name = device.get("name") or _mapping(device.get("torch")).get("name")
+    return name if isinstance(name, str) and name else None
+
+
+def _mapping(value) -> dict:
+    """`value` when it is a dict, else {}: a record's nested fields are read, never trusted."""
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value) -> Optional[float]:
+    """A finite int or float (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _flag(value) -> Optional[bool]:
+    return value if isinstance(value, bool) else None

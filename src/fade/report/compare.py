@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from fade.analyze.compare import Cell, Comparison
+from fade.analyze.compare import Cell, Comparison, RooflineView
 from fade.report.text import printable
 
 VERDICT_STYLE = {
@@ -97,6 +97,8 @@ def render_terminal(comparison: Comparison, console) -> None:
         console.print(Text(printable(line), style="fade.dim"))
     for regression in comparison.regressions:
         console.print(Text(printable(f"regression: {regression}"), style="fade.fail"))
+    for view in comparison.roofline:
+        render_roofline_terminal(view, console)
 
 
 def render_markdown(comparison: Comparison) -> str:
@@ -107,4 +109,99 @@ def render_markdown(comparison: Comparison) -> str:
         lines.append("| " + " | ".join([row["row"]] + [cell_text(cell) for cell in row["cells"]]) + " |")
     lines.append("")
     lines += footer_lines(comparison)
+    for view in comparison.roofline:
+        lines += ["", roofline_markdown(view).rstrip("\n")]
     return "\n".join(lines) + "\n"
+
+
+# -- the LLM roofline view (fade.analyze.compare.RooflineView) ------------------------------------------------
+DECODE_HEADER = ("variant", "batch", "tokens/s", "roofline tokens/s", "% of roofline", "TTFT ms", "tokens")
+PREFILL_HEADER = ("prefill tokens", "batch", "FLOP/s", "% of peak")
+
+
+def _number_text(value: Optional[float], suffix: str = "") -> str:
+    return "-" if value is None else format_value(value) + suffix
+
+
+def decode_rows(view: RooflineView) -> list:
+    """The decode table's rows as text, DECODE_HEADER's columns: one per (variant, batch)."""
+    rows = []
+    for point in view.decode:
+        pct = "-" if point.pct_of_roofline is None else f"{point.pct_of_roofline:.1f}%"
+        tokens = {True: "match", False: "differ", None: "-"}[point.tokens_match]
+        figure = _number_text(point.tokens_per_s) if point.status == "ok" else point.status
+        rows.append([point.variant, str(point.batch), figure, _number_text(point.roofline_tokens_per_s), pct,
+                     _number_text(point.ttft_ms), tokens])  # fmt: skip
+    return rows
+
+
+def prefill_rows(view: RooflineView) -> list:
+    """The prefill table's rows as text, PREFILL_HEADER's columns."""
+    rows = []
+    for point in view.prefill:
+        figure = point.status
+        if point.status == "ok" and point.tflops is not None:
+            value, unit = fitting_unit(point.tflops, "TFLOP/s")  # a CPU's 5.6e-05 TFLOP/s reads 56.09 MFLOP/s
+            figure = f"{format_value(value)} {unit}"
+        rows.append([str(point.tokens), str(point.batch), figure,
+                     "-" if point.pct_of_peak is None else f"{point.pct_of_peak:.1f}%"])  # fmt: skip
+    return rows
+
+
+def roofline_lines(view: RooflineView) -> list:
+    """What the reader must know below a view's tables: where the roofline comes from, or why there is none."""
+    lines = []
+    if view.decode:
+        if view.bandwidth_gbs is not None:
+            source = f" ({view.bandwidth_source})" if view.bandwidth_source else ""
+            lines.append(f"roofline = {format_value(view.bandwidth_gbs)} GB/s{source} / bytes per decode step x batch; "
+                         "bytes per step = the weights once + each sequence's KV cache (fade.analyze.llm)")  # fmt: skip
+        else:
+            lines.append(f"no roofline: {view.reason or 'the records hold no memory bandwidth for this device'}")
+        lines.append("tokens/s over the batch = batch / decode time per step; TTFT: generate(prompt, 1) as the caller "
+                     "sees it; tokens: greedy tokens against the fp32 hf-generate reference")  # fmt: skip
+        failed = [point for point in view.decode if point.note]
+        lines += [f"{point.variant} b{point.batch}: {point.note}" for point in failed]
+    lines += [f"prefill s{point.tokens} b{point.batch}: {point.note}" for point in view.prefill if point.note]
+    return lines
+
+
+def roofline_markdown(view: RooflineView) -> str:
+    """A view as Markdown: a heading, the decode table, the prefill table, its notes."""
+    lines = [f"### LLM roofline: {view.title}", ""]
+    for header, rows in ((DECODE_HEADER, decode_rows(view)), (PREFILL_HEADER, prefill_rows(view))):
+        if not rows:
+            continue
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join([" --- "] + [" ---: "] * (len(header) - 1)) + "|")
+        lines += ["| " + " | ".join(printable(cell) for cell in row) + " |" for row in rows]
+        lines.append("")
+    lines += roofline_lines(view)
+    return "\n".join(lines) + "\n"
+
+
+def render_roofline_terminal(view: RooflineView, console) -> None:
+    """A view as rich tables, % of roofline styled (>= 80% ok, < 50% warn); text from files through printable."""
+    from rich.table import Table
+    from rich.text import Text
+
+    for title, header, rows in ((f"LLM roofline: {view.title}", DECODE_HEADER, decode_rows(view)),
+                                (f"LLM prefill: {view.model} {view.dtype} [{view.set}]", PREFILL_HEADER, prefill_rows(view))):  # fmt: skip
+        if not rows:
+            continue
+        table = Table(title=Text(printable(title)), title_justify="left")
+        for index, name in enumerate(header):
+            table.add_column(name, justify="left" if index == 0 else "right")
+        for row in rows:
+            table.add_row(*(Text(printable(cell), style=_pct_style(cell) if cell.endswith("%") else "") for cell in row))
+        console.print(table)
+    for line in roofline_lines(view):
+        console.print(Text(printable(line), style="fade.dim"))
+
+
+def _pct_style(text: str) -> str:
+    try:
+        pct = float(text.rstrip("%"))
+    except ValueError:
+        return ""
+    return "fade.ok" if pct >= 80 else ("fade.warn" if pct < 50 else "")

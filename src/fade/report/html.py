@@ -1,5 +1,5 @@
 """`fade report`: one self-contained HTML file from results files: device truth, stack fingerprint, micro and
-model results with inline PNG plots, and comparisons. No script, no stylesheet or font from the network.
+model results with inline PNG plots, LLM decode against the bandwidth roofline, and comparisons. No script, no stylesheet or font from the network.
 
 Reads result records only. Every string that comes from the system or the records (device names, env
 values, error messages, case ids, file names) goes through `html.escape`; numbers are formatted here.
@@ -22,8 +22,9 @@ from typing import Optional, Sequence
 from fade.errors import FadeUsageError
 from fade.files import atomic_write_text
 from fade.results import latest_records, read_records, summarize
-from fade.analyze.compare import VERDICTS, Comparison, compare_sets, result_sets, row_and_column
-from fade.report.compare import cell_text, column_title, fitting_unit, footer_lines, format_value
+from fade.analyze.compare import VERDICTS, Comparison, compare_sets, llm_roofline_views, result_sets, row_and_column
+from fade.report.compare import (DECODE_HEADER, PREFILL_HEADER, cell_text, column_title, decode_rows, fitting_unit,
+                                 footer_lines, format_value, prefill_rows, roofline_lines)
 from fade.version import __version__
 
 FIGURE_DPI = 100
@@ -99,6 +100,7 @@ def render_report(paths: Sequence, *, baseline: Optional[str] = None) -> tuple:
         _micro(latest),
         _models(files),
         _dist(latest),
+        _llm(files),
         _comparisons(files, baseline),
         _profiles(profiles),
         "</body></html>",
@@ -300,6 +302,40 @@ def _dist_row(row: dict) -> str:
     return (f"<tr><td><code>{escape(row['case_id'])}</code></td><td class={css}>{escape(status)}</td>"
             f"<td class=num>{escape(format_value(value))}</td><td>{escape(unit or '')}</td><td class=num>{escape(pct)}</td>"
             f"<td>{escape(row.get('note') or '')}</td></tr>")  # fmt: skip
+
+
+def _llm(files: list) -> str:
+    """`fade bench llm`'s records: per model (and file, dtype, device, sizes) a plot of decode tokens/s against
+    the batch with the bandwidth roofline, the decode table (variant x batch) and the prefill table."""
+    views = llm_roofline_views(result_sets(files, suite="llm"))
+    if not views:
+        return ""
+    blocks = []
+    try:
+        from fade.report.plots import plot_llm_roofline
+
+        with tempfile.TemporaryDirectory(prefix="fade-report-") as directory:
+            with_decode = [view for view in views if view.decode]
+            images = dict(zip(map(id, with_decode), (_img(path.read_bytes(), f"llm roofline: {path.stem}")
+                                                     for path in plot_llm_roofline(with_decode, directory))))  # fmt: skip
+    except FadeUsageError as error:  # matplotlib is missing
+        images = {}
+        blocks.append(f"<p class=dim>{escape(error)}</p>")
+    for view in views:
+        block = f"<h3>{escape(view.title)}</h3>" + images.get(id(view), "")
+        for header, rows in ((DECODE_HEADER, decode_rows(view)), (PREFILL_HEADER, prefill_rows(view))):
+            if rows:
+                head = "".join(f"<th>{escape(name)}</th>" for name in header)
+                body = "".join("<tr><td>" + escape(row[0]) + "</td>" + "".join(f"<td class=num>{escape(cell)}</td>" for cell in row[1:])
+                               + "</tr>" for row in rows)  # fmt: skip
+                block += f"<table><tr>{head}</tr>{body}</table>"
+        block += "".join(f"<p class=dim>{escape(line)}</p>" for line in roofline_lines(view))
+        blocks.append(block)
+    note = ("<p>Greedy decode of a causal LM built from its config with random weights (speed only). Tokens/s over the "
+            "batch = batch / decode time per step, decode time = (median generate(N) - median generate(1)) / (N - 1); "
+            "the roofline is the device's memory bandwidth over the bytes a decode step must read (the weights once "
+            "and each sequence's KV cache) times the batch (docs/llm.md).</p>")  # fmt: skip
+    return "<h2>LLM inference: decode against the bandwidth roofline</h2>" + note + "".join(blocks)
 
 
 def _models(files: list) -> str:

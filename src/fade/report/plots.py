@@ -1,5 +1,6 @@
 """PNG plots of micro-suite records: GEMM TFLOP/s vs size with the dtype's peak, bandwidth vs size,
-convolution per layer and direction, SDPA per backend, and CPU vs GPU.
+convolution per layer and direction, SDPA per backend, and CPU vs GPU; of the dist suite's collectives and
+scaling; and of `fade bench llm`'s decode tokens/s against the bandwidth roofline, per batch.
 
 Reads result records only (dicts as record.read_records returns them), and draws with matplotlib's
 object API on the Agg canvas, so no global backend is switched. Error bars span the interquartile range
@@ -375,6 +376,67 @@ def _plot_scaling(scaling: list):
         axis.plot([entry["world"] for entry in entries], [entry["efficiency_pct"] for entry in entries], marker="o", label=label)
     axis.axhline(100.0, linestyle="--", linewidth=1.0, color="black", label="linear scaling")
     _axis_labels(axis, "processes", "efficiency %: samples/s per process vs 1 process")
+    return figure
+
+
+def plot_llm_roofline(views: Iterable, out_dir) -> list:
+    """One PNG per fade.analyze.compare.RooflineView with decode cases, into `out_dir` (llm_roofline_<n>.png):
+    decode tokens/s against the batch, one line per variant, the bandwidth roofline dashed where the device's
+    bandwidth is known, each point labelled with its % of the roofline; both axes logarithmic. Returns the
+    paths written."""
+    require_matplotlib()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for index, view in enumerate(view for view in views if view.decode):
+        path = out_dir / f"llm_roofline_{index}.png"
+        _save(_plot_roofline(view), path)
+        written.append(path)
+    return written
+
+
+def _plot_roofline(view):
+    from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
+
+    figure, (axis,) = _figure(1, panel_width=7.0)
+    drawn = []
+    for variant in view.variants:
+        points = sorted((point for point in view.decode
+                         if point.variant == variant and point.batch > 0 and (point.tokens_per_s or 0) > 0),
+                        key=lambda point: point.batch)  # fmt: skip
+        if not points:
+            continue
+        axis.plot([point.batch for point in points], [point.tokens_per_s for point in points], marker="o", markersize=4,
+                  label=variant)  # fmt: skip
+        for point in points:
+            drawn.append(point.batch)
+            if point.pct_of_roofline is not None:
+                axis.annotate(f"{point.pct_of_roofline:.0f}%", (point.batch, point.tokens_per_s), fontsize=7,
+                              textcoords="offset points", xytext=(4, -10))  # fmt: skip
+    lines = [(batch, line) for batch, line in view.roofline if line > 0 and batch > 0]  # a log axis draws no 0
+    if lines:
+        bandwidth = f" ({view.bandwidth_gbs:.4g} GB/s)" if view.bandwidth_gbs else ""
+        axis.plot([batch for batch, _ in lines], [line for _, line in lines], linestyle="--",
+                  linewidth=1.2, color="black", marker="_", label=f"bandwidth roofline{bandwidth}")  # fmt: skip
+        drawn += [batch for batch, _ in lines]
+    else:
+        axis.text(0.02, 0.95, "no roofline: no memory bandwidth known for this device", transform=axis.transAxes,
+                  fontsize=7, va="top")  # fmt: skip
+    batches = sorted(set(drawn))
+    if batches:
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.xaxis.set_minor_locator(NullLocator())
+        axis.xaxis.set_minor_formatter(NullFormatter())
+        axis.set_xticks(batches)
+        axis.set_xticklabels([str(batch) for batch in batches], fontsize=8)
+        plain = FuncFormatter(lambda value, _: f"{value:g}")  # 300, not 3 x 10^2
+        axis.yaxis.set_major_formatter(plain)
+        low, high = axis.get_ylim()
+        axis.yaxis.set_minor_formatter(plain if high < 10 * low else NullFormatter())  # within a decade: label 2..9
+        axis.tick_params(axis="y", which="both", labelsize=7)
+    axis.set_title(view.title, fontsize=9)
+    _axis_labels(axis, "batch (sequences decoded together)", "decode tokens/s over the batch")
     return figure
 
 
