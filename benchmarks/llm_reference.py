@@ -329,7 +329,7 @@ def int_list(text: str) -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="llama-3.1-8b", help="a name in src/fade/data/llm.toml or a config.json")
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--dtype", default="bf16", choices=DTYPES)
     parser.add_argument("--batch", type=int_list, default=[1, 8, 32], help="comma-separated (default 1,8,32)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated of {', '.join(VARIANTS)}")

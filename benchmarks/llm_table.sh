@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 28's decode table on one GPU: for each model and batch, `fade bench llm` (hf-generate, hf-static,
+# Issue 28's decode table on one GPU or several: for each model and batch, `fade bench llm` (hf-generate, hf-static,
 # fade-loop) and then benchmarks/llm_reference.py (the same three, written by hand, nothing from fade) for the same
 # case, then FADE beside the reference (bar 5%), `fade compare` (the roofline view) and `fade report`.
 #
@@ -8,9 +8,9 @@
 #   DEVICE=cpu MODELS=tiny-llama bash benchmarks/llm_table.sh OUT     # CPU smoke: fp32, p16+n16, b1,2: ~30 s
 #
 # Environment (defaults for a GPU): MODELS="llama-3.2-1b llama-3.1-8b" (names in src/fade/data/llm.toml),
-# BATCHES="1 8 32", DEVICE=cuda, DTYPE=bf16, PROMPT=512, NEW=128 (fade bench llm's defaults), PREFILL=512 (one
-# prefill length: the bench needs at least one, and each costs a model build), REPEATS=5 (reference rounds),
-# PYTHON=python3, GPUS=1 (jobs run at once, job k on GPU k mod GPUS), DEADLINE_S=540 (no job or reference starts
+# BATCHES="1 8 32", DEVICE=cuda:0 (each job sees only its GPU, as cuda:0), DTYPE=bf16, PROMPT=512, NEW=128 (fade
+# bench llm's defaults), PREFILL=512 (one prefill length: the bench needs at least one, and each costs a model
+# build), REPEATS=5 (reference rounds), PYTHON=python3, GPUS=1 (jobs run at once, job k on GPU k mod GPUS), DEADLINE_S=540 (no job or reference starts
 # after that many seconds), CASE_TIMEOUT=600 (fade bench llm --timeout), TABLES_ONLY=1 (only write the tables).
 # DEVICE=cpu switches the defaults to MODELS=tiny-llama, BATCHES="1 2", fp32, p16+n16, PREFILL=16 and --quick.
 #
@@ -53,7 +53,7 @@ OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$ROOT/src${PYTHONPATH:+:$PYTHONPATH}"
 PYTHON=${PYTHON:-python3}
-DEVICE=${DEVICE:-cuda}
+DEVICE=${DEVICE:-cuda:0}
 if [ "$DEVICE" = cpu ]; then
   MODELS=${MODELS:-tiny-llama}; BATCHES=${BATCHES:-1 2}; DTYPE=${DTYPE:-fp32}
   PROMPT=${PROMPT:-16}; NEW=${NEW:-16}; PREFILL=${PREFILL:-16}; QUICK=--quick
