@@ -323,6 +323,19 @@ def _full_like(op, args, kwargs):
     return _filled(x.shape, x.stride(), bound["dtype"] or x.dtype, bound["device"] or x.device, bound["fill_value"])
 
 
+def _empty_permuted(op, args, kwargs):
+    """empty_permuted (empty_like's decomposition): dense in the order `physical_layout` gives."""
+    bound = bind_arguments(op, args, kwargs)
+    size, layout = list(bound["size"]), list(bound["physical_layout"])
+    physical = contiguous_strides([size[d] for d in layout])
+    stride = [0] * len(size)
+    for position, d in enumerate(layout):
+        stride[d] = physical[position]
+    device = bound["device"]
+    return empty(size, stride, bound["dtype"] or torch.get_default_dtype(),
+                 (device.index or 0) if device is not None else 0)
+
+
 def _scatter_backward(op, args, kwargs):
     """select_backward / slice_backward: zeros of the input's size, the gradient copied into the selected part
     (a view made by the view kernel), as their composites do."""
@@ -345,6 +358,7 @@ LOWERINGS = {  # ops with no kernel of their own that the plan runs by other ops
     aten.select_backward.default: _scatter_backward,
     aten.slice_backward.default: _scatter_backward,
     aten.copy_.default: _copy_in_place,
+    aten.empty_permuted.default: _empty_permuted,
 }
 
 
@@ -354,8 +368,7 @@ def _decompositions() -> dict:
     from torch._decomp import get_decompositions
     return get_decompositions([aten._safe_softmax, aten.ones,
                                aten.zeros, aten.full, aten.new_empty_strided, aten.empty_like, aten._unsafe_view,
-                               aten.new_zeros, aten.new_ones, aten.new_full, aten.zeros_like, aten.ones_like,
-                               aten.empty_permuted])
+                               aten.new_zeros, aten.new_ones, aten.new_full, aten.zeros_like, aten.ones_like])
 
 
 # ---------------------------------------------------------------------------------------------------------- plan

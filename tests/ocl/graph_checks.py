@@ -1,0 +1,182 @@
+"""fade.ocl's graph mode (torch.compile(model, backend="fade_ocl")) on the ocl device: zoo networks at tiny sizes
+train and evaluate as eager ocl does (and as the CPU does, within float32 tolerance), elementwise chains are
+fused into fewer launches than eager issues, a node with no kernel is counted and still right, and a dynamo graph
+break is counted. Run by test_ocl_graph.py in a child process (PrivateUse1 is named once per process)."""
+
+import gc
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fade.ocl as ocl
+from fade.measure.zoo import transformer, vision, vision_more
+
+ocl.register()
+DEV = "ocl:0"
+STEPS = 2
+TINY = dict(vocab_size=128, max_positions=32, hidden=32, layers=2, heads=2, intermediate=64)
+
+
+def build(name):
+    torch.manual_seed(0)
+    if name in ("gpt2-small", "bert-base"):
+        model = transformer.gpt2(**TINY) if name == "gpt2-small" else transformer.bert(**TINY)
+        tokens = torch.randint(0, TINY["vocab_size"], (2, 16))
+        if name == "gpt2-small":
+            loss = lambda out, t: F.cross_entropy(out.reshape(-1, out.shape[-1]), t.reshape(-1))  # noqa: E731
+            return model, tokens, torch.roll(tokens, -1, 1), loss
+        return model, tokens, torch.randint(0, 2, (2,)), F.cross_entropy
+    model = (getattr(vision, name, None) or getattr(vision_more, name))(num_classes=10)
+    return model, torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,)), F.cross_entropy
+
+
+def run(name, device, graph: bool):
+    """Eval outputs before training, first-step gradients, STEPS training losses (SGD with momentum) and eval
+    outputs after them, of `name`."""
+    model, x, target, loss_fn = build(name)
+    model = model.to(device)
+    x, target = x.to(device), target.to(device)
+    step = torch.compile(model, backend="fade_ocl") if graph else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    model.eval()
+    with torch.no_grad():
+        before = step(x).cpu()
+    losses, grads = [], None
+    model.train()
+    for _ in range(STEPS):
+        optimizer.zero_grad()
+        loss = loss_fn(step(x), target)
+        loss.backward()
+        if grads is None:
+            grads = {k: p.grad.cpu() for k, p in model.named_parameters() if p.grad is not None}
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        after = step(x).cpu()
+    return before, grads, torch.tensor(losses), after
+
+
+@pytest.fixture(autouse=True)
+def fresh():
+    """Dropout off (its masks differ between the graph and eager, both drawn on the device): the tiny
+    transformers' dropout is then the identity; each network's buffers go back to the pool afterwards."""
+    torch._dynamo.reset()
+    yield
+    gc.collect()
+    ocl.empty_cache()
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small", "gpt2-small", "bert-base"])
+def test_graph_mode_trains_and_evaluates_as_eager(name, monkeypatch):
+    from fade.ocl import philox
+    monkeypatch.setattr(philox, "DROPOUT_RNG", "cpu")  # the CPU generator's masks: the same in every run
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cpu = run(name, "cpu", graph=False)
+        ocl.reset_fallback_counts()
+        eager = run(name, DEV, graph=False)
+        before = ocl.graph_stats()
+        graph = run(name, DEV, graph=True)
+        after = ocl.graph_stats()
+        fallbacks = ocl.fallback_counts()
+    # the CPU generator's draws (DROPOUT_RNG=cpu) run on the host: dropout decomposed into bernoulli in the graph
+    drawn = {"aten::bernoulli.p", "aten::bernoulli_.float", "graph:aten::bernoulli.p"}
+    assert set(fallbacks) <= drawn, f"{name}: {fallbacks}"
+    assert after["graphs"] - before.get("graphs", 0) >= 3  # forward, backward, inference
+    assert after["replays"] - before.get("replays", 0) >= 2 * STEPS + 1
+    # against eager ocl: the same kernels, so float32 rounding apart from fused chains' (none in practice)
+    for got, reference in zip(graph, eager):
+        if isinstance(got, dict):
+            assert got.keys() == reference.keys()
+            for key, value in reference.items():
+                assert (got[key] - value).norm().item() <= 1e-5 * (value.norm().item() or 1.0), f"{name}: {key}"
+        else:
+            assert (got - reference).norm().item() <= 1e-5 * (reference.norm().item() or 1.0), name
+    # against the CPU: as close as eager ocl is (batch norm over a 1x1 map of two images makes the gradients
+    # and trained statistics sensitive to rounding; eager ocl against the CPU is zoo_checks.py's)
+    for got, reference, own in zip(graph, cpu, eager):
+        pairs = [(got[k], reference[k], own[k]) for k in reference] if isinstance(got, dict) else \
+            [(got, reference, own)]
+        for g, r, o in pairs:
+            scale = r.norm().item() or 1.0
+            assert (g - r).norm().item() <= 2 * (o - r).norm().item() + 1e-5 * scale, name
+
+
+def _elementwise_launches(step) -> tuple:
+    """(elementwise launches, all commands) of one run of `step` after two warm-up runs."""
+    step()
+    step()  # compiled, kernels built
+    ocl.synchronize()
+    with ocl.profile() as times:
+        step()
+    labels = [label for label, _ in times.commands]
+    return sum(label.startswith(("pointwise", "fused")) for label in labels), len(labels)
+
+
+def test_fusion_launches_fewer_elementwise_kernels_than_eager():
+    torch.manual_seed(0)
+    model = vision_more.mobilenet_v3_small(num_classes=10).to(DEV)
+    x = torch.randn(2, 3, 32, 32).to(DEV)
+    compiled = torch.compile(model, backend="fade_ocl")
+    before = ocl.graph_stats()
+
+    def step(net):
+        return lambda: net(x).square().mean().backward()
+
+    eager, graph = _elementwise_launches(step(model)), _elementwise_launches(step(compiled))
+    stats = ocl.graph_stats()
+    fused = stats["fused_kernels"] - before.get("fused_kernels", 0)
+    assert fused > 0 and stats["fused_nodes"] - before.get("fused_nodes", 0) >= 2 * fused
+    assert graph[0] < eager[0], (graph, eager)
+
+
+def test_a_chain_of_elementwise_ops_is_one_kernel_with_eager_results():
+    def f(x, y, b):
+        return torch.relu(x * y + b).sigmoid() * 2 - torch.nn.functional.hardswish(x)
+
+    x, y, b = torch.randn(3, 5, 7), torch.randn(3, 5, 7), torch.randn(5, 1)
+    compiled = torch.compile(f, backend="fade_ocl")
+    device = [t.to(DEV) for t in (x, y, b)]
+    with torch.no_grad():
+        compiled(*device)
+        with ocl.profile() as times:
+            got = compiled(*device)
+    assert len(times.commands) == 1 and times.commands[0][0].startswith("fused "), times.commands
+    torch.testing.assert_close(got.cpu(), f(*device).cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(got.cpu(), f(x, y, b), rtol=1e-6, atol=1e-6)
+
+
+def test_a_node_with_no_kernel_runs_eagerly_and_is_counted():
+    def f(x):
+        return torch.cumsum(x.relu(), 0) * 3  # cumsum has no OpenCL kernel
+
+    x = torch.randn(6, 4)
+    compiled = torch.compile(f, backend="fade_ocl")
+    ocl.reset_fallback_counts()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = compiled(x.to(DEV)).cpu()
+        second = compiled(x.to(DEV)).cpu()
+    counts = ocl.graph_fallback_counts()
+    assert counts.get("graph:aten::cumsum", 0) == 2, counts
+    assert ocl.fallback_counts().get("aten::cumsum.out", 0) + ocl.fallback_counts().get("aten::cumsum", 0) >= 2
+    assert any("graph mode" in str(w.message) and "cumsum" in str(w.message) for w in caught)
+    torch.testing.assert_close(first, f(x))
+    torch.testing.assert_close(second, f(x))
+
+
+def test_a_graph_break_is_counted():
+    def f(x):
+        y = x.relu() + 1
+        torch._dynamo.graph_break()
+        return y * 2
+
+    x = torch.randn(4, 4)
+    ocl.reset_fallback_counts()
+    got = torch.compile(f, backend="fade_ocl")(x.to(DEV)).cpu()
+    torch.testing.assert_close(got, f(x))
+    assert ocl.graph_fallback_counts().get("graph:break", 0) >= 1, ocl.fallback_counts()
+    assert sum(ocl.graph_stats()["graph_breaks"].values()) >= 1
