@@ -10,6 +10,7 @@ from pathlib import Path
 from fade.cli.args import (add_device_flag, add_json_flag, add_run_flags, check_outputs, positive_float, positive_int,
                            report_run_problems, split_list, write_json)
 from fade.errors import ExitCode, FadeUsageError
+from fade.measure.zoo import ZOO
 
 MICRO_OUTPUT = "results/micro.jsonl"
 MODELS_OUTPUT = "results/models.jsonl"
@@ -53,8 +54,8 @@ def _add_models(suites) -> None:
         "Synthetic data stays on the device (no input copy is timed).",
     )
     models.add_argument("--models", metavar="LIST",
-                        help="comma-separated zoo names (alexnet, resnet18, resnet50, vgg16, mobilenet_v2, gpt2-small, "
-                             "bert-base) or module:function (default: the whole zoo)")  # fmt: skip
+                        help=f"comma-separated zoo names ({', '.join(ZOO)}) or module:function (default: the whole "
+                             "zoo)")  # fmt: skip
     models.add_argument("--batch", type=positive_int("--batch"), metavar="N",
                         help=f"samples per step (default {DEFAULT_BATCH}; {QUICK_BATCH} with --quick)")  # fmt: skip
     models.add_argument("--mode", default="both", choices=("train", "infer", "both"), help="default: both")
