@@ -72,7 +72,7 @@ def test_micro_plan_for_ocl_runs_fp32_and_says_why_other_dtypes_do_not():
 @pytest.mark.parametrize("variant, reason", [
     ("tf32", "tf32: tf32 is a CUDA/ROCm tensor-core mode"),
     ("amp-bf16+channels-last", "amp-bf16: computes it through the CPU fallback"),
-    ("compile", "torch.compile has no backend for fade.ocl"),
+    ("compile=reduce-overhead", "is an Inductor mode: on fade.ocl, compile=default runs its graph mode"),
     ("sdpa_backend=flash", "it changes nothing on fade.ocl's OpenCL device"),
 ])
 def test_model_variants_that_do_not_apply_on_ocl_are_skipped_with_reasons(variant, reason):
@@ -80,7 +80,7 @@ def test_model_variants_that_do_not_apply_on_ocl_are_skipped_with_reasons(varian
 
 
 def test_fp32_default_and_channels_last_run_on_ocl():
-    for variant in ("fp32", "default", "channels-last"):
+    for variant in ("fp32", "default", "channels-last", "compile", "fp32+compile"):  # compile: the graph mode
         assert skip_reason(parse_variant(variant), "ocl:0", OCL_DTYPES, "train") is None
     assert skip_reason(StepConfig(), "ocl:0", OCL_DTYPES) is None
 

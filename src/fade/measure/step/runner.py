@@ -89,8 +89,19 @@ def apply_config(workload, config: StepConfig, *, reset_compiler: bool = True):
 
         if reset_compiler:
             torch._dynamo.reset()
-        runnable = torch.compile(runnable) if mode == "default" else torch.compile(runnable, mode=mode)
+        if _on_ocl(runnable, workload.inputs):  # fade.ocl's graph mode: the backend fade.ocl.register() named
+            runnable = torch.compile(runnable, backend="fade_ocl")
+        else:
+            runnable = torch.compile(runnable) if mode == "default" else torch.compile(runnable, mode=mode)
     return runnable
+
+
+def _on_ocl(model, inputs) -> bool:
+    """Whether the step runs on fade.ocl's device (its parameters or inputs are there)."""
+    import torch
+
+    tensors = [*model.parameters(), *(value for value in inputs if isinstance(value, torch.Tensor))]
+    return any(tensor.device.type == "ocl" for tensor in tensors)
 
 
 def make_optimizer(workload, implementation: str = "default"):

@@ -131,9 +131,11 @@ def skip_reason(variant: Variant, device: str, dtype_support: dict, mode: Option
     if variant.autocast_dtype and dtype_support.get(variant.autocast_dtype):
         return f"{variant.precision}: {dtype_support[variant.autocast_dtype]}"
     if variant.compile_mode is not None:
-        if device_type == "ocl":
-            return ("torch.compile has no backend for fade.ocl: Inductor generates code for CUDA, ROCm, XPU and the "
-                    "CPU, not for a Python PrivateUse1 device")
+        if device_type == "ocl":  # compile=default runs fade.ocl's graph mode (runner.apply_config)
+            if variant.compile_mode != "default":
+                return (f"compile={variant.compile_mode} is an Inductor mode: on fade.ocl, compile=default runs its "
+                        "graph mode (backend fade_ocl, docs/ocl.md \"Graph mode\")")
+            return None
         return compile_unavailable_reason(device_type)
     return None
 
