@@ -661,6 +661,76 @@ def test_avg_pool2d_and_its_backward_match_the_cpu(dtype, layout):
     assert not [name for name in ocl.fallback_counts() if "avg_pool" in name]
 
 
+ADAPTIVE_SIZES = [((7, 7), (3, 3)), ((10, 10), (4, 4)), ((10, 7), (4, 3)), ((3, 5), (7, 8)), ((9, 6), (5, 1)),
+                  ((6, 6), (1, 1)), ((5, 4), (5, 4)), ((13, 11), (6, 7))]  # (input, output): bins of unequal sizes,
+# overlapping bins, more outputs than inputs (bins of one element read by several outputs), global, identity
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "channels_last"])
+def test_adaptive_max_and_avg_pool2d_of_any_size_and_their_backwards_match_the_cpu(dtype, layout):
+    """adaptive_max_pool2d (values, the CPU's indices, the backward's sums where several bins chose one element)
+    and adaptive_avg_pool2d for output sizes that do not divide the input (7 -> 3, 10 -> 4, 3 -> 7, ...), on a
+    contiguous, a sliced (an offset and strides) and a channels-last input, with ties and a NaN; no fallback.
+    float64 equals the CPU's to 1e-12; float32's max pooling is exact (it selects, and the backward adds in the
+    CPU's order), its average within 1e-6."""
+    torch.manual_seed(0)
+    tight = dict(atol=1e-12, rtol=1e-12) if dtype == torch.float64 else dict(atol=1e-6, rtol=1e-5)
+    ocl.reset_fallback_counts()
+    for (h, w), size in ADAPTIVE_SIZES:
+        base = torch.randint(-3, 4, (3, 4, h + 2, w + 3)).to(dtype)  # few values: ties in most bins
+        base[0, 1, 1, 1] = float("nan")
+        base[1, 2] = float("-inf")  # a whole plane of -inf: each bin's first element is its index
+        make = {"contiguous": lambda t: t[:2, :, :h, :w].contiguous(), "sliced": lambda t: t[1:, 1:, 2:, 3:],
+                "channels_last": lambda t: t[:2, :, :h, :w].permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)}[layout]
+        host, device = make(base), make(base.to(DEV))
+        assert host.shape[-2:] == (h, w) and device.is_contiguous() == (layout == "contiguous")
+        for pool in ("max", "avg"):
+            x, xd = host.clone().requires_grad_(), device.detach().requires_grad_()
+            if pool == "max":
+                (expected, where), (actual, actual_where) = (torch.nn.functional.adaptive_max_pool2d(t, size, True)
+                                                             for t in (x, xd))
+                assert torch.equal(actual_where.cpu(), where), (h, w, size)
+                close(actual.detach(), expected.detach(), atol=0, rtol=0)
+            else:
+                expected, actual = (torch.nn.functional.adaptive_avg_pool2d(t, size) for t in (x, xd))
+                close(actual.detach(), expected.detach(), **tight)
+            grad = torch.randn(expected.shape, dtype=dtype)
+            expected.backward(grad)
+            actual.backward(grad.to(DEV))
+            close(xd.grad, x.grad, **(dict(atol=0, rtol=0) if pool == "max" else tight))
+    x = torch.randn(3, 10, 7, dtype=dtype)  # 3-D input; out= overloads; a gradient and indices at offsets
+    values, where = torch.empty(0, dtype=dtype).to(DEV), torch.empty(0, dtype=torch.long).to(DEV)
+    torch.ops.aten.adaptive_max_pool2d.out(x.to(DEV), [4, 3], out=values, indices=where)
+    expected, expected_where = torch.ops.aten.adaptive_max_pool2d(x, [4, 3])
+    close(values, expected, atol=0, rtol=0)
+    assert torch.equal(where.cpu(), expected_where)
+    grad, index = torch.randn(4, 4, 3, dtype=dtype), torch.cat([expected_where[:1], expected_where])
+    close(torch.ops.aten.adaptive_max_pool2d_backward(grad.to(DEV)[1:], x.to(DEV), index.to(DEV)[1:]),
+          torch.ops.aten.adaptive_max_pool2d_backward(grad[1:], x, expected_where), atol=0, rtol=0)
+    assert ocl.fallback_counts() == {}
+
+
+def test_max_pool2d_of_a_channels_last_input_and_its_backward_match_the_cpu():
+    """The kernel writes its outputs contiguous; they had been allocated with the meta result's channels-last
+    strides, which scrambled values and indices (found by issue 27's adaptive pooling checks)."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 9, 8, dtype=torch.float64).permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    xd = x.to(DEV).permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2).requires_grad_()
+    assert xd.stride() == x.stride()
+    ocl.reset_fallback_counts()
+    x.requires_grad_()
+    (expected, where), (actual, actual_where) = (torch.nn.functional.max_pool2d(t, 3, 2, 1, return_indices=True)
+                                                 for t in (x, xd))
+    close(actual.detach(), expected.detach(), atol=0, rtol=0)
+    assert torch.equal(actual_where.cpu(), where)
+    grad = torch.randn(expected.shape, dtype=torch.float64)
+    expected.backward(grad)
+    actual.backward(grad.to(DEV))
+    close(xd.grad, x.grad, atol=0, rtol=0)
+    assert ocl.fallback_counts() == {}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_bernoulli_on_the_device_rng(dtype):
     """bernoulli_(p) by dropout's Philox on the device: values 0/1, the mean within 6 standard deviations of p

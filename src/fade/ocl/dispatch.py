@@ -33,7 +33,7 @@ from fade.ocl.meta import base_name, bind_arguments, is_view_op
 from fade.ocl.normalization import batch_norm, layer_norm
 from fade.ocl.philox import bernoulli, dropout
 from fade.ocl.pointwise import POINTWISE, pointwise_op
-from fade.ocl.pooling import adaptive_avg_pool, avg_pool, max_pool
+from fade.ocl.pooling import adaptive_avg_pool, adaptive_max_pool, avg_pool, max_pool
 from fade.ocl.reductions import nll_loss, reduce_op, softmax, softmax_backward
 from fade.ocl.runtime import OclError
 from fade.ocl.sources import NoKernel
@@ -142,6 +142,7 @@ HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, k
     **dict.fromkeys(("embedding", "index_select", "embedding_dense_backward"), embedding),
     **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward"), max_pool),
     **dict.fromkeys(("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"), adaptive_avg_pool),
+    **dict.fromkeys(("adaptive_max_pool2d", "adaptive_max_pool2d_backward"), adaptive_max_pool),
     **dict.fromkeys(("avg_pool2d", "avg_pool2d_backward"), avg_pool),
     **dict.fromkeys(("native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward"), batch_norm),
     **dict.fromkeys(("convolution", "convolution_backward"), convolution),

@@ -1,5 +1,5 @@
-"""Pooling over 2-D maps: max pooling with indices, adaptive average pooling and average pooling, each with its
-backward as a gather over the outputs that read an input element (no atomics).
+"""Pooling over 2-D maps: max pooling with indices, adaptive average and max pooling and average pooling, each
+with its backward as a gather over the outputs that read an input element (no atomics).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from fade.ocl.memory import block_of, contiguous_strides, device_of, empty, empty_like_meta
+from fade.ocl.memory import block_of, contiguous_strides, device_of, empty
 from fade.ocl.meta import base_name, meta_result_of
 from fade.ocl.pointwise import contiguous, finish, pointwise
 from fade.ocl.sources import cl_type, compiled_source, load, NoKernel
@@ -50,8 +50,10 @@ def max_pool(op, args, kwargs, bound):
     dev = device_of(x)
     source = f"#define T {cl_type(x.dtype)}\n" + _POOL_SOURCE
     if base_name(op) == "max_pool2d_with_indices":
-        out = empty_like_meta(meta_result[0], x.device.index)
-        index = empty_like_meta(meta_result[1], x.device.index)
+        shape = list(meta_result[0].shape)  # contiguous, as the kernel writes them (the meta result of a
+        # channels-last input is channels-last: its strides had scrambled the outputs)
+        out = empty(shape, contiguous_strides(shape), x.dtype, x.device.index)
+        index = empty(shape, contiguous_strides(shape), torch.int64, x.device.index)
         oh, ow = out.shape[-2:]
         if out.numel():
             dev.launch(dev.kernel("max_pool2d", source), (out.numel(),), None,
@@ -113,6 +115,46 @@ def adaptive_avg_pool(op, args, kwargs, bound):
                                                            block_of(out).buffer,
                                                            *[np.int64(v) for v in (planes, h, w, oh, ow)])
     return out
+
+
+_ADAPTIVE_MAX_SOURCE = load("adaptive_max_pool.cl")
+
+
+def adaptive_max_pool(op, args, kwargs, bound):
+    """adaptive_max_pool2d (values and indices, any output size, torch's bins) and its backward: the forward one
+    work item per output, the backward one per input element gathering from the outputs whose index names it,
+    in the CPU's order of accumulation (no atomics)."""
+    x = bound["self"]
+    if x.dim() not in (3, 4) or x.dtype not in (torch.float32, torch.float64):
+        raise NoKernel("adaptive max pool beyond 2-D float")
+    h, w = x.shape[-2:]
+    planes = math.prod(x.shape[:-2])
+    dev = device_of(x)
+    source = f"#define T {cl_type(x.dtype)}\n" + _ADAPTIVE_MAX_SOURCE
+    if base_name(op) == "adaptive_max_pool2d":
+        meta_result = meta_result_of(op, args, kwargs)  # torch's checks and output size
+        shape = list(meta_result[0].shape)
+        oh, ow = shape[-2:]
+        x = contiguous(x)
+        out = empty(shape, contiguous_strides(shape), x.dtype, x.device.index)
+        index = empty(shape, contiguous_strides(shape), torch.int64, x.device.index)
+        if out.numel():
+            dev.launch(dev.kernel("adaptive_max_pool2d", source), (out.numel(),), None, block_of(x).buffer,
+                       np.int64(x.storage_offset()), block_of(out).buffer, block_of(index).buffer,
+                       *[np.int64(v) for v in (planes, h, w, oh, ow)])
+        return finish(op, bound, (out, index))
+    grad, index = contiguous(bound["grad_output"]), contiguous(bound["indices"])
+    oh, ow = grad.shape[-2:]
+    out = empty(x.shape, contiguous_strides(x.shape), x.dtype, x.device.index)
+    if out.numel():
+        if grad.numel():
+            dev.launch(dev.kernel("adaptive_max_pool2d_backward", source), (out.numel(),), None,
+                       block_of(grad).buffer, np.int64(grad.storage_offset()), block_of(index).buffer,
+                       np.int64(index.storage_offset()), block_of(out).buffer,
+                       *[np.int64(v) for v in (planes, h, w, oh, ow)])
+        else:
+            pointwise("0", out, [])
+    return finish(op, bound, out)
 
 
 _AVG_POOL_SOURCE = load("avg_pool.cl")
