@@ -33,8 +33,8 @@ def build(name):
 
 
 def run(name, device, graph: bool):
-    """Eval outputs before training, first-step gradients, STEPS training losses (SGD with momentum) and eval
-    outputs after them, of `name`."""
+    """Eval outputs before training, first-step gradients, STEPS training losses (SGD with momentum), eval
+    outputs after them and the buffers then, of `name`."""
     model, x, target, loss_fn = build(name)
     model = model.to(device)
     x, target = x.to(device), target.to(device)
@@ -56,7 +56,8 @@ def run(name, device, graph: bool):
     model.eval()
     with torch.no_grad():
         after = step(x).cpu()
-    return before, grads, torch.tensor(losses), after
+    buffers = {k: b.cpu().double() for k, b in model.named_buffers()}  # running statistics, batches tracked
+    return before, grads, torch.tensor(losses), after, buffers
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +144,7 @@ def test_fusion_launches_fewer_elementwise_kernels_than_eager():
     stats = ocl.graph_stats()
     fused = stats["fused_kernels"] - before.get("fused_kernels", 0)
     assert fused > 0 and stats["fused_nodes"] - before.get("fused_nodes", 0) >= 2 * fused
-    assert graph[0] < eager[0], (graph, eager)
+    assert graph[0] < eager[0] and graph[1] < eager[1], (graph, eager)  # elementwise and all commands
 
 
 def test_a_chain_of_elementwise_ops_is_one_kernel_with_eager_results():

@@ -182,10 +182,12 @@ class _FusedStep:
     instead, for good, when an input is not an ocl tensor or the kernel cannot be made."""
 
     def __init__(self, members: list[Member], input_slots: list[int], scalars: list, output_slots: list[int],
-                 outputs: list[tuple], index: int, fallback: list[_OpStep], label: str):
+                 outputs: list[tuple], index: int, fallback: list[_OpStep], label: str, targets: tuple = ()):
         self.members, self.input_slots, self.output_slots = members, input_slots, output_slots
         self.outputs = outputs  # per stored member: (member position, shape, stride, dtype)
         self.scalar_values = scalars  # (value, compute dtype)
+        # per output: None, or the slot of a graph input it is written into (a copy_ back fused away)
+        self.targets = tuple(targets) or (None,) * len(outputs)
         self.index, self.fallback, self.label = index, fallback, label
         self.numel = int(np.prod(outputs[0][1])) if outputs[0][1] else 1
         self.kernels: dict = {}
@@ -219,10 +221,11 @@ class _FusedStep:
             except NoKernel:
                 self.eager = True
                 return self(env)
-        outs = [empty(shape, stride, dtype, self.index) for _, shape, stride, dtype in self.outputs]
+        outs = [empty(shape, stride, dtype, self.index) if target is None else env[target]
+                for (_, shape, stride, dtype), target in zip(self.outputs, self.targets)]
         args = []
         for t in outs:
-            args += [block_of(t).buffer, np.int64(0)]
+            args += [block_of(t).buffer, np.int64(t.storage_offset())]
         for t in inputs:
             args += [block_of(t).buffer, np.int64(t.storage_offset())]
         runtime.device(self.index).launch(kernel, (self.numel,), None, *args, *self.scalar_args, label=self.label)
@@ -294,6 +297,32 @@ def _in_place_batch_norms(nodes: list) -> tuple[set, set]:
             norms.add(node)
             copies.update(found)
     return norms, copies
+
+
+def _fused_copies(nodes: list, slots: dict, groups: list) -> dict:
+    """{elementwise node's slot: graph input's slot} for each copy_(input, node) whose node is fused, read by
+    nothing else, and has the input's geometry, where nothing reads the input after the node's kernel ran: the
+    kernel writes the input itself and the copy_ is skipped (batch norm's num_batches_tracked + 1)."""
+    end_of = {m: g[-1] for g in groups for m in g}
+    found = {}
+    for node in nodes:
+        if node.target is not aten.copy_.default or len(node.args) != 2 or node.kwargs:
+            continue
+        target, value = node.args
+        if not (isinstance(target, torch.fx.Node) and target.op == "placeholder" and
+                isinstance(value, torch.fx.Node) and slots[value] in end_of and list(value.users) == [node]):
+            continue
+        t, v = target.meta.get("val"), value.meta.get("val")
+        if not (_static(t) and _static(v) and t.shape == v.shape and t.stride() == v.stride() and
+                t.dtype == v.dtype and t.device == v.device):
+            continue
+        end = end_of[slots[value]]
+        # every other reader of the input runs before the kernel or in it (a member of another group runs at
+        # that group's end)
+        if all(u is node or end_of.get(slots[u], slots[u]) <= end for u in target.users) and not any(
+                u.op == "output" for u in target.users):
+            found[slots[value]] = slots[target]
+    return found
 
 
 def _batch_norm_no_training(op, args, kwargs):
@@ -449,6 +478,9 @@ class GraphPlan:
         group_at = {g[-1]: g for g in groups}
         in_group = {m for g in groups for m in g}
         norms, skipped_copies = _in_place_batch_norms(nodes)
+        self.copy_targets = _fused_copies(nodes, slots, groups)  # elementwise slot -> the input slot it writes
+        skipped_copies |= {node for node in nodes if node.target is aten.copy_.default and
+                           isinstance(node.args[1], torch.fx.Node) and slots[node.args[1]] in self.copy_targets}
         steps: list = []
         for node in nodes:
             slot = slots[node]
@@ -540,7 +572,12 @@ class GraphPlan:
         index = nodes[group[-1]].meta["val"].device.index or 0
         fallback = [self._op_step(nodes[m], slots) for m in group]
         label = "fused " + "+".join(base_name(nodes[m].target) for m in group)
-        return _FusedStep(members, input_slots, scalars, [m for m in stored], outputs, index, fallback, label)
+        targets = [self.copy_targets.get(m) for m in stored]
+        for target in filter(None, targets):
+            if target not in input_slots:  # read by the step (liveness: the input lives until the kernel ran)
+                input_slots.append(target)
+        return _FusedStep(members, input_slots, scalars, [m for m in stored], outputs, index, fallback, label,
+                          targets)
 
     def __call__(self, args: list) -> list:
         env = [None] * self.size
