@@ -9,7 +9,9 @@ function (named for what it finds, so that `fade.guard` is only ever the functio
 
 Layout: callsite (the user's line) -> classify (is this op an offence?) -> session (Guard, the dispatch path)
 -> report (records, JSON); fade.report.guard renders the table; hooks (warnings, synchronize, optimizer steps), process
-(process-wide guard and `fade watch`'s runner), standin (a host-backed device for tests), pytest_plugin.
+(process-wide guard and `fade watch`'s runner), standin (a host-backed device for tests), pytest_plugin;
+storages and host_fallback (device storages over memory FADE owns, and the CPU fallback) are shared by standin
+and fade.ocl.
 
 Importing this package does not import torch. `import fade` does not import it either: fade.api imports it
 when `fade.guard()` is first called.
