@@ -25,8 +25,8 @@ import torch.fx
 from fade.ocl import dispatch, runtime
 from fade.ocl.graph_fusion import compute_type, fused_source, geometry, group_elementwise, Member, NodeInfo, \
     release_after
-from fade.ocl.memory import block_of, contiguous_strides, empty, NAME
-from fade.ocl.meta import base_name, bind_arguments, schema_of
+from fade.ocl.memory import block_of, contiguous_strides, empty, NAME, storage_table
+from fade.ocl.meta import base_name, bind_arguments, is_view_op, schema_of
 from fade.ocl.pointwise import numpy_scalar, pointwise, POINTWISE, typed_expression, variant_expression
 from fade.ocl.sources import CL_TYPES, NoKernel
 
@@ -167,6 +167,24 @@ class _OpStep:
         env[self.slot] = self.op(*args, **kwargs)
 
 
+class _ViewStep:
+    """A view node whose input has a static geometry: the view's size, strides and offset from the input's are
+    the graph's (its fake tensors'), so it is made without a meta computation; the view kernel runs instead
+    when the input comes with other strides."""
+
+    def __init__(self, op_step: _OpStep, source: int, in_stride: tuple, delta: int, size: tuple, stride: tuple):
+        self.op_step, self.source, self.slot, self.reads = op_step, source, op_step.slot, op_step.reads
+        self.in_stride, self.delta, self.size, self.stride = in_stride, delta, size, stride
+
+    def __call__(self, env) -> None:
+        base = env[self.source]
+        if isinstance(base, torch.Tensor) and base.stride() == self.in_stride and base.device.type == NAME:
+            env[self.slot] = storage_table.view_of(base, base.dtype, base.storage_offset() + self.delta, self.size,
+                                                   self.stride)
+        else:
+            self.op_step(env)
+
+
 class _GetItem:
     def __init__(self, source: int, index, slot: int):
         self.source, self.index, self.slot = source, index, slot
@@ -297,6 +315,19 @@ def _in_place_batch_norms(nodes: list) -> tuple[set, set]:
             norms.add(node)
             copies.update(found)
     return norms, copies
+
+
+def _view_step(node: torch.fx.Node, step: _OpStep, slots: dict):
+    """A _ViewStep for a view op node of one tensor input and one output of its dtype, both static, or None."""
+    op = node.target
+    if not isinstance(op, torch._ops.OpOverload) or not is_view_op(op) or not node.args or \
+            not isinstance(node.args[0], torch.fx.Node):
+        return None
+    base, out = node.args[0].meta.get("val"), node.meta.get("val")
+    if not (_static(base) and _static(out)) or base.dtype != out.dtype or base.device != out.device:
+        return None
+    return _ViewStep(step, slots[node.args[0]], tuple(base.stride()), out.storage_offset() - base.storage_offset(),
+                     tuple(out.shape), tuple(out.stride()))
 
 
 def _fused_copies(nodes: list, slots: dict, groups: list) -> dict:
@@ -502,7 +533,8 @@ class GraphPlan:
             elif node in skipped_copies:
                 continue  # its batch norm updated the input in place; the node has no readers
             else:
-                steps.append(self._op_step(node, slots, _batch_norm_functional_in_place if node in norms else None))
+                step = self._op_step(node, slots, _batch_norm_functional_in_place if node in norms else None)
+                steps.append(_view_step(node, step, slots) or step)
         self.output_template = outputs
         self.outputs = _resolver(outputs)
         keep = set(_refs(outputs))
@@ -516,6 +548,7 @@ class GraphPlan:
             _stats["graphs"] += 1
             _stats["nodes"] += sum(node.op == "call_function" for node in nodes)
             _stats["op_steps"] += sum(isinstance(s, _OpStep) for s in steps)
+            _stats["view_steps"] += sum(isinstance(s, _ViewStep) for s in steps)
             _stats["elementwise_kernels"] += len(groups)
             _stats["fused_kernels"] += len(fused)
             _stats["fused_nodes"] += sum(len(g) for g in fused)
