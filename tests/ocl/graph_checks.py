@@ -194,3 +194,17 @@ def test_a_graph_break_is_counted():
     torch.testing.assert_close(got, f(x))
     assert ocl.graph_fallback_counts().get("graph:break", 0) >= 1, ocl.fallback_counts()
     assert sum(ocl.graph_stats()["graph_breaks"].values()) >= 1
+
+
+def test_dynamic_shapes_run_unfused_and_right():
+    def f(x, y):
+        return (x.relu() * y + 1).view(-1, 2).sum(0)
+
+    compiled = torch.compile(f, backend="fade_ocl", dynamic=True)
+    before = ocl.graph_stats()
+    for n in (4, 6, 8):
+        x, y = torch.randn(n, 2), torch.randn(n, 2)
+        torch.testing.assert_close(compiled(x.to(DEV), y.to(DEV)).cpu(), f(x, y))
+    stats = ocl.graph_stats()
+    assert stats["graphs"] - before.get("graphs", 0) == 1  # one graph for every size
+    assert stats.get("elementwise_kernels", 0) == before.get("elementwise_kernels", 0)  # symbolic: not fused
