@@ -291,6 +291,36 @@ def _copy_in_place(op, args, kwargs):
     return target
 
 
+def _copy_functional(op, args, kwargs):
+    """copy (functionalized copy_ into an intermediate): a fresh tensor of self's geometry holding src."""
+    target, source = args[0], args[1]
+    if not isinstance(source, torch.Tensor) or source.device.type != NAME or torch.bfloat16 in (
+            source.dtype, target.dtype) or kwargs.get("non_blocking") or len(args) > 2:
+        raise NoKernel("copy from the host or of bfloat16")
+    stride = target.stride() if target.is_contiguous() else contiguous_strides(target.shape)
+    out = empty(target.shape, stride, target.dtype, target.device.index or 0)
+    pointwise("a", out, [source])
+    return out
+
+
+def _scatter(op, args, kwargs):
+    """slice_scatter / select_scatter (functionalized writes into a slice): a copy of self with src written into
+    the part (a view made by the view kernel)."""
+    bound = bind_arguments(op, args, kwargs)
+    x, source = bound["self"], bound["src"]
+    if x.device.type != NAME or not isinstance(source, torch.Tensor) or source.device.type != NAME or \
+            torch.bfloat16 in (x.dtype, source.dtype):
+        raise NoKernel("a scatter from the host or of bfloat16")
+    out = empty(x.shape, contiguous_strides(x.shape), x.dtype, x.device.index or 0)
+    pointwise("a", out, [x])
+    if op is aten.select_scatter.default:
+        part = _routed(aten.select.int, (out, bound["dim"], bound["index"]))
+    else:
+        part = _routed(aten.slice.Tensor, (out, bound["dim"], bound["start"], bound["end"], bound["step"]))
+    pointwise("a", part, [source])
+    return out
+
+
 def _in_place_batch_norms(nodes: list) -> tuple[set, set]:
     """(batch norm nodes, copy_ nodes): the _native_batch_norm_legit_functional nodes whose running statistics are
     graph inputs read by nothing but the batch norm and a copy_ of its new value back into them, and those
@@ -418,6 +448,9 @@ LOWERINGS = {  # ops with no kernel of their own that the plan runs by other ops
     aten.select_backward.default: _scatter_backward,
     aten.slice_backward.default: _scatter_backward,
     aten.copy_.default: _copy_in_place,
+    aten.copy.default: _copy_functional,
+    aten.slice_scatter.default: _scatter,
+    aten.select_scatter.default: _scatter,
     aten.empty_permuted.default: _empty_permuted,
 }
 
