@@ -38,6 +38,9 @@ def test_every_variant_decodes_and_agrees_with_the_fp32_reference(quick_run):
     for record in decode:
         assert record["value"] > 0
         assert record["extra"]["tokens"]["match"] is True, record["case_id"]
+        numerics = record["extra"]["numerics"]  # the teacher-forced check: fp32 variants agree on every token
+        assert numerics["verdict"] == "ok" and numerics["top1_agreement"] == 1.0, (record["case_id"], numerics["failed"])
+        assert numerics["steps"] == 16 and numerics["checked"] == 16 * record["params"]["batch"]
         assert record["extra"]["ttft_ms"] > 0
         roofline = record["extra"]["roofline"]
         assert roofline["pct_of_roofline"] is None and "no peak memory bandwidth" in roofline["reason"]

@@ -75,6 +75,7 @@ def test_compare_of_a_cpu_run_has_one_view_variant_by_batch(quick_llm):
         assert point.tokens_per_s == record["value"] > 0
         assert point.ttft_ms == record["extra"]["ttft_ms"] > 0
         assert point.tokens_match is True and point.pct_of_roofline is None
+        assert point.tokens_check == "ok 100%"  # the numerics verdict and top-1 agreement (near-ties counted)
     assert view.roofline == [] and "no peak memory bandwidth" in view.reason
     (prefill,) = view.prefill
     assert (prefill.tokens, prefill.batch) == (16, 1) and prefill.tflops > 0 and prefill.pct_of_peak is None
@@ -108,6 +109,7 @@ def test_a_gpu_record_shows_its_roofline_and_percentages(gpu_like):
     text = roofline_markdown(view)
     first = view.decode[0]
     assert f"| hf-generate | 1 | {first.tokens_per_s:.4g} | 1000 | {first.pct_of_roofline:.1f}% |" in text
+    assert text.count(" | ok 100% |") == len(view.decode)
     assert "roofline = 4800 GB/s (gpus.toml: H200 SXM) / bytes per decode step x batch" in text
 
 
@@ -139,6 +141,7 @@ def test_failed_cases_and_odd_fields_keep_their_row_and_crash_nothing(gpu_like):
     assert (failed.status, failed.tokens_per_s, failed.note) == ("error", None, "CUDA out of memory")
     assert points["hf-static", 1].roofline_tokens_per_s is None and points["hf-static", 1].tokens_per_s > 0
     assert points["fade-loop", 1].ttft_ms is None and points["fade-loop", 1].tokens_match is None
+    assert points["fade-loop", 1].tokens_check is None
     assert points["fade-loop", 2].roofline_tokens_per_s == 2000.0
     text = roofline_markdown(view)
     assert "| hf-generate | 1 | error |" in text and "hf-generate b1: CUDA out of memory" in text

@@ -19,8 +19,9 @@ Rows and columns: a model-bench record (suite "models") is row "<network> <varia
 LLM records (suite "llm", `fade bench llm`) also get a roofline view (llm_roofline_views, Comparison.roofline):
 per result set, model, dtype, device and prompt/new-token sizes, one row per (variant, batch) with the decode
 tokens/s, the bandwidth roofline's tokens/s and the % reached (the record's extra.roofline, computed by
-fade.analyze.llm when the case ran), the time to first token and whether the greedy tokens matched the
-reference; the prefill cases of the same model beside them as TFLOP/s and % of the dtype's peak.
+fade.analyze.llm when the case ran), the time to first token and the token check (the teacher-forced numerics
+verdict, fade.analyze.llm_numerics); the prefill cases of the same model beside them as TFLOP/s and % of the
+dtype's peak.
 
 % of baseline is the speed ratio, so > 100 is faster whatever the unit: value / baseline for rates
 (TFLOP/s, GB/s, samples/s, x), baseline / value for latencies (us). A difference is "within noise" when
@@ -38,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from fade.analyze.llm_numerics import verdict_text
 from fade.errors import FadeUsageError
 from fade.results import FAILED_STATUSES, latest_records, read_records
 
@@ -387,7 +389,9 @@ class DecodePoint:
     roofline_tokens_per_s: Optional[float] = None
     pct_of_roofline: Optional[float] = None
     ttft_ms: Optional[float] = None
-    tokens_match: Optional[bool] = None  # greedy tokens equal the reference's (extra.tokens.match)
+    tokens_match: Optional[bool] = None  # free-running greedy tokens equal the reference's (extra.tokens.match)
+    tokens_check: Optional[str] = None  # the table's "tokens" cell: "ok 100%" / "differ 93%" (extra.numerics), or
+    # "match" / "differ" from extra.tokens for a record from before the numerics check; None: neither
     compiled: Optional[bool] = None  # extra.variant_ran.compiled
     note: Optional[str] = None  # the error of a case that did not run
 
@@ -490,6 +494,7 @@ def _add_decode(view: RooflineView, record: dict, variant: str, batch: int) -> N
                         pct_of_roofline=_number(roofline.get("pct_of_roofline")) if ok else None,
                         ttft_ms=_number(extra.get("ttft_ms")) if ok else None,
                         tokens_match=_flag(_mapping(extra.get("tokens")).get("match")),
+                        tokens_check=tokens_cell(extra),
                         compiled=_flag(_mapping(extra.get("variant_ran")).get("compiled")),
                         note=None if ok else str(record.get("error") or status))  # fmt: skip
     view.decode.append(point)
@@ -503,6 +508,16 @@ def _add_decode(view: RooflineView, record: dict, variant: str, batch: int) -> N
     reason = roofline.get("reason")
     if isinstance(reason, str) and view.reason is None and bandwidth is None:
         view.reason = reason
+
+
+def tokens_cell(extra: dict) -> Optional[str]:
+    """The roofline view's "tokens" cell of a decode record: the numerics check's verdict and top-1 agreement
+    counting near-ties (fade.analyze.llm_numerics.verdict_text), else the free-running match of an older record."""
+    text = verdict_text(_mapping(extra.get("numerics")))
+    if text is not None:
+        return text
+    match = _flag(_mapping(extra.get("tokens")).get("match"))
+    return None if match is None else ("match" if match else "differ")
 
 
 def _prefill_point(record: dict, tokens: int, batch: int) -> PrefillPoint:

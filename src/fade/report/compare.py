@@ -128,7 +128,7 @@ def decode_rows(view: RooflineView) -> list:
     rows = []
     for point in view.decode:
         pct = "-" if point.pct_of_roofline is None else f"{point.pct_of_roofline:.1f}%"
-        tokens = {True: "match", False: "differ", None: "-"}[point.tokens_match]
+        tokens = point.tokens_check or "-"
         figure = _number_text(point.tokens_per_s) if point.status == "ok" else point.status
         rows.append([point.variant, str(point.batch), figure, _number_text(point.roofline_tokens_per_s), pct,
                      _number_text(point.ttft_ms), tokens])  # fmt: skip

@@ -11,9 +11,10 @@ Reference
     case's dtype (the same weights, rounded) and the variant built (generation.variant_generator).
 Check
     One untimed run of the variant's generate(prompt, new_tokens): it compiles what the variant compiles, and
-    its tokens are compared with the reference's (`extra.tokens`: match, the first position where any
-    sequence differs, the mean matching prefix). A mismatch never fails the case: in bf16 or fp16 a near-tie
-    between two logits may round the other way and the sequences part there; in fp32 the variants agree.
+    its free-running tokens are compared with the reference's (`extra.tokens`: match, the first position where
+    any sequence differs, the mean matching prefix). In bf16 or fp16 a near-tie between two logits may round
+    the other way and the sequences part there (with random weights at token 0 or 1), so this says little; the
+    numerics check below is the one that judges.
 Timing
     fade.measure.timing.measure (its docstring: warm-up, device sync, median + IQR, stop rule) on two calls:
     generate(prompt, 1), the time to first token (prefill + the first token, with what generate() does around
@@ -33,6 +34,12 @@ Memory
     CUDA/ROCm: torch.cuda.max_memory_allocated from the variant's build to the end of its timing (caching
     allocator only). Elsewhere no device counter exists: `extra.memory.process_max_rss_bytes` is the worker
     process's peak resident set since it started (torch, transformers and earlier cases included), labelled so.
+Numerics
+    After the timing and the memory reading, untimed (fade.measure.suites.llm.numerics): the variant run along
+    the reference's greedy tokens through its own decode path, its per-step next-token distributions compared
+    with the reference's (KL, top-1 agreement, near-ties) and with the dtype's own floor; `extra.numerics`
+    holds the figures and the verdict, "ok" or "differ" with what failed (fade.analyze.llm_numerics). A
+    "differ" does not fail the case: the record says it.
 Prefill case
     model(prompt of `tokens`, use_cache=True, logits_to_keep=1) in the case's dtype, timed with measure;
     value = analyze.llm.prefill_flops / median / 1e12 TFLOP/s against the dtype's spec-table peak.
@@ -49,13 +56,13 @@ from typing import Optional
 from fade.analyze import llm as llm_math
 from fade.analyze.llm_table import config_from_params
 from fade.measure.case import CaseResult, CaseSkipped, synchronize, tflops_result
-from fade.measure.suites.llm import generation
+from fade.measure.suites.llm import generation, numerics
 from fade.measure.suites.models.case import device_facts
 from fade.measure.timing import measure
 
-REFERENCE = "hf-generate, fp32, eager, same weights"
-TOKEN_NOTE = ("a mismatch does not fail the case: in bf16/fp16 a near-tie between two logits may round the other "
-              "way and the sequences part from there")  # fmt: skip
+REFERENCE = numerics.REFERENCE
+TOKEN_NOTE = ("free-running: a mismatch does not fail the case: in bf16/fp16 a near-tie between two logits may round "
+              "the other way and the sequences part from there; extra.numerics is the teacher-forced check that judges")  # fmt: skip
 CUDA_MEMORY_SOURCE = "torch.cuda.max_memory_allocated from the variant's build to the end of its timing (caching allocator only)"
 TIMING_ROUNDS = 3  # alternating rounds of generate(1) and generate(n); see "Timing"
 RSS_SOURCE = "process peak resident set (getrusage ru_maxrss) since the worker started: torch, transformers and earlier cases included"
@@ -71,7 +78,8 @@ def decode_case(ctx, *, config: dict, variant: str, dtype: str, batch: int, prom
         raise CaseSkipped(dtype_support[dtype])
     model = generation.build_model(shape, device)
     ids = generation.prompt_ids(shape.vocab_size, batch, prompt_tokens, device)
-    reference_tokens = generation.hf_generator(model, static=False)(ids, new_tokens)
+    reference = numerics.reference_run(model, ids, new_tokens, numerics.check_steps(batch, shape.vocab_size, new_tokens))
+    reference_tokens = reference.tokens
     generation.cast_model(model, dtype)
     _reset_peak_memory(device)
     generate, facts = generation.variant_generator(variant, model, batch=batch, prompt_tokens=prompt_tokens,
@@ -81,7 +89,7 @@ def decode_case(ctx, *, config: dict, variant: str, dtype: str, batch: int, prom
         raise RuntimeError(f"{variant} returned tokens of shape {tuple(tokens.shape)}, not ({batch}, {new_tokens})")
     if variant == "hf-static":
         facts["compiled"] = generation.hf_compiled(model)
-    check = token_agreement(tokens.tolist(), reference_tokens.tolist())
+    tokens_check = token_agreement(tokens.tolist(), reference_tokens.tolist())
 
     first, full = interleaved(lambda: generate(ids, 1), lambda: generate(ids, new_tokens), device, ctx.timing)
     steps = new_tokens - 1
@@ -90,18 +98,23 @@ def decode_case(ctx, *, config: dict, variant: str, dtype: str, batch: int, prom
         raise RuntimeError(f"decode time not resolved: generate({new_tokens}) took {full.median_s * 1e3:.3g} ms, "
                            f"generate(1) {first.median_s * 1e3:.3g} ms; give more --new-tokens")
     tokens_per_s = batch / decode_s
+    memory = peak_memory(device)
+    variant_rows, path = numerics.variant_rows(generate, ids, reference)
+    check = numerics.numerics_record(dtype, variant_rows, numerics.floor_rows(model, ids, reference),
+                                     new_tokens=new_tokens, path=path)  # fmt: skip
     bandwidth = (peaks or {}).get("bandwidth_gbs")
     roofline = llm_math.decode_roofline(shape, dtype, batch, prompt_tokens, new_tokens, tokens_per_s, bandwidth,
                                     (peaks or {}).get("source"))  # fmt: skip
     extra = {
         "variant_ran": {"name": variant, **facts},
-        "tokens": check,
+        "tokens": tokens_check,
+        "numerics": check,
         "ttft_ms": first.median_s * 1e3,
         "ttft": first.stats(),
         "decode_ms_per_step": decode_s * 1e3,
         "decode_tokens_per_s_range": _range(first, full, steps, batch),
         "roofline": roofline,
-        "memory": peak_memory(device),
+        "memory": memory,
         "weights": {"parameters": llm_math.parameter_counts(shape).total, "bytes": llm_math.weight_bytes(shape, dtype),
                     "init": "random (seeded), speed only: nothing downloaded"},  # fmt: skip
         "decode_flops_per_step": llm_math.decode_flops_per_step(shape, batch, prompt_tokens + new_tokens // 2),

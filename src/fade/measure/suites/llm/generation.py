@@ -67,10 +67,12 @@ def hf_generator(model, *, static: bool) -> Callable:
 
     options = {"cache_implementation": "static"} if static else {}
 
-    def generate(ids, new_tokens: int):
+    def generate(ids, new_tokens: int, logits_processor=None):
+        """`logits_processor`: the numerics check's (numerics.forcing_processor); the timed calls pass none."""
+        extra = {} if logits_processor is None else {"logits_processor": logits_processor}
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
-                                 **options)  # fmt: skip
+                                 **options, **extra)  # fmt: skip
         return out[:, ids.shape[1]:]
 
     return generate
@@ -90,11 +92,39 @@ class FadeLoop:
         self.step_positions = [torch.tensor([prompt_tokens + index], device=device) for index in range(new_tokens - 1)]
         self.compiled = compile
         self.step = torch.compile(self.eager_step, mode=COMPILE_MODE) if compile else self.eager_step
+        self._logits_step = None  # built by the first forced() call: the timed path never compiles it
+
+    def eager_logits_step(self, token, position):
+        """One decode step's forward: the logits (batch x vocab) of the next token after `token` at `position`."""
+        return self.model(token, past_key_values=self.cache, cache_position=position, use_cache=True).logits[:, -1]
 
     def eager_step(self, token, position):
         """One decode step: the next token of each sequence (batch x 1) from its last one at `position`."""
-        logits = self.model(token, past_key_values=self.cache, cache_position=position, use_cache=True).logits
-        return logits[:, -1].argmax(dim=-1, keepdim=True)
+        return self.eager_logits_step(token, position).argmax(dim=-1, keepdim=True)
+
+    @property
+    def logits_step(self):
+        """eager_logits_step, compiled like `step` when `step` is (the numerics check's path; a compile of its own,
+        since the timed step returns only the argmax)."""
+        if self._logits_step is None:
+            import torch
+
+            self._logits_step = torch.compile(self.eager_logits_step, mode=COMPILE_MODE) if self.compiled else self.eager_logits_step
+        return self._logits_step
+
+    def forced(self, ids, tokens, observe) -> None:
+        """The numerics check's run (numerics.py): the prefill as generate() runs it, then the step fed tokens[:, i]
+        (the reference's) in place of its own argmax, for tokens.shape[1] - 1 steps; observe(i, logits) hears each
+        new token's logits (i = 0: the prefill's) before the next step runs (a graph replay overwrites them)."""
+        import torch
+
+        with torch.inference_mode():
+            self.cache.reset()
+            logits = self.model(ids, past_key_values=self.cache, cache_position=self.prefill_positions, use_cache=True,
+                                logits_to_keep=1).logits  # fmt: skip
+            observe(0, logits[:, -1])
+            for index, position in enumerate(self.step_positions[: tokens.shape[1] - 1]):
+                observe(index + 1, self.logits_step(tokens[:, index : index + 1].clone(), position))
 
     def generate(self, ids, new_tokens: int):
         import torch
