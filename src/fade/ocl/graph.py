@@ -155,16 +155,30 @@ class _OpStep:
         self.eager = call is None
         self.name = op.name() if isinstance(op, torch._ops.OpOverload) else getattr(op, "__name__", str(op))
 
+    expect = None  # the strides the graph says its tensor result has (a static, non-view node), or None
+
     def __call__(self, env) -> None:
         args, kwargs = self.args(env), self.kwargs(env)
         if not self.eager:
             try:
-                env[self.slot] = self.call(self.op, args, kwargs)
+                result = self.call(self.op, args, kwargs)
+                env[self.slot] = result if self.expect is None or result.stride() == self.expect else \
+                    _conformed(result, self.expect)
                 return
             except NoKernel:
                 self.eager = True
         _eager_run(self.name)
         env[self.slot] = self.op(*args, **kwargs)
+
+
+def _conformed(t: torch.Tensor, stride: tuple) -> torch.Tensor:
+    """t copied into the strides the graph expects: a kernel whose output layout differs from torch's meta
+    result (layer norm over a permuted input keeps its layout; torch's is contiguous) would otherwise reach a
+    later node planned for the graph's layout (a `view` that cannot be made of it)."""
+    out = empty(t.shape, stride, t.dtype, t.device.index or 0)
+    pointwise("a", out, [t])
+    _count("layout_copies")
+    return out
 
 
 class _ViewStep:
@@ -190,8 +204,12 @@ class _GetItem:
         self.source, self.index, self.slot = source, index, slot
         self.reads = [source]
 
+    expect = None
+
     def __call__(self, env) -> None:
-        env[self.slot] = env[self.source][self.index]
+        value = env[self.source][self.index]
+        env[self.slot] = value if self.expect is None or value.stride() == self.expect else \
+            _conformed(value, self.expect)
 
 
 class _FusedStep:
@@ -345,6 +363,15 @@ def _in_place_batch_norms(nodes: list) -> tuple[set, set]:
             norms.add(node)
             copies.update(found)
     return norms, copies
+
+
+def _layout(node: torch.fx.Node):
+    """The strides of a node's result where later nodes were planned for them: a static ocl tensor of more than
+    one element (None otherwise: nothing is checked)."""
+    val = node.meta.get("val")
+    if not _static(val) or val.device.type != NAME or val.numel() <= 1:
+        return None
+    return tuple(val.stride())
 
 
 def _view_step(node: torch.fx.Node, step: _OpStep, slots: dict):
@@ -563,11 +590,15 @@ class GraphPlan:
                 continue
             elif node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node):
                 steps.append(_GetItem(slots[node.args[0]], node.args[1], slot))
+                steps[-1].expect = _layout(node)
             elif node in skipped_copies:
                 continue  # its batch norm updated the input in place; the node has no readers
             else:
                 step = self._op_step(node, slots, _batch_norm_functional_in_place if node in norms else None)
-                steps.append(_view_step(node, step, slots) or step)
+                view = _view_step(node, step, slots)
+                if view is None and isinstance(node.target, torch._ops.OpOverload) and not is_view_op(node.target):
+                    step.expect = _layout(node)
+                steps.append(view or step)
         self.output_template = outputs
         self.outputs = _resolver(outputs)
         keep = set(_refs(outputs))
