@@ -217,13 +217,13 @@ def test_writes_into_slices_run_through_the_plan():
         w = x.clone()
         w[2] = y[0] + 1
         w[:, 1:] = 0
-        return z + w
+        return z + w + torch.as_strided_scatter(x * 2, y[:3, :2] + 1, (3, 2), (3, 2), 1)
 
     x, y = torch.randn(4, 3), torch.randn(4, 3)
     ocl.reset_fallback_counts()
     got = torch.compile(f, backend="fade_ocl")(x.to(DEV), y.to(DEV)).cpu()
     torch.testing.assert_close(got, f(x, y))
-    assert ocl.fallback_counts() == {}  # slice_scatter, select_scatter: lowered, no eager node
+    assert ocl.fallback_counts() == {}  # slice_scatter, select_scatter, as_strided_scatter: lowered
 
 
 def test_a_kernel_output_in_another_layout_than_the_graph_plans_is_conformed():

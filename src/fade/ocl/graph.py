@@ -322,8 +322,8 @@ def _copy_functional(op, args, kwargs):
 
 
 def _scatter(op, args, kwargs):
-    """slice_scatter / select_scatter (functionalized writes into a slice): a copy of self with src written into
-    the part (a view made by the view kernel)."""
+    """slice_scatter / select_scatter / as_strided_scatter (functionalized writes into a part): a copy of self
+    with src written into the part (a view made by the view kernel, or as_strided's own geometry)."""
     bound = bind_arguments(op, args, kwargs)
     x, source = bound["self"], bound["src"]
     if x.device.type != NAME or not isinstance(source, torch.Tensor) or source.device.type != NAME or \
@@ -333,6 +333,11 @@ def _scatter(op, args, kwargs):
     pointwise("a", out, [x])
     if op is aten.select_scatter.default:
         part = _routed(aten.select.int, (out, bound["dim"], bound["index"]))
+    elif op is aten.as_strided_scatter.default:  # the strides address self's storage: out must be laid out alike
+        if not x.is_contiguous() or x.storage_offset():
+            raise NoKernel("as_strided_scatter into a strided tensor")
+        offset = bound["storage_offset"]
+        part = storage_table.view_of(out, out.dtype, 0 if offset is None else offset, bound["size"], bound["stride"])
     else:
         part = _routed(aten.slice.Tensor, (out, bound["dim"], bound["start"], bound["end"], bound["step"]))
     pointwise("a", part, [source])
@@ -478,6 +483,7 @@ LOWERINGS = {  # ops with no kernel of their own that the plan runs by other ops
     aten.copy.default: _copy_functional,
     aten.slice_scatter.default: _scatter,
     aten.select_scatter.default: _scatter,
+    aten.as_strided_scatter.default: _scatter,
     aten.empty_permuted.default: _empty_permuted,
 }
 
