@@ -6,6 +6,8 @@ See docs/ocl.md for what runs on the device, what falls back to the CPU, and how
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from fade.ocl import dispatch, graph, runtime, tuning  # tuning: persisted CLBlast parameters apply as a device opens
@@ -24,7 +26,11 @@ def register() -> None:
     torch.compile backend "fade_ocl" (`torch.compile(model, backend="fade_ocl")`, docs/ocl.md "Graph mode").
     OclError if there is no OpenCL device or PrivateUse1 already has another name."""
     dispatch.register()
-    graph.register_backend()
+    try:
+        graph.register_backend()
+    except (ImportError, RuntimeError) as error:  # dynamo unsupported here: the eager device still works
+        warnings.warn(f"fade.ocl: the graph mode's backend name \"fade_ocl\" is not registered ({error}); "
+                      "eager ocl works", UserWarning, stacklevel=2)
 
 
 is_registered = dispatch.is_registered

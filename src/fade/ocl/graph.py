@@ -605,7 +605,6 @@ class GraphPlan:
                 if view is None and isinstance(node.target, torch._ops.OpOverload) and not is_view_op(node.target):
                     step.expect = _layout(node)
                 steps.append(view or step)
-        self.output_template = outputs
         self.outputs = _resolver(outputs)
         keep = set(_refs(outputs))
         reads = [list(step.reads) + self._written(step) for step in steps]
