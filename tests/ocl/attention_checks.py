@@ -1,7 +1,7 @@
 """nn.MultiheadAttention's and nn.TransformerEncoderLayer's fused inference ops (`_native_multi_head_attention`,
-`_transformer_encoder_layer_fwd`: the "fast path" torch takes in eval mode under no_grad) and baddbmm (the slow
-path's masked scores) on the ocl device against the CPU, with zero CPU fallbacks. Run by test_ocl_attention.py
-in a child process (PrivateUse1 is named once per process)."""
+`_transformer_encoder_layer_fwd`: the "fast path" torch takes in eval mode under no_grad), baddbmm (the slow
+path's masked scores) and roll (gpt2's shifted targets) on the ocl device against the CPU, with zero CPU
+fallbacks. Run by test_ocl_attention.py in a child process (PrivateUse1 is named once per process)."""
 
 import warnings
 
@@ -117,3 +117,16 @@ def test_baddbmm_matches_the_cpu(beta, alpha, self_shape):
     got = torch.baddbmm(base.to(DEV), a.to(DEV), b.to(DEV), beta=beta, alpha=alpha)
     assert ocl.fallback_counts() == {}
     torch.testing.assert_close(got.cpu(), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("shifts,dims", [(1, None), (-3, None), ((1,), (1,)), ((2, -1), (0, 1)), ((7, 0), (1, 0)),
+                                         ((1,), (-1,))])
+def test_roll_matches_the_cpu(shifts, dims):
+    """torch.roll (gpt2's shifted targets): the pieces of each rolled dimension, on the device."""
+    x = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    for source in (x, x.t()):  # contiguous and strided
+        expected = torch.roll(source, shifts, dims)
+        ocl.reset_fallback_counts()
+        got = torch.roll(source.to(DEV) if source.is_contiguous() else x.to(DEV).t(), shifts, dims)
+        assert ocl.fallback_counts() == {}
+        torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)

@@ -38,7 +38,7 @@ from fade.ocl.reductions import nll_loss, reduce_op, softmax, softmax_backward
 from fade.ocl.runtime import OclError
 from fade.ocl.sources import NoKernel
 from fade.ocl.transfers import copy_from, local_scalar_dense, restore_storage, storage_from_host, storage_to_host
-from fade.ocl.views import cat, empty_op, GEOMETRY_INPLACE, geometry_inplace, view_op
+from fade.ocl.views import cat, empty_op, GEOMETRY_INPLACE, geometry_inplace, roll, view_op
 
 aten = torch.ops.aten
 
@@ -150,6 +150,7 @@ HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, k
     "arange": arange,
     **dict.fromkeys(("tril", "triu"), triangle),
     "cat": cat,
+    "roll": roll,
     "_native_multi_head_attention": native_multi_head_attention,
     "_transformer_encoder_layer_fwd": transformer_encoder_layer,
 }

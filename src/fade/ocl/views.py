@@ -8,8 +8,9 @@ import torch
 
 from fade.hostwork.storages import map_nested, set_geometry
 from fade.ocl.memory import contiguous_strides, empty, empty_like_meta, extent, NAME, storage_table
-from fade.ocl.meta import as_meta, device_index_of, meta_key, meta_result_of, remember
+from fade.ocl.meta import as_meta, device_index_of, meta_key, meta_result_of, remember, written_arguments
 from fade.ocl.pointwise import finish, pointwise
+from fade.ocl.sources import NoKernel
 from fade.ocl.transfers import download, upload
 
 aten = torch.ops.aten
@@ -127,3 +128,30 @@ def cat(op, args, kwargs, bound):
             pointwise("a", out.narrow(dim, offset, size), [tensor])
         offset += size
     return finish(op, bound, out)
+
+
+def roll(op, args, kwargs, bound):
+    """roll: each rolled dimension's two pieces copied into their places of the result, one elementwise copy per
+    piece (no dims: the flattened tensor rolled, then viewed back, torch's rule)."""
+    if written_arguments(op, bound):
+        raise NoKernel("roll out=")
+    x, shifts, dims = bound["self"], list(bound["shifts"]), list(bound["dims"])
+    out = empty_like_meta(meta_result_of(op, args, kwargs), device_index_of(args, kwargs))
+    if not dims:
+        if len(shifts) != 1:
+            raise NoKernel("roll: several shifts and no dims")
+        source, target, dims = x.reshape(-1), out.view(-1), [0]
+    else:
+        source, target = x, out
+    pieces = [(source, target)]
+    for shift, dim in zip(shifts, dims):
+        size = source.shape[dim]
+        shift = shift % size if size else 0
+        if shift:
+            pieces = [(part.narrow(dim, start, length), place.narrow(dim, at, length))
+                      for part, place in pieces
+                      for start, at, length in ((0, shift, size - shift), (size - shift, 0, shift))]
+    for part, place in pieces:
+        if place.numel():
+            pointwise("a", place, [part])
+    return out
