@@ -26,7 +26,15 @@ def child_environment() -> dict:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, paths)))
 
 
-def run_checks(checks: Path, timeout_s: int = CHILD_TIMEOUT_S) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:fade_guard",
-                           "-x", str(checks)], capture_output=True, text=True, env=child_environment(),
+# the children load pytest-timeout alone (the suite's --timeout and the checks' marks): hypothesis's and
+# pytest-benchmark's plugins cost each child ~1.4 s of CPU at start, and the zoo starts seventeen
+CHILD_PLUGINS = ["-p", "no:cacheprovider", "-p", "pytest_timeout"]
+
+
+def run_checks(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None) -> subprocess.CompletedProcess:
+    """pytest on `checks` (or on its one test `test`, a node id within it: "test_x[name]") in a child process; the
+    child is killed past `timeout_s` (subprocess.TimeoutExpired, with what it printed so far)."""
+    target = f"{checks}::{test}" if test else str(checks)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", *CHILD_PLUGINS, "-x", target], capture_output=True,
+                          text=True, env=dict(child_environment(), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"),
                           timeout=timeout_s, cwd=ROOT)
