@@ -15,7 +15,7 @@ import dataclasses
 
 import torch
 
-from fade.ocl.pointwise import broadcast_strides, collapse, helper_source
+from fade.ocl.pointwise import broadcast_strides, collapse, helper_source, strided_indexing
 from fade.ocl.sources import cl_type, FLOAT_LITERAL
 
 MAX_MEMBERS = 64  # per fused kernel: a kernel of a few dozen expressions still builds in milliseconds
@@ -104,16 +104,7 @@ def fused_source(members: list[Member], input_dtypes: list, scalar_dtypes: list,
     for size in sizes:
         total *= size
     reach = max([total] + [sum((size - 1) * abs(st) for size, st in zip(sizes, sts)) + 1 for sts in strides])
-    idx = "int" if reach < 2**31 else "long"
-    decode, rest = [], "i"
-    for d in range(len(sizes) - 1, 0, -1):
-        decode.append(f"{idx} i{d} = {rest} % {sizes[d]}; {idx} r{d} = {rest} / {sizes[d]};")
-        rest = f"r{d}"
-    decode.append(f"{idx} i0 = {rest};")
-
-    def address(sts) -> str:
-        return " + ".join([f"i{d} * {st}" for d, st in enumerate(sts) if st] or ["0"])
-
+    idx, decode, address = strided_indexing(sizes, reach)
     params = [f"__global {cl_type(members[j].dtype)}* out{k}, long off_o{k}" for k, j in enumerate(outputs)]
     params += [f"__global const {cl_type(dtype)}* in{k}, long off_i{k}" for k, dtype in enumerate(input_dtypes)]
     params += [f"{compute_type(dtype)} s{k}" for k, dtype in enumerate(scalar_dtypes)]

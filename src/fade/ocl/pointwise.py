@@ -234,6 +234,23 @@ def broadcast_strides(x: torch.Tensor, shape) -> list:
 STRIDED_KERNELS = 1024  # compiled strided geometries kept per process; past that, the generic kernel
 
 
+def strided_indexing(sizes, reach: int) -> tuple:
+    """(idx, decode, address) for a kernel with its geometry compiled in: `idx` the index type ("int" while every
+    address stays below 2^31, else "long"), `decode` the statements turning work item `i` into the indices
+    i0..iN of `sizes` (divisions by constants), and `address(strides)` the offset expression over them."""
+    idx = "int" if reach < 2**31 else "long"
+    decode, rest = [], "i"
+    for d in range(len(sizes) - 1, 0, -1):
+        decode.append(f"{idx} i{d} = {rest} % {sizes[d]}; {idx} r{d} = {rest} / {sizes[d]};")
+        rest = f"r{d}"
+    decode.append(f"{idx} i0 = {rest};")
+
+    def address(strides) -> str:
+        return " + ".join([f"i{d} * {st}" for d, st in enumerate(strides) if st] or ["0"])
+
+    return idx, decode, address
+
+
 def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
     """pointwise() over strided tensors with the geometry (sizes, every tensor's strides) compiled into the
     kernel, after _collapse: its divisions by constants become multiplications, no metadata buffer is made, and
@@ -254,16 +271,7 @@ def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
         total = out.numel()
         reach = max([total] + [sum((size - 1) * abs(st) for size, st in zip(sizes, sts)) + x.storage_offset()
                                for sts, x in zip(strides, [out] + tensors)])
-        idx = "int" if reach < 2**31 else "long"
-        decode, rest = [], "i"
-        for d in range(len(sizes) - 1, 0, -1):
-            decode.append(f"{idx} i{d} = {rest} % {sizes[d]}; {idx} r{d} = {rest} / {sizes[d]};")
-            rest = f"r{d}"
-        decode.append(f"{idx} i0 = {rest};")
-
-        def address(sts) -> str:
-            return " + ".join([f"i{d} * {st}" for d, st in enumerate(sts) if st] or ["0"])
-
+        idx, decode, address = strided_indexing(sizes, reach)
         params, loads, store = _pointwise_parts(expr, kinds, scalars, ct, ot, out.dtype == torch.bool,
                                                 lambda slot: f" + {address(strides[slot + 1])}")
         source = helper_source(expr, ct) + f"""
