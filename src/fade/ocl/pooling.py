@@ -78,7 +78,7 @@ def max_pool(op, args, kwargs, bound):
     return finish(op, bound, out)
 
 
-_ADAPTIVE_SOURCE = load("adaptive_avg_pool.cl")
+_ADAPTIVE_SOURCE = load("adaptive_bins.cl") + load("adaptive_avg_pool.cl")
 
 
 def adaptive_avg_pool(op, args, kwargs, bound):
@@ -117,7 +117,7 @@ def adaptive_avg_pool(op, args, kwargs, bound):
     return out
 
 
-_ADAPTIVE_MAX_SOURCE = load("adaptive_max_pool.cl")
+_ADAPTIVE_MAX_SOURCE = load("adaptive_bins.cl") + load("adaptive_max_pool.cl")
 
 
 def adaptive_max_pool(op, args, kwargs, bound):

@@ -1,12 +1,12 @@
-/* torch's bins, as adaptive_avg_pool.cl: output o of O over an input of I covers [floor(o I / O), ceil((o + 1) I / O)).
-   The forward is one work item per output, the CPU's loop: the bin's first element is the index until a larger
-   value or a NaN replaces it (so the last NaN of a bin wins, and a bin of -inf names its first element). */
+/* torch's bins (adaptive_bins.cl). The forward is one work item per output, the CPU's loop: the bin's first
+   element is the index until a larger value or a NaN replaces it (so the last NaN of a bin wins, and a bin of
+   -inf names its first element). */
 __kernel void adaptive_max_pool2d(__global const T* x, long x_off, __global T* out, __global long* index,
                                   long planes, long H, long W, long OH, long OW) {
     long g = get_global_id(0);
     if (g >= planes * OH * OW) return;
     long p = g / (OH * OW), oy = (g / OW) % OH, ox = g % OW;
-    long y0 = (oy * H) / OH, y1 = ((oy + 1) * H + OH - 1) / OH, x0 = (ox * W) / OW, x1 = ((ox + 1) * W + OW - 1) / OW;
+    long y0 = bin_start(oy, H, OH), y1 = bin_end(oy, H, OH), x0 = bin_start(ox, W, OW), x1 = bin_end(ox, W, OW);
     __global const T* plane = x + x_off + p * H * W;
     T best = -INFINITY;
     long where = y0 * W + x0;
@@ -27,12 +27,12 @@ __kernel void adaptive_max_pool2d_backward(__global const T* grad, long grad_off
     if (g >= planes * H * W) return;
     long p = g / (H * W), where = g % (H * W), iy = where / W, ix = where % W;
     T acc = 0;
-    for (long oy = (iy * OH) / H; oy < OH; ++oy) {
-        long y0 = (oy * H) / OH, y1 = ((oy + 1) * H + OH - 1) / OH;
+    for (long oy = bin_start(iy, OH, H); oy < OH; ++oy) {
+        long y0 = bin_start(oy, H, OH), y1 = bin_end(oy, H, OH);
         if (y0 > iy) break;
         if (iy >= y1) continue;
-        for (long ox = (ix * OW) / W; ox < OW; ++ox) {
-            long x0 = (ox * W) / OW, x1 = ((ox + 1) * W + OW - 1) / OW;
+        for (long ox = bin_start(ix, OW, W); ox < OW; ++ox) {
+            long x0 = bin_start(ox, W, OW), x1 = bin_end(ox, W, OW);
             if (x0 > ix) break;
             if (ix >= x1) continue;
             long o = (p * OH + oy) * OW + ox;
