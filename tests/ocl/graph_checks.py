@@ -15,7 +15,7 @@ from fade.measure.zoo import transformer, vision, vision_more
 
 ocl.register()
 DEV = "ocl:0"
-STEPS = 2
+STEPS = 4  # the forward and backward graphs' first call runs step by step, the second is recorded, then replays
 TINY = dict(vocab_size=128, max_positions=32, hidden=32, layers=2, heads=2, intermediate=64)
 
 
@@ -88,6 +88,7 @@ def test_graph_mode_trains_and_evaluates_as_eager(name, monkeypatch):
     assert set(fallbacks) <= drawn, f"{name}: {fallbacks}"
     assert after["graphs"] - before.get("graphs", 0) >= 3  # forward, backward, inference
     assert after["replays"] - before.get("replays", 0) >= 2 * STEPS + 1
+    assert after.get("captured_replays", 0) - before.get("captured_replays", 0) >= 2 * (STEPS - 2)
     # against eager ocl: the same kernels, so float32 rounding apart from fused chains' (none in practice)
     for got, reference in zip(graph, eager):
         if isinstance(got, dict):
@@ -174,12 +175,15 @@ def test_a_node_with_no_kernel_runs_eagerly_and_is_counted():
         warnings.simplefilter("always")
         first = compiled(x.to(DEV)).cpu()
         second = compiled(x.to(DEV)).cpu()
+        later = [compiled(x.to(DEV) * k).cpu() for k in (2, 3)]  # recorded, then replayed: cumsum still runs
     counts = ocl.graph_fallback_counts()
-    assert counts.get("graph:aten::cumsum", 0) == 2, counts
-    assert ocl.fallback_counts().get("aten::cumsum.out", 0) + ocl.fallback_counts().get("aten::cumsum", 0) >= 2
+    assert counts.get("graph:aten::cumsum", 0) == 4, counts
+    assert ocl.fallback_counts().get("aten::cumsum.out", 0) + ocl.fallback_counts().get("aten::cumsum", 0) >= 4
     assert any("graph mode" in str(w.message) and "cumsum" in str(w.message) for w in caught)
     torch.testing.assert_close(first, f(x))
     torch.testing.assert_close(second, f(x))
+    for k, got in zip((2, 3), later):
+        torch.testing.assert_close(got, f(x * k))
 
 
 def test_a_graph_break_is_counted():
@@ -242,3 +246,62 @@ def test_a_kernel_output_in_another_layout_than_the_graph_plans_is_conformed():
     got = torch.compile(f, backend="fade_ocl")(x.to(DEV)).cpu()
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     assert ocl.graph_stats().get("layout_copies", 0) > before
+
+
+def _training_losses(name: str, steps: int, monkeypatch, replay: bool) -> tuple:
+    from fade.ocl import graph
+    monkeypatch.setattr(graph, "REPLAY", replay)
+    torch._dynamo.reset()
+    model, x, target, loss_fn = build(name)
+    model, x, target = model.to(DEV), x.to(DEV), target.to(DEV)
+    step = torch.compile(model, backend="fade_ocl")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    torch.manual_seed(3)  # dropout's keys (Philox on the device, keyed from the CPU generator)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = loss_fn(step(x), target)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return torch.tensor(losses), {k: b.cpu() for k, b in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "gpt2-small"])
+def test_replayed_calls_match_step_by_step_calls_exactly(name, monkeypatch):
+    """Capture and replay issue the very commands the plan would: losses and every weight and buffer after six
+    steps are bitwise those of the step-by-step plan. gpt2's dropout draws on the device each call (a dynamic
+    step amid replayed ones); mobilenet_v3_small's batch norms update their running statistics in place."""
+    before = ocl.graph_stats()
+    replayed = _training_losses(name, 6, monkeypatch, True)
+    stats = ocl.graph_stats()
+    stepwise = _training_losses(name, 6, monkeypatch, False)
+    assert stats.get("captures", 0) - before.get("captures", 0) >= 2  # forward and backward
+    assert stats.get("captured_replays", 0) - before.get("captured_replays", 0) >= 8
+    if name == "gpt2-small":
+        assert stats.get("dynamic_steps", 0) > before.get("dynamic_steps", 0)  # the dropouts
+    torch.testing.assert_close(replayed[0], stepwise[0], rtol=0, atol=0)
+    for key, value in stepwise[1].items():
+        torch.testing.assert_close(replayed[1][key], value, rtol=0, atol=0, msg=lambda m: f"{name}.{key}: {m}")
+
+
+def test_a_replay_leaves_earlier_outputs_alone_and_takes_inputs_where_they_are():
+    """Outputs a caller keeps are not overwritten by later calls (they get fresh memory each call); an input at
+    another storage offset than the recorded one is not replayed over but runs step by step, still right."""
+    def f(x, w):
+        return torch.relu(x @ w + 1) * 2
+
+    w = torch.randn(5, 3)
+    compiled = torch.compile(f, backend="fade_ocl")
+    wd = w.to(DEV)
+    inputs = [torch.randn(4, 5) for _ in range(5)]
+    before = ocl.graph_stats()
+    kept = [compiled(x.to(DEV), wd) for x in inputs]  # step by step, recorded, then replayed three times
+    for got, x in zip(kept, inputs):
+        torch.testing.assert_close(got.cpu(), f(x, w), rtol=1e-5, atol=1e-5)
+    assert ocl.graph_stats().get("captured_replays", 0) - before.get("captured_replays", 0) == 3
+    wide = torch.randn(5, 4, 5)  # a slice at storage offset 5, with the recorded strides
+    x = wide.to(DEV)[1]
+    misses = ocl.graph_stats().get("replay_misses", 0)
+    torch.testing.assert_close(compiled(x, wd).cpu(), f(wide[1], w), rtol=1e-5, atol=1e-5)
+    assert ocl.graph_stats().get("replay_misses", 0) == misses + 1

@@ -22,17 +22,21 @@ import numpy as np
 import torch
 import torch.fx
 
-from fade.ocl import dispatch, runtime
+from fade.ocl import capture, dispatch, runtime
 from fade.ocl.graph_fusion import compute_type, fused_source, geometry, group_elementwise, Member, NodeInfo, \
     release_after
 from fade.ocl.memory import block_of, contiguous_strides, empty, NAME, storage_table
 from fade.ocl.meta import base_name, bind_arguments, is_view_op, schema_of
 from fade.ocl.pointwise import numpy_scalar, pointwise, POINTWISE, typed_expression, variant_expression
+from fade.ocl.settings import setting
 from fade.ocl.sources import CL_TYPES, NoKernel
 
 aten = torch.ops.aten
 
 BACKEND_NAME = "fade_ocl"
+
+REPLAY = setting("FADE_OCL_GRAPH_REPLAY") == "on"
+CAPTURE_AT = 2  # the call recorded: the first builds the kernels and fills the per-shape caches (conv benchmark)
 
 _lock = threading.Lock()
 _stats: collections.Counter = collections.Counter()
@@ -512,6 +516,15 @@ def _static(val) -> bool:
         all(isinstance(s, int) for s in val.stride())
 
 
+def _static_value(val) -> bool:
+    """A node's value has no symbolic size, stride or number (None and other constants count as static)."""
+    if isinstance(val, torch.Tensor):
+        return _static(val) and isinstance(val.storage_offset(), int)
+    if isinstance(val, (list, tuple)):
+        return all(_static_value(v) for v in val)
+    return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
 def _elementwise(node: torch.fx.Node):
     """(bound arguments as graph nodes and numbers, expression, compute dtype) of a node the fused kernel can
     compute, or None: a functional elementwise op of a static shape on ocl, whose tensor operands are ocl graph
@@ -612,6 +625,16 @@ class GraphPlan:
         read_anywhere = {s for r in reads for s in r}
         self.unread_inputs = {s for s in self.inputs if s not in read_anywhere and s not in keep}
         self.steps = [(step, tuple(r)) for step, r in zip(steps, release)]
+        self.releases = [tuple(r) for r in release]
+        self.keep = keep
+        self.calls = 0
+        self.replay = None
+        self.dynamic_steps: dict = {}
+        self.capture_failure = None
+        # replayable only with static shapes: the commands carry the recorded sizes
+        self.static = all(_static_value(node.meta.get("val")) for node in nodes if node.op != "output")
+        if not self.static:
+            self.capture_failure = "symbolic shapes"
         fused = [g for g in groups if len(g) > 1]
         with _lock:
             _stats["graphs"] += 1
@@ -682,12 +705,26 @@ class GraphPlan:
                           targets)
 
     def __call__(self, args: list) -> list:
+        if self.replay is not None:
+            outputs = self._replayed(args)
+            if outputs is not None:
+                return outputs
+        self.calls += 1
+        if REPLAY and self.calls == CAPTURE_AT and self.replay is None and self.static:
+            return self._captured(args)
+        return self._stepwise(args)
+
+    def _environment(self, args: list) -> list:
         env = [None] * self.size
         for slot, value in self.constants.items():
             env[slot] = value
         for slot, value in zip(self.inputs, args):
             if slot not in self.unread_inputs:
                 env[slot] = value
+        return env
+
+    def _stepwise(self, args: list) -> list:
+        env = self._environment(args)
         args.clear()
         for step, release in self.steps:
             step(env)
@@ -695,6 +732,76 @@ class GraphPlan:
                 env[slot] = None
         _count("replays")
         return list(self.outputs(env))
+
+    def _replayed(self, args: list) -> list | None:
+        """The call by the recorded commands, or None (nothing done) when an input is not where the capture had
+        it."""
+        env = self._environment(args)
+        inputs = self.replay.inputs(env)
+        if inputs is None:
+            _count("replay_misses")
+            return None
+        args.clear()
+        held = self.replay.run(env, inputs, self.releases)
+        outputs = list(self.outputs(env))
+        del held
+        _count("replays")
+        _count("captured_replays")
+        return outputs
+
+    @staticmethod
+    def _dynamic_reason(step) -> str | None:
+        """Why a step must run itself on every call (None: its commands can be replayed)."""
+        if isinstance(step, _FusedStep):
+            return "a fused kernel's members through eager dispatch" if step.eager else None
+        if isinstance(step, _OpStep):
+            if step.eager:
+                return f"{step.name} through eager dispatch"
+            if isinstance(step.op, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in step.op.tags:
+                return f"{step.name} draws random numbers"
+        return None
+
+    def _captured(self, args: list) -> list:
+        """A step-by-step call that records its device commands, then the replay made of them (or the reason
+        there is none, in graph_stats()'s capture_failures)."""
+        cl = runtime._cl()
+        env = self._environment(args)
+        args.clear()
+        recording = capture.Recording(cl)
+        recording.inputs(env, [s for s in self.inputs if s not in self.unread_inputs])
+        devices = runtime.active_devices()
+        dynamic = {}
+        for dev in devices:
+            dev.capture = recording
+        try:
+            for index, (step, release) in enumerate(self.steps):
+                recording.step = index
+                step(env)
+                reason = self._dynamic_reason(step) or recording.host_reasons.get(index)
+                if reason:
+                    dynamic[index] = reason
+                recording.end_step(index, self._written(step), env, bool(reason))
+                for slot in release:
+                    env[slot] = None
+            outputs = list(self.outputs(env))
+        finally:
+            for dev in devices:
+                dev.capture = None
+        del env
+        needed = set(self.keep)
+        for index in dynamic:
+            needed.update(self.steps[index][0].reads)
+        try:
+            self.replay = capture.build(recording, [step for step, _ in self.steps], dynamic, needed, devices)
+            self.dynamic_steps = dynamic
+            _count("captures")
+            _count("replayed_commands", self.replay.counts["commands"])
+            _count("dynamic_steps", len(dynamic))
+        except capture.Uncapturable as why:
+            self.capture_failure = str(why)
+            _count("capture_failures")
+        _count("replays")
+        return outputs
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs) -> GraphPlan:

@@ -132,10 +132,7 @@ def _copy_buffer(out: torch.Tensor, source) -> bool:
     target = out.storage_offset() * size
     if source_block.buffer == out_block.buffer and start < target + out.numel() * size and target < end:
         return False  # overlapping copies are undefined for clEnqueueCopyBuffer
-    dev = device_of(out)
-    dev.record("copy device-to-device", dev.cl.enqueue_copy(dev.queue, out_block.buffer, source_block.buffer,
-                                                            byte_count=end - start, src_offset=start,
-                                                            dst_offset=target))
+    device_of(out).copy(out_block.buffer, source_block.buffer, end - start, target, start)
     return True
 
 

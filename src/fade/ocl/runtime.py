@@ -131,6 +131,8 @@ class Device:
         self.pending_writes: collections.deque = collections.deque()  # events of writes not known complete
         self.max_work_group_size = self.cl_device.max_work_group_size  # (pyopencl asks the driver each time)
         self._null_buffer = None
+        # the graph mode's capture (fade.ocl.capture.Recording) while one records this device's commands, else None
+        self.capture = None
 
     # commands
     def launch(self, kernel, global_size, local_size, *args, label: str | None = None):
@@ -144,6 +146,8 @@ class Device:
                                           for arg in args])
             self.typed_kernels.add(id(kernel))
         event = kernel(self.queue, global_size, local_size, *args)
+        if self.capture is not None:
+            self.capture.launch(self, kernel, global_size, local_size, args, label)
         if self.recording is not None:
             self.recording.append((label or self.kernel_names.get(id(kernel), "kernel"), event))
         return event
@@ -154,12 +158,28 @@ class Device:
         event keeps it alive until the copy is done, and the oldest are dropped once complete."""
         event = self.cl.enqueue_copy(self.queue, buffer, data, dst_offset=offset_bytes, is_blocking=False)
         self.record("copy host-to-device", event)
+        if self.capture is not None:
+            self.capture.host("a write from the host")
         pending = self.pending_writes
         pending.append(event)
         complete = self.cl.command_execution_status.COMPLETE
         while pending and (len(pending) > MAX_PENDING_WRITES or
                            pending[0].command_execution_status == complete):
             pending.popleft().wait()
+
+    def copy(self, target, source, nbytes: int, target_offset: int = 0, source_offset: int = 0) -> None:
+        """clEnqueueCopyBuffer: `nbytes` from `source` (at byte `source_offset`) to `target` (at `target_offset`)."""
+        self.record("copy device-to-device", self.cl.enqueue_copy(self.queue, target, source, byte_count=nbytes,
+                                                                  src_offset=source_offset, dst_offset=target_offset))
+        if self.capture is not None:
+            self.capture.copy(self, target, source, nbytes, target_offset, source_offset)
+
+    def read(self, host, buffer, offset_bytes: int = 0) -> None:
+        """A blocking copy of `buffer` from byte `offset_bytes` into the host array `host`."""
+        self.record("copy device-to-host", self.cl.enqueue_copy(self.queue, host, buffer, src_offset=offset_bytes,
+                                                                is_blocking=True))
+        if self.capture is not None:
+            self.capture.host("a read to the host")
 
     def record(self, label: str, event) -> None:
         """Keep a command's event (a copy, a CLBlast call) while a profile records."""
@@ -218,7 +238,10 @@ class Device:
                 free = self.pool.get(size)
             if free:
                 self.pooled_bytes -= size
-                return free.pop()
+                buffer = free.pop()
+                if self.capture is not None:
+                    self.capture.allocate(buffer, nbytes)
+                return buffer
             # Drivers that allocate lazily (NVIDIA's) accept any clCreateBuffer and fail the first kernel that
             # touches memory they cannot back, so the pool is emptied before the total would pass the device.
             if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
@@ -239,7 +262,25 @@ class Device:
                                            f"{nbytes} bytes ({error})") from None
             self.held_bytes += size
             self.fresh_bytes += size
+            if self.capture is not None:
+                self.capture.allocate(buffer, nbytes)
             return buffer
+
+    def take(self, buffer) -> bool:
+        """Take a pooled buffer out of the pool for good (a captured graph's own memory); False if not pooled."""
+        with self.lock:
+            free = self.pool.get(buffer.size, [])
+            for position, pooled in enumerate(free):
+                if pooled is buffer:
+                    del free[position]
+                    self.pooled_bytes -= buffer.size
+                    return True
+        return False
+
+    def pooled(self) -> set:
+        """id() of every buffer in the pool."""
+        with self.lock:
+            return {id(buffer) for free in self.pool.values() for buffer in free}
 
     def _reclaim_all(self, reclaim) -> None:
         """Every dead tensor's buffer back to the pool: a full sweep, which restarts the count to the next."""
@@ -372,6 +413,9 @@ def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: in
     (batch 1 only)."""
     if dtype not in _GEMM:
         raise OclError(f"CLBlast GEMM for {dtype} is not wired in fade.ocl")
+    if dev.capture is not None:  # the arguments as given (strides are reordered below)
+        dev.capture.gemm(dev, (dtype, trans_a, trans_b, m, n, k, alpha, a, a_offset, lda, b, b_offset, ldb, beta, c,
+                               c_offset, ldc, batch, strides, temp))
     if _gemm_recorders:
         for calls in _gemm_recorders:
             calls.append((dev.index, str(dtype).removeprefix("torch."), trans_a, trans_b, m, n, k, batch))
@@ -396,6 +440,7 @@ def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: in
         tail = [ctypes.c_void_p(temp.int_ptr)]
     status = getattr(clblast(), name)(*arguments, ctypes.byref(queue), None if event is None else ctypes.byref(event),
                                       *tail)
+
     if status != 0:
         raise OclError(f"CLBlast {name} failed with status {status} on ocl:{dev.index} ({dev.info.name})")
     if event is not None and event.value:

@@ -43,6 +43,9 @@ SETTINGS = (
             "torch.optim's in-place foreach ops (add_, mul_) as multi-tensor kernels, 16 tensors a launch. auto: "
             "GPUs only (resnet50's SGD step on the H100 61 -> 4-10 ms; on PoCL the branching kernel was slower "
             "than a kernel per tensor)."),
+    Setting("FADE_OCL_GRAPH_REPLAY", "on", ("on", "off"),
+            "The graph mode's capture and replay (fade/ocl/capture.py): a graph's second call is recorded and "
+            "later calls issue its commands again with no per-node Python. off: every call runs node by node."),
     Setting("FADE_OCL_CLBLAST_TUNED", "1", ("0", "1"),
             "1: when a device opens, apply the CLBlast parameters `fade tune MODEL --device ocl --pretune` "
             "persisted for it (fade.ocl.clblast_tuning(N) says what happened). 0: CLBlast's own parameters."),

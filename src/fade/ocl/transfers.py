@@ -56,10 +56,7 @@ def download(source: torch.Tensor) -> torch.Tensor:
         staging = empty(source.size(), contiguous_strides(source.size()), source.dtype, source.device.index)
         pointwise("a", staging, [source])
         source = staging
-    dev = device_of(source)
-    dev.record("copy device-to-host", dev.cl.enqueue_copy(dev.queue, _raw(host), block_of(source).buffer,
-                                                          src_offset=source.storage_offset() * source.element_size(),
-                                                          is_blocking=True))
+    device_of(source).read(_raw(host), block_of(source).buffer, source.storage_offset() * source.element_size())
     return host
 
 
@@ -67,9 +64,7 @@ def storage_to_host(tensor: torch.Tensor) -> torch.UntypedStorage:
     storage = tensor.untyped_storage()
     host = torch.UntypedStorage(storage.nbytes())
     if storage.nbytes():
-        dev = device_of(tensor)
-        dev.record("copy device-to-host", dev.cl.enqueue_copy(
-            dev.queue, torch.empty(0, dtype=torch.uint8).set_(host).numpy(), block_of(tensor).buffer, is_blocking=True))
+        device_of(tensor).read(torch.empty(0, dtype=torch.uint8).set_(host).numpy(), block_of(tensor).buffer)
     return host
 
 
