@@ -764,12 +764,13 @@ class GraphPlan:
     def _captured(self, args: list) -> list:
         """A step-by-step call that records its device commands, then the replay made of them (or the reason
         there is none, in graph_stats()'s capture_failures)."""
-        cl = runtime._cl()
+        devices = runtime.active_devices()
+        if not devices:
+            return self._stepwise(args)
         env = self._environment(args)
         args.clear()
-        recording = capture.Recording(cl)
+        recording = capture.Recording(devices[0].cl)
         recording.inputs(env, [s for s in self.inputs if s not in self.unread_inputs])
-        devices = runtime.active_devices()
         dynamic = {}
         for dev in devices:
             dev.capture = recording
