@@ -89,7 +89,7 @@ def launch_cost_us(device: str) -> float:
 def measure(name: str, variant: str, batch: int, size: int | None, steps: int, device: str) -> dict:
     entry = ZOO[name]
     torch.manual_seed(0)
-    work = zoo_workload(entry, batch, size or entry.size, device)
+    work = zoo_workload(entry, batch, size or entry.default_size, device)
     model = torch.compile(work.model, backend="fade_ocl") if variant == "graph" else work.model
     optimizer = work.optimizer()
 
@@ -102,7 +102,7 @@ def measure(name: str, variant: str, batch: int, size: int | None, steps: int, d
 
     for _ in range(3):
         step().item()
-    result = {"network": name, "variant": variant, "batch": batch, "size": size or entry.size}
+    result = {"network": name, "variant": variant, "batch": batch, "size": size or entry.default_size}
     for stub in (False, True):
         counts, times, synced = Counts(), [], []
         with instrumented(stub, counts):
