@@ -47,11 +47,16 @@ class Counts:
 @contextlib.contextmanager
 def instrumented(stub: bool, counts: Counts):
     """Count (and with `stub`, skip) every launch, CLBlast GEMM and host-to-device write."""
-    launch, gemm, write = runtime.Device.launch, runtime.gemm, runtime.Device.write
+    launch, launch_set, gemm, write = runtime.Device.launch, runtime.Device.launch_set, runtime.gemm, \
+        runtime.Device.write
 
     def counted_launch(self, *args, **kwargs):
         counts.launches += 1
         return None if stub else launch(self, *args, **kwargs)
+
+    def counted_launch_set(self, *args, **kwargs):  # the graph mode's replayed launches
+        counts.launches += 1
+        return None if stub else launch_set(self, *args, **kwargs)
 
     def counted_gemm(*args, **kwargs):
         counts.gemms += 1
@@ -61,11 +66,13 @@ def instrumented(stub: bool, counts: Counts):
         counts.writes += 1
         return None if stub else write(self, *args, **kwargs)
 
-    runtime.Device.launch, runtime.gemm, runtime.Device.write = counted_launch, counted_gemm, counted_write
+    runtime.Device.launch, runtime.Device.launch_set = counted_launch, counted_launch_set
+    runtime.gemm, runtime.Device.write = counted_gemm, counted_write
     try:
         yield
     finally:
-        runtime.Device.launch, runtime.gemm, runtime.Device.write = launch, gemm, write
+        runtime.Device.launch, runtime.Device.launch_set, runtime.gemm, runtime.Device.write = \
+            launch, launch_set, gemm, write
 
 
 def launch_cost_us(device: str) -> float:

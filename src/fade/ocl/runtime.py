@@ -152,6 +152,11 @@ class Device:
             self.recording.append((label or self.kernel_names.get(id(kernel), "kernel"), event))
         return event
 
+    def launch_set(self, kernel, global_size, local_size):
+        """Enqueue a kernel whose arguments are already set (the graph mode's replayed launches; not recorded
+        by a profile or a capture: those take `launch`)."""
+        return self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+
     def write(self, buffer, data, offset_bytes: int) -> None:
         """Copy a host array into a buffer without waiting: a blocking write waits for every queued command
         first (a sync per dropout mask). `data` must not change afterwards (callers pass arrays they own); the
