@@ -1161,3 +1161,17 @@ def test_casts_to_and_from_bfloat16_run_on_the_device_and_round_like_the_cpu(dty
     close(device.t()[1:4].to(dtype), host.to(torch.bfloat16).t()[1:4].to(dtype), **exact)
     close(device.t().contiguous(), host.to(torch.bfloat16).t().contiguous(), **exact)
     assert ocl.fallback_counts() == {}
+
+
+def test_channels_last_layouts_are_the_ones_asked_for():
+    """contiguous(channels_last), .to(memory_format=...) and empty(memory_format=...) give torch's channels-last
+    strides on ocl (the memory format was once ignored: a channels-last variant then measured NCHW), values kept."""
+    x = torch.randn(2, 3, 4, 5)
+    expected = x.contiguous(memory_format=torch.channels_last).stride()
+    on = x.to(DEV)
+    for got in (on.contiguous(memory_format=torch.channels_last), on.to(memory_format=torch.channels_last)):
+        assert got.stride() == expected and got.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(got.cpu(), x, rtol=0, atol=0)
+    assert torch.empty(2, 3, 4, 5, device=DEV, memory_format=torch.channels_last).stride() == expected
+    volume = torch.empty(1, 2, 3, 4, 5, device=DEV, memory_format=torch.channels_last_3d)
+    assert volume.stride() == torch.empty(1, 2, 3, 4, 5, memory_format=torch.channels_last_3d).stride()

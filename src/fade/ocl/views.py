@@ -108,7 +108,13 @@ def _view_by_meta(op, args, kwargs):
 def empty_op(op, args, kwargs, bound):
     dtype = bound.get("dtype") or torch.get_default_dtype()
     size = list(bound["size"])
-    stride = list(bound["stride"]) if bound.get("stride") is not None else contiguous_strides(size)
+    layout = bound.get("memory_format")
+    if bound.get("stride") is not None:
+        stride = list(bound["stride"])
+    elif layout in (None, torch.contiguous_format, torch.preserve_format):
+        stride = contiguous_strides(size)
+    else:  # channels_last(_3d): torch's own strides for the layout (and its error for a wrong rank)
+        stride = list(torch.empty(size, dtype=dtype, device="meta", memory_format=layout).stride())
     device = bound.get("device")
     return empty(size, stride, dtype, device.index or 0 if device is not None else 0)
 
