@@ -1,13 +1,24 @@
 """Runs a checks file of tests/ocl in a child pytest process on the first OpenCL device (PoCL in CI), or says why
-no device is usable here: PrivateUse1 can be named once per process, and the guard's tests name it "standin"."""
+no device is usable here: PrivateUse1 can be named once per process, and the guard's tests name it "standin".
+
+The child suites (device, zoo networks, graph mode, attention, CLBlast, plug) share one pool: the first of them
+to run starts the child of every selected test marked `ocl_child`, CHILD_PARALLEL at a time, in the tests'
+order, and each test waits for its own. A child spends much of its time building kernels on one core (PoCL
+compiles each new kernel source with LLVM) while its kernels run on every core, so two overlap well on the
+2-core CI machine; in the tests' order, a test's child is under way (or done) by the time the test waits, so
+no test waits longer than its own child runs."""
 
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parents[2]
 CHILD_TIMEOUT_S = 280
+CHILD_PARALLEL = max(2, min(4, (os.cpu_count() or 2) // 2))
 
 
 def why_no_device() -> str | None:
@@ -38,3 +49,40 @@ def run_checks(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None 
     return subprocess.run([sys.executable, "-m", "pytest", "-q", *CHILD_PLUGINS, "-x", target], capture_output=True,
                           text=True, env=dict(child_environment(), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"),
                           timeout=timeout_s, cwd=ROOT)
+
+
+def outcome(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None) -> str | None:
+    """None when the checks pass in their child; else what the test fails with."""
+    try:
+        child = run_checks(checks, timeout_s, test)
+    except subprocess.TimeoutExpired as timeout:
+        output = timeout.stdout.decode(errors="replace") if isinstance(timeout.stdout, bytes) else timeout.stdout
+        return f"{checks.name}::{test or ''} ran past {timeout_s} s and was killed\n{(output or '')[-4000:]}"
+    return None if child.returncode == 0 else child.stdout[-6000:] + child.stderr[-2000:]
+
+
+def ocl_child(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None):
+    """The mark of a test whose body is `assert_child_passes(request)`: the child it waits for."""
+    return pytest.mark.ocl_child(checks=checks, timeout_s=timeout_s, test=test)
+
+
+_runs: dict = {}
+
+
+def assert_child_passes(request) -> None:
+    """Skip without a device; else wait for this test's child (started with every other selected one the first
+    time) and fail with its output unless it passed."""
+    reason = why_no_device()
+    if reason:
+        pytest.skip(reason)
+    node = request.node
+    if node.nodeid not in _runs:
+        pool = ThreadPoolExecutor(CHILD_PARALLEL, thread_name_prefix="ocl-child")
+        items = [node] + [item for item in request.session.items
+                          if item.get_closest_marker("ocl_child") and item.nodeid not in _runs and item is not node]
+        for item in items:
+            mark = item.get_closest_marker("ocl_child").kwargs
+            _runs[item.nodeid] = pool.submit(outcome, mark["checks"], mark["timeout_s"], mark["test"])
+        pool.shutdown(wait=False)
+    failure = _runs[node.nodeid].result()
+    assert failure is None, failure

@@ -3,14 +3,9 @@ why no device is usable here."""
 
 from pathlib import Path
 
-import pytest
-
-from .child import run_checks, why_no_device
+from .child import assert_child_passes, ocl_child
 
 
-def test_attention_checks_in_a_child_process():
-    reason = why_no_device()
-    if reason:
-        pytest.skip(reason)
-    child = run_checks(Path(__file__).with_name("attention_checks.py"), 240)
-    assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
+@ocl_child(Path(__file__).with_name("attention_checks.py"), 240)
+def test_attention_checks_in_a_child_process(request):
+    assert_child_passes(request)

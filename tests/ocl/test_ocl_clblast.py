@@ -5,21 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from .child import run_checks, why_no_device
-
-CHECKS = Path(__file__).with_name("clblast_checks.py")
+from .child import assert_child_passes, ocl_child, why_no_device
 
 
-def test_clblast_tuning_checks_in_a_child_process():
-    reason = why_no_device()
-    if reason is None:
+@ocl_child(Path(__file__).with_name("clblast_checks.py"), 240)
+def test_clblast_tuning_checks_in_a_child_process(request):
+    if why_no_device() is None:
         try:
             from fade.ocl import runtime
 
             runtime.clblast()
         except Exception as error:  # noqa: BLE001 - any reason is the skip's reason
-            reason = f"no CLBlast: {error}"
-    if reason:
-        pytest.skip(reason)
-    child = run_checks(CHECKS, 240)
-    assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
+            pytest.skip(f"no CLBlast: {error}")
+    assert_child_passes(request)

@@ -3,16 +3,9 @@ CI), or skips saying why no device is usable here."""
 
 from pathlib import Path
 
-import pytest
-
-from .child import run_checks, why_no_device
-
-CHECKS = Path(__file__).with_name("graph_checks.py")
+from .child import assert_child_passes, ocl_child
 
 
-def test_graph_mode_in_a_child_process():
-    reason = why_no_device()
-    if reason:
-        pytest.skip(reason)
-    child = run_checks(CHECKS, 280)
-    assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
+@ocl_child(Path(__file__).with_name("graph_checks.py"), 280)
+def test_graph_mode_in_a_child_process(request):
+    assert_child_passes(request)

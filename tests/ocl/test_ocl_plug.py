@@ -3,16 +3,9 @@ on the first OpenCL device, or skips saying why no device is usable here."""
 
 from pathlib import Path
 
-import pytest
-
-from .child import run_checks, why_no_device
-
-CHECKS = Path(__file__).with_name("plug_checks.py")
+from .child import assert_child_passes, ocl_child
 
 
-def test_plug_checks_in_a_child_process():
-    reason = why_no_device()
-    if reason:
-        pytest.skip(reason)
-    child = run_checks(CHECKS)
-    assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
+@ocl_child(Path(__file__).with_name("plug_checks.py"))
+def test_plug_checks_in_a_child_process(request):
+    assert_child_passes(request)
