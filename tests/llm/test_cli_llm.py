@@ -80,3 +80,57 @@ def test_without_transformers_the_suite_stops_with_one_line(fade, tmp_path, monk
     code, _, err = fade("bench", "llm", "--quick", "-o", tmp_path / "out.jsonl")
     assert code == ExitCode.USAGE
     assert "needs transformers" in one_line(err)
+
+
+def _saved_tiny_llama(folder):
+    """A tiny Llama with its own seeded weights and an eos token, saved as from_pretrained reads it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(7)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                                         max_position_embeddings=256, eos_token_id=2, bos_token_id=1))
+    model.save_pretrained(folder)
+    return model
+
+
+def test_a_local_model_folder_runs_on_its_own_weights(fade, tmp_path):
+    """`--config DIR` (config.json + safetensors): the model is the folder's, not a random one of its shape, its
+    eos token cannot end a greedy run early, and the records say where the weights came from."""
+    import torch
+
+    from fade.analyze.llm_table import resolve_config
+    from fade.measure.suites.llm import generation
+
+    folder = tmp_path / "tiny"
+    saved = _saved_tiny_llama(folder)
+    config = resolve_config(str(folder))
+    assert config.weights == str(folder.resolve()) and config.hidden_size == 64
+    built = generation.build_model(config, "cpu")
+    for name, value in saved.state_dict().items():
+        assert torch.equal(built.state_dict()[name], value), name
+    assert built.generation_config.eos_token_id is None
+    out = tmp_path / "out.jsonl"
+    code, _, err = fade("bench", "llm", "--config", folder, "--device", "cpu", "--quick", "--variants", "fade-loop",
+                        "--batch", "1", "-o", out)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert code == ExitCode.OK, err
+    decode = [record for record in records if record["unit"] == "tokens/s"]
+    assert decode and all(record["status"] == "ok" for record in records)
+    assert decode[0]["extra"]["weights"]["init"] == f"loaded from {folder.resolve()}"
+    assert decode[0]["extra"]["tokens"]["match"] is True
+
+
+def test_a_folder_without_config_or_weights_is_one_line_and_exit_2(fade, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = fade("bench", "llm", "--config", empty, "-o", tmp_path / "out.jsonl")
+    assert code == ExitCode.USAGE and "without config.json" in one_line(err)
+    from transformers import LlamaConfig
+
+    (tmp_path / "bare").mkdir()
+    LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                vocab_size=512).to_json_file(tmp_path / "bare" / "config.json")
+    code, _, err = fade("bench", "llm", "--config", tmp_path / "bare", "-o", tmp_path / "out.jsonl")
+    assert code == ExitCode.USAGE and "no weights in the folder" in one_line(err)

@@ -8,6 +8,8 @@ the field (LlmTableError, a FadeUsageError: exit 2), the way fade.analyze.knobs 
 
 from __future__ import annotations
 
+import dataclasses
+
 import difflib
 import sys
 from dataclasses import dataclass, field
@@ -71,6 +73,7 @@ class LlmConfig:
     rope_scaling: Optional[dict] = None
     norm_eps: Optional[float] = None
     sliding_window: Optional[int] = None  # tokens each layer attends back to; None: the whole context
+    weights: Optional[str] = None  # a local Hugging Face model folder the weights load from; None: random init
 
     @property
     def model_type(self) -> str:
@@ -109,7 +112,7 @@ class LlmConfig:
             "head_dim": self.head_dim, "vocab_size": self.vocab_size,
             "max_position_embeddings": self.max_position_embeddings, "tie_word_embeddings": self.tie_word_embeddings,
             "rope_theta": self.rope_theta, "rope_scaling": self.rope_scaling, "norm_eps": self.norm_eps,
-            "sliding_window": self.sliding_window, "source": self.source,
+            "sliding_window": self.sliding_window, "source": self.source, "weights": self.weights,
         }  # fmt: skip
 
 
@@ -126,7 +129,7 @@ CONFIG_FIELDS = {
     "num_key_value_heads": (False, "count"), "head_dim": (False, "count"), "vocab_size": (True, "count"),
     "max_position_embeddings": (True, "count"), "tie_word_embeddings": (True, "bool"), "source": (True, "text"),
     "rope_theta": (False, "number"), "rope_scaling": (False, "table"), "norm_eps": (False, "number"),
-    "sliding_window": (False, "count"),
+    "sliding_window": (False, "count"), "weights": (False, "text"),
 }  # fmt: skip
 ARCHITECTURE_FIELDS = {
     "model_type": "text", "model_class": "text", "mlp": MLP_KINDS, "norm": NORM_KINDS, "qkv_bias": "bool",
@@ -157,12 +160,15 @@ def load_llm_table(path=None) -> LlmTable:
 
 
 def resolve_config(request: str, table: Optional[LlmTable] = None) -> LlmConfig:
-    """`--config`: a bundled name, a TOML file of [[config]] rows (exactly one), or a Hugging Face config.json.
+    """`--config`: a bundled name, a TOML file of [[config]] rows (exactly one), a Hugging Face config.json, or a
+    local Hugging Face model folder (config.json and its weights: config_from_folder).
     LlmTableError (exit 2) with a "did you mean" for an unknown name."""
     table = table or load_llm_table()
     if request in table.configs:
         return table.configs[request]
     path = Path(request)
+    if path.is_dir():
+        return config_from_folder(path, table.architectures)
     if path.suffix == ".json":
         return config_from_json(path, table.architectures)
     if path.suffix == ".toml":
@@ -174,6 +180,24 @@ def resolve_config(request: str, table: Optional[LlmTable] = None) -> LlmConfig:
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise LlmTableError(f"--config {request!r}: unknown model{hint} (bundled: {', '.join(table.configs)}; "
                         "or give a .toml file of [[config]] rows or a Hugging Face config.json)")
+
+
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")  # what transformers' from_pretrained loads from a folder
+
+
+def config_from_folder(folder: Path, architectures: dict) -> LlmConfig:
+    """A local Hugging Face model folder (what save_pretrained writes: config.json and *.safetensors or
+    pytorch_model*.bin): its config.json's shape, with `weights` naming the folder the model then loads from
+    (nothing is downloaded). LlmTableError (exit 2) for a folder without either."""
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise LlmTableError(f"--config {folder}: a folder without config.json; give a Hugging Face model folder "
+                            "(config.json and its weights), a config.json, a .toml file or a bundled name")
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES):
+        raise LlmTableError(f"--config {folder}: no weights in the folder ({' or '.join(WEIGHT_FILES)}); for random "
+                            f"weights give its config.json alone")
+    config = config_from_json(config_file, architectures)
+    return dataclasses.replace(config, weights=str(folder.resolve()), source=f"{folder} (weights loaded from it)")
 
 
 def config_from_json(path: Path, architectures: dict) -> LlmConfig:

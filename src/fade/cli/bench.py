@@ -234,14 +234,16 @@ def _add_llm(suites) -> None:
     llm = suites.add_parser(
         "llm",
         help="LLM inference: prefill TFLOP/s, decode tokens/s vs the bandwidth roofline, time to first token",
-        description="Hugging Face causal LMs from a config (random weights, speed only: nothing is downloaded): "
+        description="Hugging Face causal LMs from a config (random weights, speed only: nothing is downloaded) or a "
+        "local model folder (its own weights): "
         "prefill as TFLOP/s and %% of peak, greedy decode as tokens/s and %% of the bandwidth roofline (bytes per "
         "step = weights + each sequence's KV cache), time to first token and peak memory, per variant; each "
         "variant's greedy tokens checked against an fp32 hf-generate run of the same weights. docs/llm.md.",
     )
-    llm.add_argument("--config", metavar="NAME|FILE",
+    llm.add_argument("--config", metavar="NAME|FILE|DIR",
                      help=f"a bundled model (llama-3.2-1b, llama-3.1-8b, qwen2.5-7b, mistral-7b, gpt2, tiny-llama), a "
-                          f".toml file of one [[config]] row, or a Hugging Face config.json (default {FULL_PLAN.config}; "
+                          f".toml file of one [[config]] row, a Hugging Face config.json, or a local model folder (config.json and its "
+                          f"weights, loaded instead of random ones) (default {FULL_PLAN.config}; "
                           f"{QUICK_PLAN.config} with --quick)")  # fmt: skip
     llm.add_argument("--variants", metavar="LIST",
                      help=f"comma-separated: {', '.join(VARIANTS)} (default {','.join(DEFAULT_VARIANTS)})")

@@ -116,7 +116,7 @@ def decode_case(ctx, *, config: dict, variant: str, dtype: str, batch: int, prom
         "roofline": roofline,
         "memory": memory,
         "weights": {"parameters": llm_math.parameter_counts(shape).total, "bytes": llm_math.weight_bytes(shape, dtype),
-                    "init": "random (seeded), speed only: nothing downloaded"},  # fmt: skip
+                    "init": weights_init(shape)},  # fmt: skip
         "decode_flops_per_step": llm_math.decode_flops_per_step(shape, batch, prompt_tokens + new_tokens // 2),
     }
     return CaseResult(
@@ -245,3 +245,10 @@ def _range(first, full, steps: int, batch: int) -> Optional[list]:
     if not (slowest > 0 and fastest > 0):
         return None
     return [batch / slowest, batch / fastest]
+
+
+def weights_init(shape) -> str:
+    """Where a case's weights came from, as its record says."""
+    if shape.weights:
+        return f"loaded from {shape.weights}"
+    return "random (seeded), speed only: nothing downloaded"

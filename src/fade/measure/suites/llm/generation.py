@@ -34,15 +34,23 @@ PROMPT_SEED = 1  # the prompt's token ids: a different stream from the weights'
 
 
 def build_model(config, device: str):
-    """The model of `config` on `device` in fp32, its weights drawn from WEIGHT_SEED on the device, in eval mode,
-    SDPA attention. Greedy runs never stop early: the config has no eos token."""
+    """The model of `config` on `device` in fp32, in eval mode, SDPA attention: its weights drawn from WEIGHT_SEED
+    on the device, or loaded from `config.weights` (a local model folder). Greedy runs never stop early: the model
+    has no eos token."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    hf_config = AutoConfig.for_model(config.model_type, **config.hf_fields())
-    torch.manual_seed(WEIGHT_SEED)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32, attn_implementation="sdpa")
+    if config.weights:  # a local model folder: its own weights, read from disk (local_files_only: no download)
+        model = AutoModelForCausalLM.from_pretrained(config.weights, dtype=torch.float32, attn_implementation="sdpa",
+                                                     local_files_only=True).to(device)
+        # greedy runs of a fixed length: no end-of-sequence token may stop one early
+        model.generation_config.eos_token_id = None
+        model.config.eos_token_id = None
+    else:
+        hf_config = AutoConfig.for_model(config.model_type, **config.hf_fields())
+        torch.manual_seed(WEIGHT_SEED)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(hf_config, dtype=torch.float32, attn_implementation="sdpa")
     model.eval()
     model.generation_config.pad_token_id = 0  # silences "setting pad_token_id"; no padding is ever generated
     return model

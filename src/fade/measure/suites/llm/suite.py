@@ -164,7 +164,8 @@ def run_llm(
 ) -> RunSummary:
     """Prefill and greedy decode of one causal LM on `device`; one record per case appended to `out`.
 
-    `config`: a bundled name (data/llm.toml), a TOML file of one [[config]] row, or a Hugging Face config.json
+    `config`: a bundled name (data/llm.toml), a TOML file of one [[config]] row, a Hugging Face config.json or a
+    local model folder (its weights loaded)
     (fade.analyze.llm_table.resolve_config). The other arguments default to FULL_PLAN's (QUICK_PLAN's with
     `quick`), except `variants` (DEFAULT_VARIANTS). Prefill lengths past the model's context are left out of the
     defaults (and refused when asked for). Bad requests raise FadeUsageError before anything runs, a missing
