@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional, Sequence
 
 from fade.analyze import attention as analysis
+from fade.measure.step.runner import inference_context
 from fade.measure.timing import measure
 
 REQUESTS = ("default", "flash", "efficient", "cudnn", "math")
@@ -120,8 +121,10 @@ def _call(torch, q, k, v, mask, shape: AttentionShape, gqa: str) -> Callable:
     elif gqa == "enable_gqa":
         options["enable_gqa"] = True
 
+    grad_mode = inference_context(str(q.device))
+
     def call():
-        with torch.inference_mode():
+        with grad_mode:
             return sdpa(q, k, v, **options)
 
     return call

@@ -58,6 +58,7 @@ from fade.analyze.llm_table import config_from_params
 from fade.measure.case import CaseResult, CaseSkipped, synchronize, tflops_result
 from fade.measure.suites.llm import generation, numerics
 from fade.measure.suites.models.case import device_facts
+from fade.measure.step.runner import inference_context
 from fade.measure.timing import measure
 
 REFERENCE = numerics.REFERENCE
@@ -143,7 +144,7 @@ def prefill_case(ctx, *, config: dict, dtype: str, batch: int, tokens: int) -> C
     _reset_peak_memory(device)
 
     def prefill():
-        with torch.inference_mode():
+        with inference_context(device):
             return model(ids, use_cache=True, logits_to_keep=1).logits
 
     timing = measure(prefill, device=device, **ctx.timing)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Callable
 
 from fade.measure.case import torch_dtype
-from fade.measure.step.runner import WEIGHT_SEED
+from fade.measure.step.runner import WEIGHT_SEED, inference_context
 
 VARIANTS = ("hf-generate", "hf-static", "fade-loop", "fade-loop+compile", "fade-loop+eager")
 COMPILE_MODE = "reduce-overhead"  # gpt-fast's: CUDA graphs remove the per-kernel launch cost of a decode step
@@ -78,7 +78,7 @@ def hf_generator(model, *, static: bool) -> Callable:
     def generate(ids, new_tokens: int, logits_processor=None):
         """`logits_processor`: the numerics check's (numerics.forcing_processor); the timed calls pass none."""
         extra = {} if logits_processor is None else {"logits_processor": logits_processor}
-        with torch.inference_mode():
+        with inference_context(str(ids.device)):
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
                                  **options, **extra)  # fmt: skip
         return out[:, ids.shape[1]:]
@@ -126,7 +126,7 @@ class FadeLoop:
         new token's logits (i = 0: the prefill's) before the next step runs (a graph replay overwrites them)."""
         import torch
 
-        with torch.inference_mode():
+        with inference_context(str(ids.device)):
             self.cache.reset()
             logits = self.model(ids, past_key_values=self.cache, cache_position=self.prefill_positions, use_cache=True,
                                 logits_to_keep=1).logits  # fmt: skip
@@ -137,7 +137,7 @@ class FadeLoop:
     def generate(self, ids, new_tokens: int):
         import torch
 
-        with torch.inference_mode():
+        with inference_context(str(ids.device)):
             self.cache.reset()
             logits = self.model(ids, past_key_values=self.cache, cache_position=self.prefill_positions, use_cache=True,
                                 logits_to_keep=1).logits  # fmt: skip

@@ -43,6 +43,7 @@ from typing import Callable, Optional
 
 from fade.analyze import llm_numerics
 from fade.measure.suites.llm import generation
+from fade.measure.step.runner import inference_context
 
 REFERENCE_BYTES_CAP = 1 << 30  # fp32 log-probs of the reference kept for the check (module docstring)
 REFERENCE = "hf-generate, fp32, eager, same weights"
@@ -146,7 +147,7 @@ def floor_rows(model, ids, reference: Reference) -> dict:
     steps = len(reference.log_probs)
     sequence = torch.cat([ids, reference.tokens[:, : steps - 1]], dim=1)
     collector = Collector(reference)
-    with torch.inference_mode():
+    with inference_context(str(ids.device)):
         logits = model(sequence, use_cache=False, logits_to_keep=steps).logits
         for step in range(steps):
             collector(step, logits[:, step])
