@@ -16,7 +16,8 @@ ZOO_TEST = "test_zoo_network_infers_and_trains_like_the_cpu_with_zero_fallbacks"
 ZOO_CHILD_TIMEOUT_S = 280  # a network's child (the slowest cold, densenet161: 95 s alone on a 2-core VM)
 
 
-@ocl_child(CHECKS, 280)
+@pytest.mark.timeout(600)  # cold on PoCL: 134 s alone on 2 cores, past 280 s beside another child and other load
+@ocl_child(CHECKS, 540)
 def test_device_checks_in_a_child_process(request):
     assert_child_passes(request)
 
