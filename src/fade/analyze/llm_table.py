@@ -8,11 +8,9 @@ the field (LlmTableError, a FadeUsageError: exit 2), the way fade.analyze.knobs 
 
 from __future__ import annotations
 
-import dataclasses
-
 import difflib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
@@ -197,7 +195,7 @@ def config_from_folder(folder: Path, architectures: dict) -> LlmConfig:
         raise LlmTableError(f"--config {folder}: no weights in the folder ({' or '.join(WEIGHT_FILES)}); for random "
                             f"weights give its config.json alone")
     config = config_from_json(config_file, architectures)
-    return dataclasses.replace(config, weights=str(folder.resolve()), source=f"{folder} (weights loaded from it)")
+    return replace(config, weights=str(folder.resolve()), source=f"{folder} (weights loaded from it)")
 
 
 def config_from_json(path: Path, architectures: dict) -> LlmConfig:

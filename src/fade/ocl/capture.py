@@ -62,15 +62,16 @@ def at_path(value, path):
 
 
 class Recording:
-    """One call of a plan as it ran: its commands with each buffer resolved to a reference ("in", slot, path),
-    ("a", allocation number) or ("fixed", buffer), per step; the allocations (step, device, bytes, buffer); and
+    """One call of a plan as it ran: its commands (each a tuple whose last item pairs its buffer positions with
+    references: ("in", slot, path), ("a", allocation number) or ("fixed", buffer)), per step; the allocations
+    (step, device, buffer, bytes); and
     per step the shapes of the values it wrote (see `shape_of`)."""
 
     def __init__(self, cl):
         self.cl = cl
         self.step = -1
         self.commands: dict[int, list] = {}
-        self.allocations: list = []  # (step, device, nbytes, buffer)
+        self.allocations: list = []  # (step, device, buffer, nbytes)
         self.current: dict[int, tuple] = {}  # id(buffer) -> its reference now
         self.keep: list = []  # every buffer seen, so that no id() is reused while recording
         self.host_reasons: dict[int, str] = {}
@@ -91,7 +92,7 @@ class Recording:
 
     def launch(self, dev, kernel, global_size, local_size, args, label) -> None:
         refs = tuple((i, self._ref(a)) for i, a in enumerate(args) if isinstance(a, self.cl.MemoryObjectHolder))
-        self._command(("launch", dev, kernel, global_size, local_size, tuple(args), refs, label))
+        self._command(("launch", dev, kernel, global_size, local_size, label, tuple(args), refs))
 
     def gemm(self, dev, params: tuple) -> None:
         refs = tuple((i, self._ref(params[i])) for i in GEMM_BUFFERS if params[i] is not None)
@@ -101,10 +102,10 @@ class Recording:
         refs = ((0, self._ref(target)), (1, self._ref(source)))
         self._command(("copy", dev, [target, source, nbytes, target_offset, source_offset], refs))
 
-    def allocate(self, buffer, nbytes: int) -> None:
+    def allocate(self, dev, buffer, nbytes: int) -> None:
         self.keep.append(buffer)
         self.current[id(buffer)] = ("a", len(self.allocations))
-        self.allocations.append((self.step, buffer, nbytes))
+        self.allocations.append((self.step, dev, buffer, nbytes))
 
     def host(self, reason: str) -> None:
         self.host_reasons.setdefault(self.step, reason)
@@ -184,7 +185,7 @@ def build(rec: Recording, steps: list, dynamic: dict, needed: set, devices: list
         if step in dynamic:
             continue
         for command in commands:
-            for _, ref in command[-1] if command[0] != "launch" else command[6]:
+            for _, ref in command[-1]:
                 if ref[0] != "a":
                     continue
                 made_in = rec.allocations[ref[1]][0]
@@ -193,29 +194,18 @@ def build(rec: Recording, steps: list, dynamic: dict, needed: set, devices: list
                         raise Uncapturable(f"step {step} names memory the dynamic step {made_in} made and does "
                                            "not return")
                 elif ref[1] not in fresh:
-                    arena.setdefault(id(rec.allocations[ref[1]][1]), []).append(ref[1])
-    by_device = {}
-    for dev in devices:
-        by_device[dev.index] = dev
-        dev._reclaim_all(reclaim)
+                    arena.setdefault(id(rec.allocations[ref[1]][2]), []).append(ref[1])
+    reclaim()  # every dead tensor's buffer back to its pool: a capture buffer still out is held by someone
     pooled = set()
     for dev in devices:
         pooled |= dev.pooled()
     owned, concrete = [], {}
-    device_of_buffer = {}
-    for command_list in rec.commands.values():
-        for command in command_list:
-            dev = command[1]
-            for _, ref in (command[6] if command[0] == "launch" else command[-1]):
-                if ref[0] == "a":
-                    device_of_buffer[id(rec.allocations[ref[1]][1])] = dev
     for buffer_id, numbers in arena.items():
-        buffer = rec.allocations[numbers[0]][1]
-        dev = device_of_buffer[buffer_id]
+        _, dev, buffer, _ = rec.allocations[numbers[0]]
         if buffer_id in pooled and dev.take(buffer):
             mine = buffer
         else:
-            mine = dev.allocate(max(rec.allocations[n][2] for n in numbers), reclaim)
+            mine = dev.allocate(max(rec.allocations[n][3] for n in numbers), reclaim)
         owned.append((dev, mine))
         for n in numbers:
             concrete[("a", n)] = mine
@@ -224,18 +214,14 @@ def build(rec: Recording, steps: list, dynamic: dict, needed: set, devices: list
         if index in dynamic:
             program.append(("dynamic", step, tuple(rec.resolvers.get(index, ()))))
             continue
-        made = [(("a", n), device_of_buffer.get(id(buffer)) or _any(by_device), nbytes)
-                for n, (at, buffer, nbytes) in enumerate(rec.allocations) if at == index and n in fresh]
+        made = [(("a", n), dev, nbytes) for n, (at, dev, _, nbytes) in enumerate(rec.allocations)
+                if at == index and n in fresh]
         commands = [_compiled(command, concrete) for command in rec.commands.get(index, ())]
         program.append(("replay", tuple(made), tuple(commands), tuple(built.get(index, ()))))
-    inputs = {}
-    for slot, path, _, _, ref in rec.input_checks:
-        inputs.setdefault(ref, (slot, path))
     counts = {"commands": sum(len(c) for s, c in rec.commands.items() if s not in dynamic),
               "dynamic_steps": len(dynamic), "owned_buffers": len(owned),
               "owned_bytes": sum(b.size for _, b in owned), "fresh_allocations": len(fresh)}
-    return Replay(program, [(s, p, o, st, ref) for s, p, o, st, ref in rec.input_checks],
-                  [(ref, slot, path) for ref, (slot, path) in inputs.items()], owned, counts)
+    return Replay(program, rec.input_checks, owned, counts)
 
 
 def _flat(shape):
@@ -245,24 +231,33 @@ def _flat(shape):
             yield from _flat(item)
 
 
-def _any(by_device):
-    return next(iter(by_device.values()))
+def _bound(values, refs, concrete: dict) -> tuple:
+    """(template, late): a command's values with the buffers fixed for good put in place (the replay's own
+    memory, memory from outside the call), and the (position, reference) pairs each call fills in."""
+    template, late = list(values), []
+    for position, ref in refs:
+        if ref[0] == "fixed":
+            template[position] = ref[1]
+        elif ref in concrete:
+            template[position] = concrete[ref]
+        else:
+            late.append((position, ref))
+    return template, late
+
+
+def _filled(template: list, late: list, buffers: dict) -> list:
+    values = list(template)
+    for position, ref in late:
+        values[position] = buffers[ref]
+    return values
 
 
 def _compiled(command, concrete: dict):
-    """A recorded command as a function of the call's buffers ({reference: buffer}); references fixed for good
-    (the replay's own memory, memory from outside) are put in place once."""
+    """A recorded command as a function of the call's buffers ({reference: buffer})."""
     kind, dev = command[0], command[1]
     if kind == "launch":
-        _, _, kernel, global_size, local_size, args, refs, label = command
-        template, late = list(args), []
-        for position, ref in refs:
-            if ref[0] == "fixed":
-                template[position] = ref[1]
-            elif ref in concrete:
-                template[position] = concrete[ref]
-            else:
-                late.append((position, ref))
+        _, _, kernel, global_size, local_size, label, args, refs = command
+        template, late = _bound(args, refs, concrete)
         cl = dev.cl
         site = None
         if all(isinstance(a, (cl.MemoryObjectHolder, np.generic)) for a in template):
@@ -278,52 +273,21 @@ def _compiled(command, concrete: dict):
                     site.set_arg(position, buffers[ref])
                 dev.launch_set(site, global_size, local_size)
                 return
-            values = list(template)
-            for position, ref in late:
-                values[position] = buffers[ref]
-            dev.launch(kernel, global_size, local_size, *values, label=label)
+            dev.launch(kernel, global_size, local_size, *_filled(template, late, buffers), label=label)
         return launch
-    from fade.ocl import runtime
+    template, late = _bound(command[2], command[3], concrete)
     if kind == "gemm":
-        template, late = list(command[2]), []
-        for position, ref in command[3]:
-            if ref[0] == "fixed":
-                template[position] = ref[1]
-            elif ref in concrete:
-                template[position] = concrete[ref]
-            else:
-                late.append((position, ref))
-
-        def gemm(buffers):
-            values = list(template)
-            for position, ref in late:
-                values[position] = buffers[ref]
-            runtime.gemm(dev, *values)
-        return gemm
-    template, late = list(command[2]), []
-    for position, ref in command[3]:
-        if ref[0] == "fixed":
-            template[position] = ref[1]
-        elif ref in concrete:
-            template[position] = concrete[ref]
-        else:
-            late.append((position, ref))
-
-    def copy(buffers):
-        values = list(template)
-        for position, ref in late:
-            values[position] = buffers[ref]
-        dev.copy(*values)
-    return copy
+        from fade.ocl import runtime
+        return lambda buffers: runtime.gemm(dev, *_filled(template, late, buffers))
+    return lambda buffers: dev.copy(*_filled(template, late, buffers))
 
 
 class Replay:
     """A recorded call as a program: per step, its commands (with the fresh allocations to make first and the
     values later steps need built after), or the step itself (dynamic)."""
 
-    def __init__(self, program: list, input_checks: list, input_refs: list, owned: list, counts: dict):
-        self.program, self.input_checks, self.input_refs, self.owned, self.counts = \
-            program, input_checks, input_refs, owned, counts
+    def __init__(self, program: list, input_checks: list, owned: list, counts: dict):
+        self.program, self.input_checks, self.owned, self.counts = program, input_checks, owned, counts
 
     def __del__(self):
         for dev, buffer in getattr(self, "owned", ()):

@@ -245,7 +245,7 @@ class Device:
                 self.pooled_bytes -= size
                 buffer = free.pop()
                 if self.capture is not None:
-                    self.capture.allocate(buffer, nbytes)
+                    self.capture.allocate(self, buffer, nbytes)
                 return buffer
             # Drivers that allocate lazily (NVIDIA's) accept any clCreateBuffer and fail the first kernel that
             # touches memory they cannot back, so the pool is emptied before the total would pass the device.
@@ -268,7 +268,7 @@ class Device:
             self.held_bytes += size
             self.fresh_bytes += size
             if self.capture is not None:
-                self.capture.allocate(buffer, nbytes)
+                self.capture.allocate(self, buffer, nbytes)
             return buffer
 
     def take(self, buffer) -> bool:
