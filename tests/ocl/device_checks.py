@@ -112,6 +112,53 @@ def test_reductions_over_dims(dim):
         close(torch.log_softmax(x.to(DEV), dim), torch.log_softmax(x, dim), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("shape, dims", [((600, 48), (0,)), ((3, 9000), (1,)), ((9000, 3), (0,)), ((4, 5, 700), (1,)),
+                                         ((2, 3, 4, 5), (1, 2)), ((20000,), (0,)), ((6, 40), (1,))])
+def test_reductions_by_rows_columns_and_parts_match_the_cpu(shape, dims):
+    """The layouts of reduce_rows: work-group rows, long rows in parts, columns read in place with a stride
+    (split in parts when narrow), a middle block of dims; NaN propagates; integers too."""
+    x = torch.randn(shape, dtype=torch.float64)
+    for function in (lambda t: t.sum(dims), lambda t: t.mean(dims), lambda t: t.amax(dims), lambda t: t.amin(dims)):
+        close(function(x.to(DEV)), function(x), atol=1e-10, rtol=1e-10)
+    if len(dims) == 1:
+        close(x.to(DEV).argmin(dims[0]), x.argmin(dims[0]))
+    with_nan = x.clone()
+    with_nan.view(-1)[7] = float("nan")
+    close(with_nan.to(DEV).amax(dims), with_nan.amax(dims))
+    close(with_nan.to(DEV).sum(dims), with_nan.sum(dims), atol=1e-10, rtol=1e-10)
+    integers = torch.randint(-5, 5, shape)
+    close(integers.to(DEV).sum(dims), integers.sum(dims))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape, normalized, affine", [((4, 6, 300), (300,), "both"), ((5, 3, 4), (3, 4), "both"),
+                                                      ((7, 33), (33,), "none"), ((3, 5), (5,), "weight")])
+def test_layer_norm_and_its_gradients_match_the_cpu_in_fused_kernels(dtype, shape, normalized, affine):
+    """native_layer_norm and its backward: one ln_forward command for the forward; output, saved mean and rstd,
+    and the input, weight and bias gradients against the CPU."""
+    x = torch.randn(shape, dtype=dtype) * 3 + 1
+    weight = torch.randn(normalized, dtype=dtype) if affine != "none" else None
+    bias = torch.randn(normalized, dtype=dtype) if affine == "both" else None
+    grad = torch.randn(shape, dtype=dtype)
+    results = []
+    for device in ("cpu", DEV):
+        leaves = [t.clone().to(device).requires_grad_() if t is not None else None for t in (x, weight, bias)]
+        out = torch.nn.functional.layer_norm(leaves[0], normalized, leaves[1], leaves[2], 1e-5)
+        out.backward(grad.to(device))
+        saved = torch.ops.aten.native_layer_norm(*(t.detach() if t is not None else None for t in leaves[:1]),
+                                                 list(normalized), *(t.detach() if t is not None else None
+                                                                     for t in leaves[1:]), 1e-5)
+        results.append([out.detach(), *saved[1:]] + [t.grad for t in leaves if t is not None])
+    tolerance = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-4}
+    for got, expected in zip(results[1], results[0]):
+        close(got, expected, **tolerance)
+    on_device = x.to(DEV)
+    ocl.synchronize()
+    with ocl.profile(0, steps=1) as times:
+        torch.ops.aten.native_layer_norm(on_device, list(normalized), None, None, 1e-5)
+    assert [row["kernel"] for row in times.table("kernel")] == ["ln_forward"]
+
+
 @pytest.mark.timeout(60)
 def test_nan_and_inf_terminate_and_propagate_like_the_cpu():
     """Seed 004: dlprimitives hung on NaN in a compare-and-swap loop. Here every row loops to its end."""

@@ -1,9 +1,11 @@
 """Batch norm (fused kernels in kernels/batch_norm.cl for contiguous input: per-channel work-group sums, then
-one elementwise pass; otherwise composed of the elementwise and reduction ops) and layer norm (composed).
+one elementwise pass; otherwise composed of the elementwise and reduction ops) and layer norm (kernels/layer_norm.cl).
 Also `channel_sums`, a convolution's bias gradient by the batch norm's per-channel sums.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -16,8 +18,16 @@ from fade.ocl.sources import cl_type, compiled_source, load, NoKernel
 aten = torch.ops.aten
 
 
+_LN_SOURCE = load("layer_norm.cl")
+
+LN_PART_ROWS = 64  # rows one work item of ln_backward_params sums (the weight and bias gradients' partial sums)
+
+
 def layer_norm(op, args, kwargs, bound):
-    """native_layer_norm and its backward, composed of this backend's own kernels (rows = leading dims)."""
+    """native_layer_norm and its backward (rows = the leading dims, each normalized over the trailing
+    `normalized_shape`): kernels/layer_norm.cl, a work-group per row, for the forward and the input gradient,
+    and column sums in parts for the weight and bias gradients; accumulated in double where the device has
+    fp64. mean and rstd are saved in the input's dtype, shaped as torch's (leading dims, then ones)."""
     if written_arguments(op, bound):
         raise NoKernel("layer norm out=")
     x = bound["input"]
@@ -25,36 +35,69 @@ def layer_norm(op, args, kwargs, bound):
         raise NoKernel(f"layer norm over {x.dtype}")
     normalized = list(bound["normalized_shape"])
     axis = x.dim() - len(normalized)
-    dims = list(range(axis, x.dim()))
+    n = math.prod(normalized)
+    rows = math.prod(x.shape[:axis])
     stat_shape = list(x.shape[:axis]) + [1] * len(normalized)
     weight, bias = bound.get("weight"), bound.get("bias")
+    if weight is not None and weight.dtype != x.dtype or bias is not None and bias.dtype != x.dtype:
+        raise NoKernel("layer norm with parameters of another dtype")
+    dev = device_of(x)
+    index = x.device.index
+    x = contiguous(x)
+    weight = contiguous(weight) if weight is not None else None
+    bias = contiguous(bias) if bias is not None else None
+    wide = torch.float64 if x.dtype == torch.float64 or dev.info.fp64 else torch.float32
+    local = min(256, dev.max_work_group_size, 1 << max(0, (n - 1).bit_length()))
+    local = 1 << (local.bit_length() - 1)
+    source = compiled_source(_LN_SOURCE, (f"T {cl_type(x.dtype)}", f"ACC {cl_type(wide)}", f"LOCAL {local}"))
+    acc = np.float64 if wide == torch.float64 else np.float32
+
+    def place(t):  # (buffer, offset) of an optional tensor; x's buffer stands in for a missing one
+        return (block_of(t).buffer, np.int64(t.storage_offset())) if t is not None else (block_of(x).buffer,
+                                                                                            np.int64(0))
+
     if base_name(op) == "native_layer_norm":
-        mean = aten.mean.dim(x, dims, True)
-        centered = aten.sub.Tensor(x, mean)
-        variance = aten.mean.dim(aten.mul.Tensor(centered, centered), dims, True)
-        rstd = aten.rsqrt.default(aten.add.Scalar(variance, bound["eps"]))
-        out = aten.mul.Tensor(centered, rstd)
-        if weight is not None:
-            out = aten.mul.Tensor(out, weight)
-        if bias is not None:
-            out = aten.add.Tensor(out, bias)
-        return out, mean.view(stat_shape), rstd.view(stat_shape)
-    grad, mean, rstd = bound["grad_out"], bound["mean"], bound["rstd"]
+        out = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
+        mean = empty(stat_shape, contiguous_strides(stat_shape), x.dtype, index)
+        rstd = empty(stat_shape, contiguous_strides(stat_shape), x.dtype, index)
+        if rows and n:
+            dev.launch(dev.kernel("ln_forward", source), (rows * local,), (local,), *place(x), *place(weight),
+                       *place(bias), np.int32(weight is not None), np.int32(bias is not None),
+                       acc(bound["eps"]), block_of(out).buffer, np.int64(out.storage_offset()),
+                       block_of(mean).buffer, block_of(rstd).buffer, np.int64(n))
+        elif rows:  # nothing to normalize over: the CPU's mean and rstd are NaN
+            pointwise("NAN", mean, [])
+            pointwise("NAN", rstd, [])
+        return out, mean, rstd
+    grad, mean, rstd = contiguous(bound["grad_out"]), contiguous(bound["mean"]), contiguous(bound["rstd"])
     mask = bound["output_mask"]
-    xhat = aten.mul.Tensor(aten.sub.Tensor(x, mean), rstd)
-    g = aten.mul.Tensor(grad, weight) if weight is not None else grad
     grad_input = grad_weight = grad_bias = None
     if mask[0]:
-        mean_g = aten.mean.dim(g, dims, True)
-        mean_gx = aten.mean.dim(aten.mul.Tensor(g, xhat), dims, True)
-        inner = aten.sub.Tensor(aten.sub.Tensor(g, mean_g), aten.mul.Tensor(xhat, mean_gx))
-        grad_input = aten.mul.Tensor(inner, rstd)
-    batch_dims = list(range(axis))
-    if mask[1] and weight is not None:
-        product = aten.mul.Tensor(grad, xhat)
-        grad_weight = aten.sum.dim_IntList(product, batch_dims, False) if batch_dims else product
-    if mask[2] and bias is not None:
-        grad_bias = aten.sum.dim_IntList(grad, batch_dims, False) if batch_dims else aten.clone.default(grad)
+        grad_input = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
+        if rows and n:
+            dev.launch(dev.kernel("ln_backward_input", source), (rows * local,), (local,), *place(grad), *place(x),
+                       *place(mean), *place(rstd), *place(weight), np.int32(weight is not None),
+                       block_of(grad_input).buffer, np.int64(n))
+    want_w, want_b = bool(mask[1] and weight is not None), bool(mask[2] and bias is not None)
+    if want_w:
+        grad_weight = empty(list(weight.shape), contiguous_strides(weight.shape), x.dtype, index)
+    if want_b:
+        grad_bias = empty(list(bias.shape), contiguous_strides(bias.shape), x.dtype, index)
+    if (want_w or want_b) and n:
+        if rows:
+            parts = -(-rows // LN_PART_ROWS)
+            with Scratch(dev) as scratch:
+                partial = scratch.buffer(2 * parts * n * wide.itemsize)
+                dev.launch(dev.kernel("ln_backward_params", source), (parts * n,), None, *place(grad), *place(x),
+                           *place(mean), *place(rstd), partial, np.int64(rows), np.int64(n), np.int64(parts),
+                           np.int64(LN_PART_ROWS))
+                dev.launch(dev.kernel("ln_params_finish", source), (n,), None, partial, np.int64(parts),
+                           np.int64(n), *place(grad_weight), *place(grad_bias), np.int32(want_w),
+                           np.int32(want_b))
+        else:
+            for t in (grad_weight, grad_bias):
+                if t is not None:
+                    pointwise("0", t, [])
     return grad_input, grad_weight, grad_bias
 
 

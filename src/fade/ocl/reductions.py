@@ -10,10 +10,10 @@ import math
 import numpy as np
 import torch
 
-from fade.ocl.memory import block_of, contiguous_strides, device_of, empty, empty_like_meta
+from fade.ocl.memory import block_of, contiguous_strides, device_of, empty, empty_like_meta, strided_view
 from fade.ocl.meta import base_name, meta_result_of
 from fade.ocl.pointwise import finish, pointwise
-from fade.ocl.sources import cl_type, load, NoKernel
+from fade.ocl.sources import cl_type, compiled_source, load, NoKernel
 
 aten = torch.ops.aten
 
@@ -34,37 +34,85 @@ _ROWS = {
 }
 
 
-REDUCE_PART = 2048  # a long row is reduced in parts of this many elements by separate work items, then the parts
+REDUCE_PART = 2048  # a long row is reduced in parts of this many elements by separate work-groups, then the parts
 
 REDUCE_WIDTH = 16384  # ... when fewer than this many work items would otherwise run
 
+REDUCE_GROUPS = 1024  # a row reduced by work-groups is split into parts while fewer groups than this would run
 
-def reduce_rows(kind: str, x: torch.Tensor, out: torch.Tensor, divisor: int | None = None) -> None:
-    """out[r] = reduce(x[r, :]) for a contiguous (rows, n) device tensor x and a contiguous out of rows
-    elements. Each work item loops over its row (or a part of a long row, the parts reduced in a second pass):
-    no atomics and no compare-and-swap, so NaN cannot hang it, and the order is fixed, so results repeat.
-    float32 accumulates in double where the device has fp64 (as torch's CPU kernels do), else in float."""
-    rows, n = x.shape
-    if rows == 0:
+STRIDED_PART = 256  # a strided (column) reduction is split into parts of this many elements when too narrow
+
+ROW_GROUP_MIN = 32  # rows at least this long are reduced by a work-group each (shorter: one work item a row)
+
+_COMBINE = {"sum": ("0", "((a) + (b))"),
+            "max": ("-INFINITY", "(((a) != (a)) ? (a) : (((b) != (b) || (b) > (a)) ? (b) : (a)))"),
+            "min": ("INFINITY", "(((a) != (a)) ? (a) : (((b) != (b) || (b) < (a)) ? (b) : (a)))")}
+
+_REDUCE_ROWS_SOURCE = load("reduce_rows.cl")
+
+
+def reduce_rows(kind: str, x: torch.Tensor, out: torch.Tensor, divisor: int | None = None, inner: int = 1) -> None:
+    """out[o, i] = reduce over j of x[o, j, i] for a contiguous device tensor x viewed as (outer, n, inner)
+    (x.shape is (outer * ... , n) with inner == 1, or (outer, n * inner) otherwise) and a contiguous out of
+    outer * inner elements. No atomics and no compare-and-swap, so NaN cannot hang it, and a fixed order, so
+    results repeat. float32 accumulates in double where the device has fp64 (as torch's CPU kernels do).
+    Rows (inner 1) of floats at least ROW_GROUP_MIN long: a work-group per row (or per part of a long row, the
+    parts reduced in a second pass); otherwise one work item per output (or per part of it), looping over its
+    elements with stride `inner`, so neighbouring work items read neighbouring elements."""
+    rows, length = x.shape
+    n = length // inner
+    if rows == 0 or inner == 0:
         return
     dev = device_of(x)
     floating = x.dtype.is_floating_point
     wide = torch.float64 if floating and (x.dtype == torch.float64 or dev.info.fp64) else torch.float32
-    parts = 1
-    if floating and kind in ("sum", "mean", "max", "min") and n >= 2 * REDUCE_PART and rows < REDUCE_WIDTH:
-        parts = min(-(-n // REDUCE_PART), max(1, REDUCE_WIDTH // rows))
-    if parts > 1:
-        part_len = -(-n // parts)
-        partial = empty([rows, parts], [parts, 1], wide, x.device.index)
-        _reduce_kernel("sum" if kind == "mean" else kind, x, partial, n, parts, part_len, 1, wide)
-        _reduce_kernel(kind, partial, out, parts, 1, parts, divisor or n, wide)
+    splittable = floating and kind in ("sum", "mean", "max", "min")
+    width = rows * inner
+    if inner == 1 and splittable and n >= ROW_GROUP_MIN:
+        parts = 1
+        if n >= 2 * REDUCE_PART and rows < REDUCE_GROUPS:
+            parts = min(-(-n // REDUCE_PART), max(1, REDUCE_GROUPS // rows))
+        if parts == 1:
+            _reduce_groups(kind, x, out, n, n, divisor or n, wide)
+            return
+        partial = empty([parts, rows], [rows, 1], wide, x.device.index)
+        _reduce_groups("sum" if kind == "mean" else kind, x, partial, n, -(-n // parts), 1, wide)
+        reduce_rows(kind, partial.view(1, parts * rows), out, divisor or n, inner=rows)
         return
-    _reduce_kernel(kind, x, out, n, 1, n, divisor or n, wide)
+    parts = 1
+    if splittable and n >= 2 * STRIDED_PART and width < REDUCE_WIDTH:
+        parts = min(-(-n // STRIDED_PART), max(1, REDUCE_WIDTH // width))
+    if parts > 1:
+        partial = empty([parts, width], [width, 1], wide, x.device.index)
+        _reduce_strided("sum" if kind == "mean" else kind, x, partial, n, inner, parts, -(-n // parts), 1, wide)
+        _reduce_strided(kind, partial.view(1, parts * width), out, parts, width, 1, parts, divisor or n, wide)
+        return
+    _reduce_strided(kind, x, out, n, inner, 1, n, divisor or n, wide)
 
 
-def _reduce_kernel(kind: str, x: torch.Tensor, out: torch.Tensor, n: int, parts: int, part_len: int, divisor: int,
+def _reduce_groups(kind: str, x: torch.Tensor, out: torch.Tensor, n: int, part_len: int, divisor: int,
                    wide) -> None:
-    rows = x.shape[0]
+    """reduce_rows.cl over x's rows in parts of part_len: out[p * rows + r]."""
+    rows = x.numel() // max(n, 1)
+    dev = device_of(x)
+    local = min(256, dev.max_work_group_size, 1 << max(0, (min(n, part_len) - 1).bit_length()))
+    local = 1 << (local.bit_length() - 1)
+    identity, combine = _COMBINE["sum" if kind == "mean" else kind]
+    header = (f"TX {cl_type(x.dtype)}", f"TO {cl_type(out.dtype)}", f"ACC {cl_type(wide)}", f"LOCAL {local}",
+              f"IDENTITY {identity}", f"COMBINE(a, b) {combine}",
+              f"FINAL(a) {'(a) / (ACC)divisor' if kind == 'mean' else '(a)'}")
+    kernel = dev.kernel("reduce_rows", compiled_source(_REDUCE_ROWS_SOURCE, header))
+    parts = -(-n // part_len) if n else 1
+    dev.launch(kernel, (rows * parts * local,), (local,), block_of(x).buffer, np.int64(x.storage_offset()),
+               block_of(out).buffer, np.int64(out.storage_offset()), np.int64(n), np.int64(rows),
+               np.int64(part_len), np.int64(divisor))
+
+
+def _reduce_strided(kind: str, x: torch.Tensor, out: torch.Tensor, n: int, inner: int, parts: int, part_len: int,
+                    divisor: int, wide) -> None:
+    """One work item per (part, output): out[p * width + o * inner + i] = reduce over the part's j of
+    x[o, j, i]."""
+    width = x.numel() // max(n, 1)
     dev = device_of(x)
     floating = x.dtype.is_floating_point
     acc_type = cl_type(wide) if floating else "long"
@@ -72,23 +120,24 @@ def _reduce_kernel(kind: str, x: torch.Tensor, out: torch.Tensor, n: int, parts:
     source = f"""
 #define ACC {acc_type}
 #define FLOAT {1 if floating else 0}
-__kernel void reduce_rows(__global const {cl_type(x.dtype)}* xs, long x_off, __global {cl_type(out.dtype)}* out,
-                          long out_off, long n, long rows, long parts, long part_len, long divisor) {{
+__kernel void reduce_strided(__global const {cl_type(x.dtype)}* xs, long x_off, __global {cl_type(out.dtype)}* out,
+                             long out_off, long n, long width, long inner, long parts, long part_len, long divisor) {{
     long g = get_global_id(0);
-    if (g >= rows * parts) return;
-    long r = g / parts, begin = (g % parts) * part_len, end = min(n, begin + part_len);
-    __global const {cl_type(x.dtype)}* x = xs + x_off + r * n;
-    ACC acc; {init.replace("acc = x[0]", "acc = (ACC)x[begin]")};
-    for (long j = begin; j < end; ++j) {{ ACC v = (ACC)x[j]; {step}; }}
+    if (g >= width * parts) return;
+    long p = g / width, w = g % width, o = w / inner, i = w % inner;
+    long begin = p * part_len, end = min(n, begin + part_len);
+    __global const {cl_type(x.dtype)}* x = xs + x_off + o * n * inner + i;
+    ACC acc; {init.replace("acc = x[0]", "acc = (ACC)x[begin * inner]")};
+    for (long j = begin; j < end; ++j) {{ ACC v = (ACC)x[j * inner]; {step}; }}
     out[out_off + g] = ({cl_type(out.dtype)})({result});
 }}"""
     if not floating and kind not in ("all", "any"):
         source = source.replace("if (v != v) { acc = v; break; } ", "").replace(
             "if (v != v) { best = j; break; } ", "")
-    kernel = dev.kernel("reduce_rows", source)
-    dev.launch(kernel, (rows * parts,), None, block_of(x).buffer, np.int64(x.storage_offset()), block_of(out).buffer,
-           np.int64(out.storage_offset()), np.int64(n), np.int64(rows), np.int64(parts), np.int64(part_len),
-           np.int64(divisor))
+    kernel = dev.kernel("reduce_strided", source)
+    dev.launch(kernel, (width * parts,), None, block_of(x).buffer, np.int64(x.storage_offset()), block_of(out).buffer,
+               np.int64(out.storage_offset()), np.int64(n), np.int64(width), np.int64(inner), np.int64(parts),
+               np.int64(part_len), np.int64(divisor))
 
 
 def softmax_rows(x: torch.Tensor, out: torch.Tensor, log: bool) -> None:
@@ -139,15 +188,31 @@ __kernel void softmax_rows(__global const {t}* xs, long x_off, __global {t}* out
 
 
 def _row_layout(x: torch.Tensor, dims) -> tuple:
-    """x with `dims` moved last, made contiguous as (rows, n) on the device, and the kept shape."""
+    """x with `dims` moved last as a contiguous (rows, n) device tensor (a view where x already is laid out so,
+    else a copy), and the kept shape."""
     dims = sorted({d % max(x.dim(), 1) for d in dims}) if x.dim() else []
     kept = [d for d in range(x.dim()) if d not in dims]
-    permuted = x.permute(kept + dims) if x.dim() else x
-    staging = empty(permuted.shape, contiguous_strides(permuted.shape), x.dtype, x.device.index)
-    pointwise("a", staging, [permuted])
     n = math.prod(x.shape[d] for d in dims)
     rows = math.prod(x.shape[d] for d in kept)
+    permuted = x.permute(kept + dims) if x.dim() else x
+    if permuted.is_contiguous():
+        return strided_view(x, 0, (rows, n), (n, 1)), [x.shape[d] for d in kept], dims
+    staging = empty(permuted.shape, contiguous_strides(permuted.shape), x.dtype, x.device.index)
+    pointwise("a", staging, [permuted])
     return staging.view(rows, n), [x.shape[d] for d in kept], dims
+
+
+def _reduce_layout(x: torch.Tensor, dims) -> tuple:
+    """(x as a contiguous (outer, n * inner) device tensor, inner) for reducing `dims`: a view when x is
+    contiguous and the dims are one block of it (inner: the elements after the block, read with that stride);
+    else the dims moved last (_row_layout, inner 1)."""
+    dims = sorted({d % max(x.dim(), 1) for d in dims}) if x.dim() else []
+    if dims and x.is_contiguous() and dims == list(range(dims[0], dims[-1] + 1)):
+        inner = math.prod(x.shape[dims[-1] + 1:])
+        outer = math.prod(x.shape[:dims[0]])
+        length = x.numel() // max(outer, 1)
+        return strided_view(x, 0, (outer, length), (length, 1)), inner
+    return _row_layout(x, dims)[0], 1
 
 
 def reduce_op(op, args, kwargs, bound):
@@ -163,17 +228,17 @@ def reduce_op(op, args, kwargs, bound):
     kind = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min", "max": "max", "min": "min",
             "argmax": "argmax", "argmin": "argmin", "all": "all", "any": "any"}[base]
     source = x if bound.get("dtype") is None else x.to(bound["dtype"])
-    rows, _, _ = _row_layout(source, dims)
+    rows, inner = _reduce_layout(source, dims)
     if isinstance(meta_result, tuple):
         values = empty_like_meta(meta_result[0], x.device.index)
         indices = empty_like_meta(meta_result[1], x.device.index)
-        reduce_rows(kind, rows, values.view(-1) if values.numel() else values)
-        reduce_rows("arg" + kind, rows, indices.view(-1) if indices.numel() else indices)
+        reduce_rows(kind, rows, values.view(-1) if values.numel() else values, inner=inner)
+        reduce_rows("arg" + kind, rows, indices.view(-1) if indices.numel() else indices, inner=inner)
         return finish(op, bound, (values, indices))
     if rows.shape[1] == 0 and kind in ("max", "min", "argmax", "argmin"):
         raise NoKernel("empty max")
     out = empty(meta_result.shape, contiguous_strides(meta_result.shape), meta_result.dtype, x.device.index)
-    reduce_rows(kind, rows, out.view(-1))
+    reduce_rows(kind, rows, out.view(-1), inner=inner)
     return finish(op, bound, out)
 
 
@@ -182,6 +247,12 @@ def softmax(op, args, kwargs, bound):
     if x.dtype not in (torch.float32, torch.float64) or bound.get("half_to_float"):
         raise NoKernel(f"softmax over {x.dtype}")
     dim = dim % max(x.dim(), 1)
+    if x.dim() and dim == x.dim() - 1 and x.is_contiguous():  # rows in place, the result straight into out
+        out = empty(x.shape, contiguous_strides(x.shape), x.dtype, x.device.index)
+        n = x.shape[-1]
+        softmax_rows(strided_view(x, 0, (x.numel() // max(n, 1), n), (n, 1)), out,
+                     log=op._schema.name.endswith("_log_softmax"))
+        return finish(op, bound, out)
     rows, _, _ = _row_layout(x, [dim]) if x.dim() else (x.reshape(1, 1), None, None)
     result = empty(rows.shape, contiguous_strides(rows.shape), x.dtype, x.device.index)
     softmax_rows(rows, result, log=op._schema.name.endswith("_log_softmax"))
