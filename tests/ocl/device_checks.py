@@ -344,6 +344,34 @@ def test_winograd_convolution_equals_the_cpu_forward_and_both_backwards(dtype, t
     assert launched.count(False) == 4 and launched.count(True) == 4  # each forward and each data gradient
 
 
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, dict(atol=1e-10, rtol=1e-10)),
+                                              (torch.float32, dict(atol=1e-4, rtol=1e-4))])
+def test_grouped_convolution_kernels_equal_the_cpu_forward_and_both_backwards(dtype, tolerance, monkeypatch):
+    """Grouped convolutions (several input channels a group: RegNet's width-8 groups, ResNeXt's) through the
+    direct kernels, forced on: stride, padding, dilation, rectangular kernels, more outputs than inputs a
+    group, a bias; one grouped_forward, grouped_grad_input and grouped_grad_weight command each, no GEMM."""
+    from fade.ocl import convolution
+
+    monkeypatch.setattr(convolution, "CONV_GROUPED", "on")
+    torch.manual_seed(0)
+    for n, cin, cout, groups, kernel, stride, padding, dilation, size in (
+            (3, 48, 48, 6, 3, 2, 1, 1, (7, 7)), (2, 8, 12, 4, 3, 1, 0, 1, (6, 5)), (2, 12, 24, 3, 1, 1, 0, 1, (4, 4)),
+            (1, 32, 32, 4, 5, 2, 2, 1, (10, 10)), (2, 16, 16, 4, 3, 1, 2, 2, (9, 9)),
+            (2, 6, 9, 3, (3, 1), (1, 2), (1, 0), 1, (5, 5))):
+        conv = torch.nn.Conv2d(cin, cout, kernel, stride, padding, dilation, groups, bias=kernel == 1, dtype=dtype)
+        conv_matches_the_cpu(torch.randn(n, cin, *size, dtype=dtype), conv, **tolerance)
+    x = torch.randn(2, 16, 6, 6, dtype=dtype).to(DEV).requires_grad_()
+    weight = torch.randn(16, 4, 3, 3, dtype=dtype).to(DEV).requires_grad_()
+    out = torch.nn.functional.conv2d(x, weight, padding=1, groups=4)
+    grad = torch.randn(out.shape, dtype=dtype).to(DEV)
+    ocl.synchronize()
+    with ocl.profile(0, steps=1) as times:
+        torch.autograd.grad(torch.nn.functional.conv2d(x, weight, padding=1, groups=4), (x, weight), grad)
+    kernels = {row["kernel"] for row in times.table("kernel")}
+    assert {"grouped_forward", "grouped_grad_input", "grouped_grad_weight"} <= kernels, kernels
+    assert not any("gemm" in kernel.lower() or kernel == "im2col" for kernel in kernels), kernels
+
+
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float32, dict(atol=1e-4, rtol=1e-4)),
                                               (torch.float64, dict(atol=1e-10, rtol=1e-10))])
 def test_own_gemm_1x1_convolution_equals_the_cpu_forward_and_both_backwards(dtype, tolerance, monkeypatch):

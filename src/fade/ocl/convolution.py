@@ -1,6 +1,6 @@
-"""2-D convolution forward and backward: depthwise kernels, im2col + CLBlast GEMM in one of several layouts
-(folded, per image, direct 1x1, own 1x1 GEMM), and Winograd F(2x2, 3x3); the layout measured once per shape
-on GPUs (FADE_OCL_CONV_BENCHMARK), or chosen by FOLD_PIXELS. Kernels: kernels/convolution.cl and winograd.cl,
+"""2-D convolution forward and backward: depthwise kernels, direct grouped kernels, im2col + CLBlast GEMM in one of
+several layouts (folded, per image, direct 1x1, own 1x1 GEMM), and Winograd F(2x2, 3x3); the layout measured once per shape
+on GPUs (FADE_OCL_CONV_BENCHMARK), or chosen by FOLD_PIXELS. Kernels: kernels/convolution.cl, grouped_conv.cl and winograd.cl,
 with the geometry compiled in.
 """
 
@@ -24,7 +24,19 @@ from fade.ocl.sources import cl_type, compiled_source, load, NoKernel
 aten = torch.ops.aten
 
 
-_CONV_SOURCE = load("convolution.cl")
+_CONV_SOURCE = load("conv_readers.cl") + load("convolution.cl")
+
+_GROUPED_SOURCE = load("conv_readers.cl") + load("grouped_conv.cl")
+
+GROUPED_WGRAD_ACCUMULATORS = 72  # weights one weight-gradient work item of the grouped kernels sums (registers)
+
+GROUPED_WGRAD_GROUPS = 2048  # work-groups the grouped weight gradient aims at (pixel chunks x weights' blocks)
+
+GROUPED_LANES = 128  # work items of a grouped weight-gradient work-group
+
+
+def _largest_divisor(n: int, most: int) -> int:
+    return max(d for d in range(1, max(1, min(n, most)) + 1) if n % d == 0)
 
 _WINOGRAD_SOURCE = load("winograd.cl")
 
@@ -291,7 +303,50 @@ def convolution(op, args, kwargs, bound):
             pointwise("0", grad_weight, [])
         return grad_input, grad_weight, _conv_grad_bias(grad, mask)
 
+    def grouped():  # kernels/grouped_conv.cl: every group in one launch, no columns
+        ocb, icb = _largest_divisor(coutg, 8), _largest_divisor(cg, 8)
+        wicb = _largest_divisor(cg, max(1, GROUPED_WGRAD_ACCUMULATORS // (kh * kw)))
+        pixels = n * length
+        blocks = cout * (cg // wicb)
+        chunks = max(1, min(-(-GROUPED_WGRAD_GROUPS // blocks), -(-pixels // GROUPED_LANES)))
+        chunk = -(-pixels // chunks)
+        chunks = -(-pixels // chunk) if pixels else 1
+        gheader = (f"T {cl_type(x.dtype)}", f"ACC {cl_type(x.dtype)}", f"IDX {'int' if fits else 'long'}")
+
+        def gsource(block: int):  # the program with ICB = block
+            return compiled_source(_GROUPED_SOURCE, gheader, names + ("CG", "OCB", "ICB", "CHUNK", "LANES"),
+                                   values + (cg, ocb, block, chunk, GROUPED_LANES), not fits)
+
+        if forward:
+            out = empty([n, cout, oh, ow], contiguous_strides([n, cout, oh, ow]), x.dtype, index)
+            if out.numel():
+                dev.launch(dev.kernel("grouped_forward", gsource(icb)), (-(-pixels // 64) * 64, cout // ocb), (64, 1),
+                           block_of(x).buffer, np.int64(x.storage_offset()), block_of(weight).buffer,
+                           np.int64(weight.storage_offset()), block_of(out).buffer)
+            return _conv_bias(out, bound, cout)
+        grad_input = grad_weight = None
+        if mask[0]:
+            grad_input = empty([n, c, h, w], contiguous_strides([n, c, h, w]), x.dtype, index)
+            if grad_input.numel():
+                dev.launch(dev.kernel("grouped_grad_input", gsource(icb)), (-(-(n * h * w) // 64) * 64, c // icb),
+                           (64, 1), block_of(grad).buffer, np.int64(grad.storage_offset()), block_of(weight).buffer,
+                           np.int64(weight.storage_offset()), block_of(grad_input).buffer)
+        if mask[1]:
+            grad_weight = empty([cout, cg, kh, kw], contiguous_strides([cout, cg, kh, kw]), x.dtype, index)
+            if pixels and grad_weight.numel():
+                with Scratch(dev) as scratch:
+                    partial = scratch.buffer(chunks * grad_weight.numel() * x.element_size())
+                    dev.launch(dev.kernel("grouped_grad_weight", gsource(wicb)), (chunks * blocks * GROUPED_LANES,),
+                               (GROUPED_LANES,), block_of(grad).buffer, np.int64(grad.storage_offset()),
+                               block_of(x).buffer, np.int64(x.storage_offset()), partial)
+                    sum_pieces(dev, partial, chunks, as_mat(grad_weight, cout, kk), 0.0)
+            elif grad_weight.numel():
+                pointwise("0", grad_weight, [])
+        return grad_input, grad_weight, _conv_grad_bias(grad, mask)
+
     def run(layout: str):
+        if layout == "grouped":
+            return grouped()
         if layout != "winograd":
             return gemm_convolution(layout == "folded", one_by_one and layout in ("per-image", "per-image-own"),
                                     own=layout == "per-image-own")
@@ -322,9 +377,14 @@ def convolution(op, args, kwargs, bound):
 
     if own and CONV_OWN_GEMM == "on":
         return chosen("per-image-own")
+    # grouped kernels: several input channels a group, windows whose taps fit the work-group's local sums
+    direct_grouped = groups > 1 and cg > 1 and kh * kw <= 49 and CONV_GROUPED != "off"
+    if direct_grouped and CONV_GROUPED == "on":
+        return run("grouped")
     key = (dev.index, forward, None if forward else tuple(mask), tuple(x.shape), tuple(weight.shape),
            (sh, sw, ph, pw, dh, dw), groups, x.dtype)
-    layouts = ("folded", "per-image") + (("winograd",) if winograd else ()) + (("per-image-own",) if own else ())
+    layouts = ("folded", "per-image") + (("winograd",) if winograd else ()) + (("per-image-own",) if own else ()) + \
+        (("grouped",) if direct_grouped else ())
     return chosen(_conv_layout(dev, key, layouts, "folded" if length < FOLD_PIXELS else "per-image", run))
 
 
@@ -339,6 +399,10 @@ CONV_WINOGRAD = setting("FADE_OCL_CONV_WINOGRAD")
 # measured layouts (it saves CLBlast's host cost per call, and wins where that cost is most of the call); on,
 # always where it applies (the tests); off, never
 CONV_OWN_GEMM = setting("FADE_OCL_CONV_OWN_GEMM")
+
+# FADE's direct kernels for grouped convolutions (kernels/grouped_conv.cl): auto, one of the measured layouts;
+# on, always where they apply (the tests); off, never
+CONV_GROUPED = setting("FADE_OCL_CONV_GROUPED")
 
 CONV_BENCHMARK_RUNS = 3  # timed runs per layout, the fastest kept: with one run, a busy host once made
 # resnet18 inference run its 14 x 14 and 7 x 7 layers per image on the H100 (device time 15.3 -> 22.0 ms a step)

@@ -35,6 +35,10 @@ SETTINGS = (
             "FADE's own GEMM kernel for a 1x1 convolution's per-image GEMMs and weight gradient (it saves "
             "CLBlast's host cost per call). auto: one of the measured layouts; on: always where it applies (the "
             "tests); off: never."),
+    Setting("FADE_OCL_CONV_GROUPED", "auto", ("on", "off", "auto"),
+            "Direct kernels for grouped convolutions with several input channels a group (ResNeXt, RegNet): one "
+            "launch for every group, no im2col, instead of a CLBlast GEMM per group. auto: one of the measured "
+            "layouts (GPUs); on: always where it applies (the tests); off: never."),
     Setting("FADE_OCL_DROPOUT_RNG", "device", ("device", "cpu"),
             "device: dropout and bernoulli draw on the device by Philox, keyed from torch's CPU generator (seeded "
             "runs repeat; the masks differ from the CPU's, as CUDA's do). cpu: the CPU kernel's own draw, uploaded "

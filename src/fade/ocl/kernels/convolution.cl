@@ -1,18 +1,3 @@
-/* FOR_READERS(BODY): BODY for each output (oy, ox) and kernel tap (ki, kj) whose window reads input (iy, ix) */
-#define FOR_READERS(BODY) \
-    for (IDX ki = 0; ki < KH; ++ki) { \
-        IDX ty = iy + PH - ki * DH; \
-        if (ty < 0 || ty % SH) continue; \
-        IDX oy = ty / SH; \
-        if (oy >= OH) continue; \
-        for (IDX kj = 0; kj < KW; ++kj) { \
-            IDX tx = ix + PW - kj * DW; \
-            if (tx < 0 || tx % SW) continue; \
-            IDX ox = tx / SW; \
-            if (ox >= OW) continue; \
-            BODY; \
-        } \
-    }
 __kernel void im2col(__global const T* x, long x_off, __global T* cols, long CS) {
     /* cols is (C*KH*KW, CS >= images*OH*OW): the columns of a chunk's images side by side, image-major in a row;
        work item (rest, row): rest = image * OH*OW + pixel. The geometry is compile-time (#defines): constant
