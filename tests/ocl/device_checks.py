@@ -159,6 +159,38 @@ def test_layer_norm_and_its_gradients_match_the_cpu_in_fused_kernels(dtype, shap
     assert [row["kernel"] for row in times.table("kernel")] == ["ln_forward"]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape, groups, affine, channels_last", [((2, 6, 5, 7), 2, True, False),
+                                                                  ((2, 6, 5, 7), 3, True, True),
+                                                                  ((3, 8, 4), 4, False, False)])
+def test_group_norm_and_its_gradients_match_the_cpu_with_zero_fallbacks(dtype, shape, groups, affine,
+                                                                         channels_last):
+    """GroupNorm (U-Nets, diffusion and detection heads) forward and backward on the device: its variance and
+    backward ran on the CPU, and a channels-last input failed in torch's composite; now none falls back."""
+    x = torch.randn(shape, dtype=dtype) * 2 + 1
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    norm = torch.nn.GroupNorm(groups, shape[1], affine=affine, dtype=dtype)
+    if affine:
+        with torch.no_grad():
+            norm.weight.normal_()
+            norm.bias.normal_()
+    norm_ocl = copy.deepcopy(norm).to(DEV)
+    grad = torch.randn(shape, dtype=dtype)
+    x_cpu, x_ocl = x.clone().requires_grad_(), x.to(DEV).requires_grad_()
+    norm(x_cpu).backward(grad)
+    ocl.reset_fallback_counts()
+    out = norm_ocl(x_ocl)
+    out.backward(grad.to(DEV))
+    assert ocl.fallback_counts() == {}
+    tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-4}
+    close(out.detach(), norm(x).detach(), **tolerance)
+    close(x_ocl.grad, x_cpu.grad, **tolerance)
+    if affine:
+        close(norm_ocl.weight.grad, norm.weight.grad, **tolerance)
+        close(norm_ocl.bias.grad, norm.bias.grad, **tolerance)
+
+
 @pytest.mark.timeout(60)
 def test_nan_and_inf_terminate_and_propagate_like_the_cpu():
     """Seed 004: dlprimitives hung on NaN in a compare-and-swap loop. Here every row loops to its end."""
@@ -1112,6 +1144,39 @@ def test_foreach_inplace_ops_run_as_multi_tensor_kernels_and_equal_the_cpu(dtype
         assert launches == 4 * per_op  # 20 non-empty tensors: 2 launches of up to 16, or 4 alone and 1 of 16
         for got, expected in zip(dev_host, host):
             close(got, expected, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_adam_and_adamw_foreach_steps_run_as_multi_tensor_kernels_like_the_cpu(dtype, monkeypatch):
+    """Adam's and AdamW's multi-tensor steps (lerp_, mul_, addcmul_, sqrt, div_ and addcdiv_ by lists of scalars,
+    weight decay) as multi-tensor kernels (forced on): parameters equal the CPU's after three steps, and a step
+    after the first (which makes the state) runs no optimizer op per tensor."""
+    from fade.ocl import foreach
+
+    monkeypatch.setattr(foreach, "FOREACH_FUSED", "on")
+    torch.manual_seed(0)
+    sizes = [(3,), (5, 7), (100,), (1,), (33, 3, 3)] * 4
+    for make in (lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.1),
+                 lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1)):
+        params = [torch.randn(size, dtype=dtype) for size in sizes]
+        grads = [[torch.randn(size, dtype=dtype) for size in sizes] for _ in range(3)]
+        results = []
+        for device in ("cpu", DEV):
+            leaves = [p.clone().to(device).requires_grad_() for p in params]
+            optimizer = make(leaves)
+            uploaded = [[grad.to(device) for grad in step] for step in grads]
+            for index, step in enumerate(uploaded):  # the first step makes the state (zeros), then profiled
+                for leaf, grad in zip(leaves, step):
+                    leaf.grad = grad
+                ocl.synchronize()
+                with ocl.profile() as times:
+                    optimizer.step()
+            results.append(leaves)
+        labels = [label for label, _ in times.commands]
+        assert labels and all(label.startswith("foreach") for label in labels), set(labels)
+        assert len(labels) <= 8 * 2  # 20 tensors: 2 launches an op, at most 8 ops a step
+        for got, expected in zip(results[1], results[0]):
+            close(got.detach(), expected.detach(), atol=1e-6, rtol=1e-5)
 
 
 def test_a_training_step_reads_nothing_back_to_the_host():

@@ -30,7 +30,7 @@ from fade.ocl.gemm import matmul
 from fade.ocl.indexing import arange, embedding, triangle
 from fade.ocl.memory import empty, NAME, reclaim, storage_table
 from fade.ocl.meta import base_name, bind_arguments, is_view_op
-from fade.ocl.normalization import batch_norm, layer_norm
+from fade.ocl.normalization import batch_norm, group_norm, layer_norm
 from fade.ocl.philox import bernoulli, dropout
 from fade.ocl.pointwise import POINTWISE, pointwise_op
 from fade.ocl.pooling import adaptive_avg_pool, adaptive_max_pool, avg_pool, max_pool
@@ -61,11 +61,12 @@ def register() -> None:
     if _library is not None:
         return
     runtime.devices()  # fails with one line when there is no OpenCL
-    # native_layer_norm(_backward) are composite for backends without a kernel (layer norm would decompose
-    # into batch norm); registered per op they run this backend's own kernels.
+    # native_layer_norm(_backward) and native_group_norm are composite for backends without a kernel (layer norm
+    # would decompose into batch norm; group norm's composite views its input, which fails for channels-last);
+    # registered per op they run this backend's own kernels.
     libraries = register_python_backend(
         NAME, BackendModule(), _dispatch, error=OclError,
-        extra_ops=("native_layer_norm.default", "native_layer_norm_backward.default",
+        extra_ops=("native_layer_norm.default", "native_layer_norm_backward.default", "native_group_norm.default",
                    # these have a composite per-tensor kernel that would win over the fallback: registered, they
                    # reach foreach as one call (multi-tensor kernels, _foreach_fused)
                    *[f"_foreach_{key}" for key in FOREACH_FUSED_EXPRESSIONS], *_structured_ops()))
@@ -139,6 +140,7 @@ HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, k
     **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), softmax_backward),
     **dict.fromkeys(("nll_loss_forward", "nll_loss_backward"), nll_loss),
     **dict.fromkeys(("native_layer_norm", "native_layer_norm_backward"), layer_norm),
+    **dict.fromkeys(("native_group_norm", "native_group_norm_backward"), group_norm),
     **dict.fromkeys(("embedding", "index_select", "embedding_dense_backward"), embedding),
     **dict.fromkeys(("max_pool2d_with_indices", "max_pool2d_with_indices_backward"), max_pool),
     **dict.fromkeys(("_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward"), adaptive_avg_pool),

@@ -1,5 +1,6 @@
-"""torch._foreach_* ops (torch.optim's multi-tensor steps): per tensor through the single-tensor kernels, or
-for SGD's in-place add_/mul_ as multi-tensor kernels, FOREACH_WIDTH tensors a launch (FADE_OCL_FOREACH_FUSED).
+"""torch._foreach_* ops (torch.optim's multi-tensor steps): per tensor through the single-tensor kernels, or,
+for the ops of SGD's, Adam's and AdamW's steps, as multi-tensor kernels, FOREACH_WIDTH tensors a launch
+(FADE_OCL_FOREACH_FUSED).
 """
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fade.ocl.memory import block_of, device_of, NAME
+from fade.ocl.memory import block_of, contiguous_strides, device_of, empty, NAME
 from fade.ocl.meta import has_out_arguments
 from fade.ocl.pointwise import flat_kernels
 from fade.ocl.settings import setting
@@ -24,22 +25,35 @@ def foreach(op, args, kwargs):
     lists = [a for a in args if isinstance(a, (list, tuple))]
     if per_item is None or not lists or kwargs.get("out") is not None or has_out_arguments(op):
         raise NoKernel(f"_foreach_{name}")
-    if _foreach_fused(op, name, args, kwargs):
-        return None
+    fused = _foreach_fused(op, name, args, kwargs)
+    if fused is not False:
+        return None if fused is True else fused
     length = len(lists[0])
     results = []
     for i in range(length):
         item_args = [a[i] if isinstance(a, (list, tuple)) else a for a in args]
         item_kwargs = {k: (v[i] if isinstance(v, (list, tuple)) else v) for k, v in kwargs.items()}
+        if name.rstrip("_") in ("addcmul", "addcdiv") and len(item_args) == 4:  # their value is keyword-only
+            item_kwargs["value"] = item_args.pop()
         results.append(per_item(*item_args, **item_kwargs))
     if name.endswith("_"):
         return None
     return results
 
 
-FOREACH_FUSED_EXPRESSIONS = {  # in-place foreach overload -> expression over a (self) and b (other), alpha the scalar
-    "add_.List": "a + alpha * b", "add_.Scalar": "a + alpha", "mul_.List": "a * b", "mul_.Scalar": "a * alpha",
+# foreach overload -> its expression over a (self), b and c (the other tensor lists, in order) and s (the scalar,
+# the alpha or value, or this tensor's entry of a scalar list), in the CPU kernels' forms (lerp's two branches)
+FOREACH_FUSED_EXPRESSIONS = {
+    "add_.List": "a + s * b", "add_.Scalar": "a + s", "add_.ScalarList": "a + s",
+    "mul_.List": "a * b", "mul_.Scalar": "a * s", "mul_.ScalarList": "a * s",
+    "div_.List": "a / b", "div_.Scalar": "a / s", "div_.ScalarList": "a / s",
+    "lerp_.Scalar": "(fabs(s) < 0.5 ? a + s * (b - a) : b - (b - a) * (1 - s))",
+    "addcmul_.Scalar": "a + s * b * c", "addcmul_.ScalarList": "a + s * b * c",
+    "addcdiv_.Scalar": "a + s * (b / c)", "addcdiv_.ScalarList": "a + s * (b / c)",
+    "sqrt_.default": "sqrt(a)",
 }
+FOREACH_FUSED_EXPRESSIONS.update({key.replace("_.", "."): expr for key, expr in list(FOREACH_FUSED_EXPRESSIONS.items())})
+# (each also out of place: Adam's weight decay makes new gradients by _foreach_add, its step _foreach_sqrt)
 
 FOREACH_WIDTH = 16  # tensors per multi-tensor launch
 
@@ -50,56 +64,88 @@ FOREACH_ALONE = 1 << 20  # elements from which a tensor gets a launch of its own
 FOREACH_FUSED = setting("FADE_OCL_FOREACH_FUSED")
 
 
-def _foreach_fused(op, name: str, args, kwargs) -> bool:
-    """An in-place foreach op of torch.optim's SGD (add_, mul_) over contiguous float tensors of one dtype as
-    multi-tensor kernels: FOREACH_WIDTH tensors per launch over one flat index, instead of one full dispatch per
-    tensor (resnet50 has 161 parameters, and SGD with momentum makes 3 such ops a step). False: not handled."""
+def _bind(op, args, kwargs) -> tuple:
+    """(tensor lists after self, scalar or scalar list or None) of a foreach call, by its schema."""
+    lists, scalar = [], None
+    for index, argument in enumerate(op._schema.arguments[1:], start=1):
+        if index < len(args):
+            value = args[index]
+        elif argument.name in kwargs:
+            value = kwargs[argument.name]
+        elif argument.has_default_value():
+            value = argument.default_value
+        else:
+            value = None
+        if str(argument.type) == "List[Tensor]":
+            lists.append(value)
+        elif argument.name in ("alpha", "value", "scalar", "scalars", "weight"):
+            scalar = value
+    return lists, scalar
+
+
+def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
+    """A foreach op of torch.optim's steps (SGD's add_ and mul_; Adam's and AdamW's lerp_, addcmul_, sqrt, div_
+    by a list of scalars, addcdiv_) over contiguous float tensors of one dtype, shape and device as
+    multi-tensor kernels: FOREACH_WIDTH tensors per launch over one flat index, instead of one full dispatch
+    per tensor (gpt2 has 148 parameters, and AdamW makes 8 such ops a step). False: not handled; the results
+    of an out-of-place op (a list), else True."""
     expr = FOREACH_FUSED_EXPRESSIONS.get(f"{name}.{op._overloadname}")
     if expr is None or FOREACH_FUSED == "off":
         return False
     selves = args[0]
-    others = args[1] if isinstance(args[1], (list, tuple)) else None
-    alpha = kwargs.get("alpha", args[2] if len(args) > 2 else 1) if others is not None else args[1]
-    if not selves or isinstance(alpha, torch.Tensor) or (others is not None and len(others) != len(selves)):
+    lists, scalar = _bind(op, args, kwargs)
+    if not selves or any(not isinstance(other, (list, tuple)) or len(other) != len(selves) for other in lists):
+        return False
+    scalars = list(scalar) if isinstance(scalar, (list, tuple)) else [scalar] * len(selves)
+    if len(scalars) != len(selves) or any(isinstance(v, torch.Tensor) or isinstance(v, complex) for v in scalars):
         return False
     dtype = selves[0].dtype
-    pairs = list(zip(selves, others if others is not None else selves))
+    rows = list(zip(selves, *lists)) if lists else [(t,) for t in selves]
     if dtype not in (torch.float32, torch.float64) or not all(
-            a.device.type == NAME and b.device.type == NAME and a.dtype == b.dtype == dtype and a.is_contiguous()
-            and b.is_contiguous() and a.shape == b.shape and a.device == selves[0].device for a, b in pairs):
+            t.device.type == NAME and t.dtype == dtype and t.is_contiguous() and t.shape == row[0].shape
+            and t.device == selves[0].device for row in rows for t in row):
         return False
     dev = device_of(selves[0])
     if FOREACH_FUSED != "on" and dev.info.kind != "gpu":
         return False
+    in_place = name.endswith("_")
+    outputs = [t if in_place else empty(list(t.shape), contiguous_strides(t.shape), dtype, t.device.index)
+               for t in selves]
     ct = cl_type(dtype)
-    scalar = np.float64 if dtype == torch.float64 else np.float32
-    pairs = [pair for pair in pairs if pair[0].numel()]
+    scalar_type = np.float64 if dtype == torch.float64 else np.float32
+    entries = [(out, row, 1 if v is None else v) for out, row, v in zip(outputs, rows, scalars) if out.numel()]
+    names = "abc"[:1 + len(lists)]
     # a large tensor runs alone (a one-case kernel): in a shared launch every one of its elements would walk
     # the chain of cases (vgg16's 103M-element classifier weight: 5.1 ms a launch on the H100, ~10x its bytes)
-    alone = [[pair] for pair in pairs if pair[0].numel() >= FOREACH_ALONE]
-    small = [pair for pair in pairs if pair[0].numel() < FOREACH_ALONE]
+    alone = [[entry] for entry in entries if entry[0].numel() >= FOREACH_ALONE]
+    small = [entry for entry in entries if entry[0].numel() < FOREACH_ALONE]
     for group in alone + [small[start:start + FOREACH_WIDTH] for start in range(0, len(small), FOREACH_WIDTH)]:
         width = len(group)
-        key = ("foreach", expr, ct, width, others is not None)
+        key = ("foreach", expr, ct, width, len(lists), in_place)
         kernel = flat_kernels.get(key)
         if kernel is None:
-            params = "".join(f", __global {ct}* a{t}, long ao{t}, __global const {ct}* b{t}, long bo{t}, long e{t}"
-                             for t in range(width))
+            params = "".join(
+                f", __global {ct}* d{t}, long do{t}" + "".join(
+                    f", __global const {ct}* {x}{t}, long {x}o{t}" for x in names) + f", {ct} s{t}, long e{t}"
+                for t in range(width))
             body = FLOAT_LITERAL.sub(r"\1", expr) if ct == "double" else expr
             # one flat index over the group's tensors (e{t}: where tensor t ends), so no work item idles
             cases = " else ".join(
-                f"if (i < e{t}) {{ long j = i{f' - e{t - 1}' if t else ''}; {ct} a = a{t}[ao{t} + j], "
-                f"b = b{t}[bo{t} + j]; a{t}[ao{t} + j] = ({ct})({body}); }}" for t in range(width))
+                f"if (i < e{t}) {{ long j = i{f' - e{t - 1}' if t else ''}; {ct} s = s{t}"
+                + "".join(f", {x} = {x}{t}[{x}o{t} + j]" for x in names)
+                + f"; d{t}[do{t} + j] = ({ct})({body}); }}" for t in range(width))
             source = f"""
-__kernel void foreach_inplace({ct} alpha{params}) {{
+__kernel void foreach_fused(int unused{params}) {{
     long i = get_global_id(0);
     {cases}
 }}"""
-            kernel = flat_kernels[key] = dev.kernel("foreach_inplace", source)
-        arguments, end = [scalar(1 if alpha is None else alpha)], 0
-        for a, b in group:
-            end += a.numel()
-            arguments += [block_of(a).buffer, np.int64(a.storage_offset()), block_of(b).buffer,
-                          np.int64(b.storage_offset()), np.int64(end)]
+            kernel = flat_kernels[key] = dev.kernel("foreach_fused", source)
+        arguments, end = [np.int32(0)], 0
+        for out, row, value in group:
+            end += out.numel()
+            arguments += [block_of(out).buffer, np.int64(out.storage_offset())]
+            for t in row:
+                arguments += [block_of(t).buffer, np.int64(t.storage_offset())]
+            arguments += [scalar_type(value), np.int64(end)]
         dev.launch(kernel, (end,), None, *arguments, label=f"foreach {expr}")
-    return True
+    return True if in_place else outputs

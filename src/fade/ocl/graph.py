@@ -177,7 +177,7 @@ class _OpStep:
 
 def _conformed(t: torch.Tensor, stride: tuple) -> torch.Tensor:
     """t copied into the strides the graph expects: a kernel whose output layout differs from torch's meta
-    result (layer norm over a permuted input keeps its layout; torch's is contiguous) would otherwise reach a
+    result (pools and convolutions of a channels-last input write NCHW; torch's keep channels-last) would reach a
     later node planned for the graph's layout (a `view` that cannot be made of it)."""
     out = empty(t.shape, stride, t.dtype, t.device.index or 0)
     pointwise("a", out, [t])

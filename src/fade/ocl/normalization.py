@@ -1,5 +1,6 @@
 """Batch norm (fused kernels in kernels/batch_norm.cl for contiguous input: per-channel work-group sums, then
-one elementwise pass; otherwise composed of the elementwise and reduction ops) and layer norm (kernels/layer_norm.cl).
+one elementwise pass; otherwise composed of the elementwise and reduction ops), layer norm and group norm
+(kernels/layer_norm.cl).
 Also `channel_sums`, a convolution's bias gradient by the batch norm's per-channel sums.
 """
 
@@ -46,15 +47,11 @@ def layer_norm(op, args, kwargs, bound):
     x = contiguous(x)
     weight = contiguous(weight) if weight is not None else None
     bias = contiguous(bias) if bias is not None else None
-    wide = torch.float64 if x.dtype == torch.float64 or dev.info.fp64 else torch.float32
-    local = min(256, dev.max_work_group_size, 1 << max(0, (n - 1).bit_length()))
-    local = 1 << (local.bit_length() - 1)
-    source = compiled_source(_LN_SOURCE, (f"T {cl_type(x.dtype)}", f"ACC {cl_type(wide)}", f"LOCAL {local}"))
+    source, local, wide = _ln_program(dev, x.dtype, n)
     acc = np.float64 if wide == torch.float64 else np.float32
 
     def place(t):  # (buffer, offset) of an optional tensor; x's buffer stands in for a missing one
-        return (block_of(t).buffer, np.int64(t.storage_offset())) if t is not None else (block_of(x).buffer,
-                                                                                            np.int64(0))
+        return _place(t, x)
 
     if base_name(op) == "native_layer_norm":
         out = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
@@ -98,6 +95,86 @@ def layer_norm(op, args, kwargs, bound):
             for t in (grad_weight, grad_bias):
                 if t is not None:
                     pointwise("0", t, [])
+    return grad_input, grad_weight, grad_bias
+
+
+def _ln_program(dev, dtype, n: int) -> tuple:
+    """(source, work-group size, accumulation dtype) of kernels/layer_norm.cl for rows of n elements."""
+    wide = torch.float64 if dtype == torch.float64 or dev.info.fp64 else torch.float32
+    local = min(256, dev.max_work_group_size, 1 << max(0, (n - 1).bit_length()))
+    local = 1 << (local.bit_length() - 1)
+    return compiled_source(_LN_SOURCE, (f"T {cl_type(dtype)}", f"ACC {cl_type(wide)}", f"LOCAL {local}")), local, wide
+
+
+def _place(t, stand_in) -> tuple:
+    """(buffer, offset) of an optional tensor; stand_in's buffer for a missing one (the kernel ignores it)."""
+    return (block_of(t).buffer, np.int64(t.storage_offset())) if t is not None else (block_of(stand_in).buffer,
+                                                                                        np.int64(0))
+
+
+def group_norm(op, args, kwargs, bound):
+    """native_group_norm and its backward: each (image, group) is a row of C/G x HxW elements normalized by
+    layer_norm.cl's kernels (a work-group per row), then the per-channel weight and bias; the backward's
+    weight and bias gradients are per-channel sums (channel_sums). Any input layout (channels-last is made
+    NCHW first); mean and rstd saved as (N, G), as torch's."""
+    if written_arguments(op, bound):
+        raise NoKernel("group norm out=")
+    x = bound["input"]
+    if x.dtype not in (torch.float32, torch.float64):
+        raise NoKernel(f"group norm over {x.dtype}")
+    weight = bound.get("weight")
+    n_img, c, hxw, groups = int(bound["N"]), int(bound["C"]), int(bound["HxW"]), int(bound["group"])
+    if weight is not None and weight.dtype != x.dtype:
+        raise NoKernel("group norm with parameters of another dtype")
+    dev = device_of(x)
+    index = x.device.index
+    x = contiguous(x)
+    rows, n = n_img * groups, (c // max(groups, 1)) * hxw
+    source, local, wide = _ln_program(dev, x.dtype, n)
+    per_channel = [1, c] + [1] * (x.dim() - 2)
+    if base_name(op) == "native_group_norm":
+        bias = bound.get("bias")
+        out = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
+        mean = empty([n_img, groups], [groups, 1], x.dtype, index)
+        rstd = empty([n_img, groups], [groups, 1], x.dtype, index)
+        if rows and n:
+            acc = np.float64 if wide == torch.float64 else np.float32
+            dev.launch(dev.kernel("ln_forward", source), (rows * local,), (local,), *_place(x, x), *_place(None, x),
+                       *_place(None, x), np.int32(0), np.int32(0), acc(bound["eps"]), block_of(out).buffer,
+                       np.int64(out.storage_offset()), block_of(mean).buffer, block_of(rstd).buffer, np.int64(n))
+        elif rows:
+            pointwise("NAN", mean, [])
+            pointwise("NAN", rstd, [])
+        if weight is not None and bias is not None and out.numel():
+            pointwise("a * b + c", out, [out, weight.view(per_channel), bias.view(per_channel)])
+        elif weight is not None and out.numel():
+            pointwise("a * b", out, [out, weight.view(per_channel)])
+        elif bias is not None and out.numel():
+            pointwise("a + b", out, [out, bias.view(per_channel)])
+        return out, mean, rstd
+    grad, mean, rstd = contiguous(bound["grad_out"]), contiguous(bound["mean"]), contiguous(bound["rstd"])
+    mask = bound["output_mask"]
+    grad_input = grad_weight = grad_bias = None
+    if mask[0]:
+        grad_input = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
+        if rows and n:
+            g = grad
+            if weight is not None:  # the input gradient of the normalized values: grad * weight per channel
+                g = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
+                pointwise("a * b", g, [grad, weight.view(per_channel)])
+            dev.launch(dev.kernel("ln_backward_input", source), (rows * local,), (local,), *_place(g, x),
+                       *_place(x, x), *_place(mean, x), *_place(rstd, x), *_place(None, x), np.int32(0),
+                       block_of(grad_input).buffer, np.int64(n))
+    if mask[1] and weight is not None or mask[2]:
+        grouped = [n_img, groups, n]
+        if mask[1] and weight is not None:
+            product = empty(grouped, contiguous_strides(grouped), x.dtype, index)
+            if product.numel():
+                pointwise("a * (b - c) * d", product, [grad.view(grouped), x.view(grouped),
+                                                       mean.view(n_img, groups, 1), rstd.view(n_img, groups, 1)])
+            grad_weight = channel_sums(product.view(x.shape))
+        if mask[2]:
+            grad_bias = channel_sums(grad)
     return grad_input, grad_weight, grad_bias
 
 
