@@ -377,8 +377,9 @@ def convolution(op, args, kwargs, bound):
 
     if own and CONV_OWN_GEMM == "on":
         return chosen("per-image-own")
-    # grouped kernels: several input channels a group, windows whose taps fit the work-group's local sums
-    direct_grouped = groups > 1 and cg > 1 and kh * kw <= 49 and CONV_GROUPED != "off"
+    # grouped kernels: several input channels a group, windows whose taps' lane sums fit local memory
+    direct_grouped = groups > 1 and cg > 1 and CONV_GROUPED != "off" and \
+        kh * kw * GROUPED_LANES * x.element_size() <= dev.info.local_memory_bytes // 2
     if direct_grouped and CONV_GROUPED == "on":
         return run("grouped")
     key = (dev.index, forward, None if forward else tuple(mask), tuple(x.shape), tuple(weight.shape),
