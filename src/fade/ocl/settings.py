@@ -44,7 +44,7 @@ SETTINGS = (
             "runs repeat; the masks differ from the CPU's, as CUDA's do). cpu: the CPU kernel's own draw, uploaded "
             "(masks identical to the CPU's; ~14 ns an element of host time)."),
     Setting("FADE_OCL_FOREACH_FUSED", "auto", ("on", "off", "auto"),
-            "torch.optim's in-place foreach ops (add_, mul_) as multi-tensor kernels, 16 tensors a launch. auto: "
+            "torch.optim's foreach ops (SGD's, Adam's and AdamW's) as multi-tensor kernels, 16 tensors a launch. auto: "
             "GPUs only (resnet50's SGD step on the H100 61 -> 4-10 ms; on PoCL the branching kernel was slower "
             "than a kernel per tensor)."),
     Setting("FADE_OCL_GRAPH_REPLAY", "on", ("on", "off"),
