@@ -101,9 +101,12 @@ def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
         return False
     dtype = selves[0].dtype
     rows = list(zip(selves, *lists)) if lists else [(t,) for t in selves]
-    if dtype not in (torch.float32, torch.float64) or not all(
-            t.device.type == NAME and t.dtype == dtype and t.is_contiguous() and t.shape == row[0].shape
-            and t.device == selves[0].device for row in rows for t in row):
+    first = selves[0]
+    if dtype not in (torch.float32, torch.float64) or first.device.type != NAME:
+        return False
+    index = first.get_device()
+    if not all(t.dtype is dtype and t.is_contiguous() and t.get_device() == index and t.shape == row[0].shape
+               for row in rows for t in row):  # get_device: -1 for a CPU tensor, the index otherwise
         return False
     dev = device_of(selves[0])
     if FOREACH_FUSED != "on" and dev.info.kind != "gpu":
