@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from fade.ocl.memory import block_of, contiguous_strides, device_of, empty, NAME
-from fade.ocl.meta import has_out_arguments
+from fade.ocl.meta import bind_arguments, has_out_arguments
 from fade.ocl.pointwise import flat_kernels
 from fade.ocl.settings import setting
 from fade.ocl.sources import cl_type, FLOAT_LITERAL, NoKernel
@@ -64,23 +64,15 @@ FOREACH_ALONE = 1 << 20  # elements from which a tensor gets a launch of its own
 FOREACH_FUSED = setting("FADE_OCL_FOREACH_FUSED")
 
 
+_SCALAR_ARGUMENTS = ("alpha", "value", "scalar", "scalars", "weight")  # the fused ops' scalar (or scalar list)
+
+
 def _bind(op, args, kwargs) -> tuple:
-    """(tensor lists after self, scalar or scalar list or None) of a foreach call, by its schema."""
-    lists, scalar = [], None
-    for index, argument in enumerate(op._schema.arguments[1:], start=1):
-        if index < len(args):
-            value = args[index]
-        elif argument.name in kwargs:
-            value = kwargs[argument.name]
-        elif argument.has_default_value():
-            value = argument.default_value
-        else:
-            value = None
-        if str(argument.type) == "List[Tensor]":
-            lists.append(value)
-        elif argument.name in ("alpha", "value", "scalar", "scalars", "weight"):
-            scalar = value
-    return lists, scalar
+    """(tensor lists after self, scalar or scalar list or None) of a fused foreach call: every argument after
+    self of those ops is a tensor list or one of _SCALAR_ARGUMENTS."""
+    bound = bind_arguments(op, args, kwargs)
+    lists = [value for name, value in list(bound.items())[1:] if name not in _SCALAR_ARGUMENTS]
+    return lists, next((bound[name] for name in _SCALAR_ARGUMENTS if name in bound), None)
 
 
 def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
@@ -97,7 +89,7 @@ def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
     if not selves or any(not isinstance(other, (list, tuple)) or len(other) != len(selves) for other in lists):
         return False
     scalars = list(scalar) if isinstance(scalar, (list, tuple)) else [scalar] * len(selves)
-    if len(scalars) != len(selves) or any(isinstance(v, torch.Tensor) or isinstance(v, complex) for v in scalars):
+    if len(scalars) != len(selves) or any(isinstance(v, (torch.Tensor, complex)) for v in scalars):
         return False
     dtype = selves[0].dtype
     rows = list(zip(selves, *lists)) if lists else [(t,) for t in selves]
@@ -127,8 +119,8 @@ def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
         key = ("foreach", expr, ct, width, len(lists), in_place)
         kernel = flat_kernels.get(key)
         if kernel is None:
-            params = "".join(
-                f", __global {ct}* d{t}, long do{t}" + "".join(
+            params = ", ".join(
+                f"__global {ct}* d{t}, long do{t}" + "".join(
                     f", __global const {ct}* {x}{t}, long {x}o{t}" for x in names) + f", {ct} s{t}, long e{t}"
                 for t in range(width))
             body = FLOAT_LITERAL.sub(r"\1", expr) if ct == "double" else expr
@@ -138,12 +130,12 @@ def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
                 + "".join(f", {x} = {x}{t}[{x}o{t} + j]" for x in names)
                 + f"; d{t}[do{t} + j] = ({ct})({body}); }}" for t in range(width))
             source = f"""
-__kernel void foreach_fused(int unused{params}) {{
+__kernel void foreach_fused({params}) {{
     long i = get_global_id(0);
     {cases}
 }}"""
             kernel = flat_kernels[key] = dev.kernel("foreach_fused", source)
-        arguments, end = [np.int32(0)], 0
+        arguments, end = [], 0
         for out, row, value in group:
             end += out.numel()
             arguments += [block_of(out).buffer, np.int64(out.storage_offset())]

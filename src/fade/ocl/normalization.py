@@ -6,6 +6,7 @@ Also `channel_sums`, a convolution's bias gradient by the batch norm's per-chann
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ import torch
 from fade.ocl.memory import block_of, contiguous_strides, device_of, empty, Scratch
 from fade.ocl.meta import base_name, has_out_arguments, written_arguments
 from fade.ocl.pointwise import contiguous, pointwise
+from fade.ocl.reductions import row_work_group
 from fade.ocl.sources import cl_type, compiled_source, load, NoKernel
 
 aten = torch.ops.aten
@@ -47,34 +49,15 @@ def layer_norm(op, args, kwargs, bound):
     x = contiguous(x)
     weight = contiguous(weight) if weight is not None else None
     bias = contiguous(bias) if bias is not None else None
-    source, local, wide = _ln_program(dev, x.dtype, n)
-    acc = np.float64 if wide == torch.float64 else np.float32
-
-    def place(t):  # (buffer, offset) of an optional tensor; x's buffer stands in for a missing one
-        return _place(t, x)
-
     if base_name(op) == "native_layer_norm":
-        out = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
         mean = empty(stat_shape, contiguous_strides(stat_shape), x.dtype, index)
         rstd = empty(stat_shape, contiguous_strides(stat_shape), x.dtype, index)
-        if rows and n:
-            dev.launch(dev.kernel("ln_forward", source), (rows * local,), (local,), *place(x), *place(weight),
-                       *place(bias), np.int32(weight is not None), np.int32(bias is not None),
-                       acc(bound["eps"]), block_of(out).buffer, np.int64(out.storage_offset()),
-                       block_of(mean).buffer, block_of(rstd).buffer, np.int64(n))
-        elif rows:  # nothing to normalize over: the CPU's mean and rstd are NaN
-            pointwise("NAN", mean, [])
-            pointwise("NAN", rstd, [])
-        return out, mean, rstd
+        return _rows_forward(x, weight, bias, bound["eps"], mean, rstd, rows, n), mean, rstd
     grad, mean, rstd = contiguous(bound["grad_out"]), contiguous(bound["mean"]), contiguous(bound["rstd"])
     mask = bound["output_mask"]
     grad_input = grad_weight = grad_bias = None
     if mask[0]:
-        grad_input = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
-        if rows and n:
-            dev.launch(dev.kernel("ln_backward_input", source), (rows * local,), (local,), *place(grad), *place(x),
-                       *place(mean), *place(rstd), *place(weight), np.int32(weight is not None),
-                       block_of(grad_input).buffer, np.int64(n))
+        grad_input = _rows_input_grad(grad, x, mean, rstd, weight, rows, n)
     want_w, want_b = bool(mask[1] and weight is not None), bool(mask[2] and bias is not None)
     if want_w:
         grad_weight = empty(list(weight.shape), contiguous_strides(weight.shape), x.dtype, index)
@@ -82,6 +65,8 @@ def layer_norm(op, args, kwargs, bound):
         grad_bias = empty(list(bias.shape), contiguous_strides(bias.shape), x.dtype, index)
     if (want_w or want_b) and n:
         if rows:
+            source, _, wide = _ln_program(dev, x.dtype, n)
+            place = functools.partial(_place, stand_in=x)
             parts = -(-rows // LN_PART_ROWS)
             with Scratch(dev) as scratch:
                 partial = scratch.buffer(2 * parts * n * wide.itemsize)
@@ -101,8 +86,7 @@ def layer_norm(op, args, kwargs, bound):
 def _ln_program(dev, dtype, n: int) -> tuple:
     """(source, work-group size, accumulation dtype) of kernels/layer_norm.cl for rows of n elements."""
     wide = torch.float64 if dtype == torch.float64 or dev.info.fp64 else torch.float32
-    local = min(256, dev.max_work_group_size, 1 << max(0, (n - 1).bit_length()))
-    local = 1 << (local.bit_length() - 1)
+    local = row_work_group(dev, n)
     return compiled_source(_LN_SOURCE, (f"T {cl_type(dtype)}", f"ACC {cl_type(wide)}", f"LOCAL {local}")), local, wide
 
 
@@ -110,6 +94,38 @@ def _place(t, stand_in) -> tuple:
     """(buffer, offset) of an optional tensor; stand_in's buffer for a missing one (the kernel ignores it)."""
     return (block_of(t).buffer, np.int64(t.storage_offset())) if t is not None else (block_of(stand_in).buffer,
                                                                                         np.int64(0))
+
+
+def _rows_forward(x, weight, bias, eps: float, mean, rstd, rows: int, n: int) -> torch.Tensor:
+    """ln_forward over a contiguous x's `rows` rows of n elements (layer norm, group norm): the normalized
+    output (then * weight + bias, each of n elements, where given), the rows' mean and rstd written into
+    `mean` and `rstd`; with nothing to normalize over, NaN statistics, as on the CPU."""
+    dev = device_of(x)
+    out = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, x.device.index)
+    if rows and n:
+        source, local, wide = _ln_program(dev, x.dtype, n)
+        acc = np.float64 if wide == torch.float64 else np.float32
+        dev.launch(dev.kernel("ln_forward", source), (rows * local,), (local,), *_place(x, x), *_place(weight, x),
+                   *_place(bias, x), np.int32(weight is not None), np.int32(bias is not None), acc(eps),
+                   block_of(out).buffer, np.int64(out.storage_offset()), block_of(mean).buffer,
+                   block_of(rstd).buffer, np.int64(n))
+    elif rows:
+        pointwise("NAN", mean, [])
+        pointwise("NAN", rstd, [])
+    return out
+
+
+def _rows_input_grad(grad, x, mean, rstd, weight, rows: int, n: int) -> torch.Tensor:
+    """ln_backward_input over contiguous grad and x's `rows` rows of n elements: the input gradient, with grad
+    scaled by `weight` (n elements) where given."""
+    dev = device_of(x)
+    grad_input = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, x.device.index)
+    if rows and n:
+        source, local, _ = _ln_program(dev, x.dtype, n)
+        dev.launch(dev.kernel("ln_backward_input", source), (rows * local,), (local,), *_place(grad, x),
+                   *_place(x, x), *_place(mean, x), *_place(rstd, x), *_place(weight, x), np.int32(weight is not None),
+                   block_of(grad_input).buffer, np.int64(n))
+    return grad_input
 
 
 def group_norm(op, args, kwargs, bound):
@@ -126,25 +142,15 @@ def group_norm(op, args, kwargs, bound):
     n_img, c, hxw, groups = int(bound["N"]), int(bound["C"]), int(bound["HxW"]), int(bound["group"])
     if weight is not None and weight.dtype != x.dtype:
         raise NoKernel("group norm with parameters of another dtype")
-    dev = device_of(x)
     index = x.device.index
     x = contiguous(x)
     rows, n = n_img * groups, (c // max(groups, 1)) * hxw
-    source, local, wide = _ln_program(dev, x.dtype, n)
     per_channel = [1, c] + [1] * (x.dim() - 2)
     if base_name(op) == "native_group_norm":
         bias = bound.get("bias")
-        out = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
         mean = empty([n_img, groups], [groups, 1], x.dtype, index)
         rstd = empty([n_img, groups], [groups, 1], x.dtype, index)
-        if rows and n:
-            acc = np.float64 if wide == torch.float64 else np.float32
-            dev.launch(dev.kernel("ln_forward", source), (rows * local,), (local,), *_place(x, x), *_place(None, x),
-                       *_place(None, x), np.int32(0), np.int32(0), acc(bound["eps"]), block_of(out).buffer,
-                       np.int64(out.storage_offset()), block_of(mean).buffer, block_of(rstd).buffer, np.int64(n))
-        elif rows:
-            pointwise("NAN", mean, [])
-            pointwise("NAN", rstd, [])
+        out = _rows_forward(x, None, None, bound["eps"], mean, rstd, rows, n)
         if weight is not None and bias is not None and out.numel():
             pointwise("a * b + c", out, [out, weight.view(per_channel), bias.view(per_channel)])
         elif weight is not None and out.numel():
@@ -156,15 +162,11 @@ def group_norm(op, args, kwargs, bound):
     mask = bound["output_mask"]
     grad_input = grad_weight = grad_bias = None
     if mask[0]:
-        grad_input = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
-        if rows and n:
-            g = grad
-            if weight is not None:  # the input gradient of the normalized values: grad * weight per channel
-                g = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
-                pointwise("a * b", g, [grad, weight.view(per_channel)])
-            dev.launch(dev.kernel("ln_backward_input", source), (rows * local,), (local,), *_place(g, x),
-                       *_place(x, x), *_place(mean, x), *_place(rstd, x), *_place(None, x), np.int32(0),
-                       block_of(grad_input).buffer, np.int64(n))
+        g = grad
+        if weight is not None and grad.numel():  # the normalized values' gradient: grad * weight per channel
+            g = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, index)
+            pointwise("a * b", g, [grad, weight.view(per_channel)])
+        grad_input = _rows_input_grad(g, x, mean, rstd, None, rows, n)
     if mask[1] and weight is not None or mask[2]:
         grouped = [n_img, groups, n]
         if mask[1] and weight is not None:
@@ -209,9 +211,7 @@ def batch_norm(op, args, kwargs, bound):
     training = bound["training"] if "training" in bound else bound["train"]
     eps = np_wide(bound["eps"])
 
-    def arg(t):  # (buffer, offset) of an optional per-channel tensor; x's buffer stands in for a missing one
-        return (block_of(t).buffer, np.int64(t.storage_offset())) if t is not None else \
-            (block_of(x).buffer, np.int64(0))
+    arg = functools.partial(_place, stand_in=x)  # (buffer, offset) of an optional per-channel tensor
 
     flags = (np.int32(weight is not None), np.int32(bias is not None))
     forward = base_name(op) in ("native_batch_norm", "_native_batch_norm_legit")
@@ -273,8 +273,7 @@ def _bn_partials(dev, source: str, local: int, scratch: Scratch, wide, x: torch.
 def _bn_setup(dev, dtype) -> tuple:
     """(kernel source, work-group size, accumulation dtype) of the batch-norm kernels for `dtype` on `dev`."""
     wide = torch.float64 if dtype == torch.float64 or dev.info.fp64 else torch.float32
-    local = min(256, dev.max_work_group_size)
-    local = 1 << (local.bit_length() - 1)
+    local = row_work_group(dev, 256)
     header = (f"T {cl_type(dtype)}", f"ACC {cl_type(wide)}", f"LOCAL {local}")
     return compiled_source(_BN_SOURCE, header), local, wide
 

@@ -51,6 +51,13 @@ _COMBINE = {"sum": ("0", "((a) + (b))"),
 _REDUCE_ROWS_SOURCE = load("reduce_rows.cl")
 
 
+def row_work_group(dev, n: int) -> int:
+    """The work-group size of a kernel that gives each row of n elements a work-group (reductions, softmax, layer
+    norm, batch norm's channel sums): the power of two covering n, at most 256 and the device's limit."""
+    local = min(256, dev.max_work_group_size, 1 << max(0, (n - 1).bit_length()))
+    return 1 << (local.bit_length() - 1)
+
+
 def reduce_rows(kind: str, x: torch.Tensor, out: torch.Tensor, divisor: int | None = None, inner: int = 1) -> None:
     """out[o, i] = reduce over j of x[o, j, i] for a contiguous device tensor x viewed as (outer, n, inner)
     (x.shape is (outer * ... , n) with inner == 1, or (outer, n * inner) otherwise) and a contiguous out of
@@ -95,8 +102,7 @@ def _reduce_groups(kind: str, x: torch.Tensor, out: torch.Tensor, n: int, part_l
     """reduce_rows.cl over x's rows in parts of part_len: out[p * rows + r]."""
     rows = x.numel() // max(n, 1)
     dev = device_of(x)
-    local = min(256, dev.max_work_group_size, 1 << max(0, (min(n, part_len) - 1).bit_length()))
-    local = 1 << (local.bit_length() - 1)
+    local = row_work_group(dev, min(n, part_len))
     identity, combine = _COMBINE["sum" if kind == "mean" else kind]
     header = (f"TX {cl_type(x.dtype)}", f"TO {cl_type(out.dtype)}", f"ACC {cl_type(wide)}", f"LOCAL {local}",
               f"IDENTITY {identity}", f"COMBINE(a, b) {combine}",
@@ -150,8 +156,7 @@ def softmax_rows(x: torch.Tensor, out: torch.Tensor, log: bool) -> None:
     t = cl_type(x.dtype)
     acc = "double" if x.dtype == torch.float64 else "float"
     value = "(v - m) - log(s)" if log else "exp(v - m) / s"
-    local = min(256, dev.max_work_group_size, 1 << max(0, (n - 1).bit_length()))
-    local = 1 << (local.bit_length() - 1)
+    local = row_work_group(dev, n)
     # a work-group per row (one work item per row took 0.22 ms for 64 x 1000 on the H100): strided partial
     # max and sum per work item, then tree reductions in local memory; NaN wins the max, as on the CPU
     source = f"""#define LOCAL {local}
