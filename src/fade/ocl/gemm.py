@@ -132,6 +132,58 @@ def own_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: int,
     return _own_gemm_kernel(dev, out.dtype, values), (-(-n // 64) * 16, -(-m // 64) * 16, batch)
 
 
+_TILED_GEMM_SOURCE = load("tiled_gemm.cl")
+
+# tiled_gemm's tilings: name -> (BM, BN, BK, TM, TN), a BM x BN tile of C per work-group of (BN/TN) x (BM/TM)
+# work items
+TILINGS = {
+    "128x128": (128, 128, 8, 8, 8),
+    "128x128k16": (128, 128, 16, 8, 8),
+    "128x64": (128, 64, 8, 8, 4),
+    "64x128": (64, 128, 8, 4, 8),
+    "64x64": (64, 64, 8, 4, 4),
+    "64x64k16": (64, 64, 16, 4, 4),
+    "32x64": (32, 64, 16, 4, 4),
+}
+
+
+def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: int, strides: tuple, tiling: str,
+                        split: int = 0) -> tuple:
+    """(kernel, global size, local size) of tiled_gemm for these matrices' shapes and strides (their offsets
+    are arguments); `split` > 0: split-K in slices of `split` (a multiple of the tiling's BK) along the third
+    work-group index."""
+    bm, bn, bk, tm, tn = TILINGS[tiling]
+    m, k, n = a.rows, a.cols, b.cols
+    values = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
+                  B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2],
+                  A_K1=int(a.col_stride == 1 and a.rows > 1), B_K1=int(b.row_stride == 1 and b.cols > 1),
+                  BM=bm, BN=bn, BK=bk, TM=tm, TN=tn)
+    if split:
+        values["KC"] = split
+    wide = max(m * max(a.row_stride, 1) + k * max(a.col_stride, 1) + batch * strides[0],
+               k * max(b.row_stride, 1) + n * max(b.col_stride, 1) + batch * strides[1],
+               m * max(out.row_stride, 1) + n + batch * strides[2]) >= 2**31
+    header = (f"T {cl_type(out.dtype)}", f"T4 {cl_type(out.dtype)}4",
+              f"ACC {'double' if out.dtype == torch.float64 else 'float'}")
+    kernel = dev.kernel("tiled_gemm", compiled_source(_TILED_GEMM_SOURCE, header, tuple(values),
+                                                       tuple(values.values()), wide))
+    slices = -(-k // split) if split else batch
+    return kernel, (-(-n // bn) * (bn // tn), -(-m // bm) * (bm // tm), slices), (bn // tn, bm // tm, 1)
+
+
+def tiled_gemm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0),
+               tiling: str = "128x128") -> None:
+    """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _TILED_GEMM_SOURCE (any strides for a
+    and b, out row-major): one launch, no copies."""
+    if not (a.rows and b.cols and batch):
+        return
+    dev = runtime.device(out.index)
+    kernel, grid, local = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling)
+    scalar = np.float64 if out.dtype == torch.float64 else np.float32
+    dev.launch(kernel, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer,
+               np.int64(out.offset), scalar(alpha), scalar(beta))
+
+
 SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...
 
 SPLIT_K_PARTIALS = 1 << 22  # ... when the pieces' partial products (m x n each) fit this many elements
