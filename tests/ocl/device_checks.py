@@ -3,6 +3,7 @@ in a child process, because PrivateUse1 can be named once per process and the gu
 
 import copy
 import io
+import itertools
 import subprocess
 import sys
 import warnings
@@ -1037,6 +1038,58 @@ def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels,
         conv_matches_the_cpu(torch.randn(5, cin, 7, 6, dtype=torch.float64),
                              torch.nn.Conv2d(cin, cout, kernel, stride, padding, groups=groups, dtype=torch.float64),
                              atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("kernel", ["128x128", "128x64", "32x64", "128x128/split"])
+def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
+    """mm, addmm (alpha and beta), bmm and linear through kernels/tiled_gemm.cl (gemm_kernel patched to one
+    kernel): either operand transposed or not, sizes off the tiles' multiples, float32 and float64; the split
+    kernel over a long k (its partial products summed by sum_pieces), and bmm unsplit. One launch per product."""
+    from fade.ocl import gemm
+
+    monkeypatch.setattr(gemm, "gemm_kernel", lambda *args: kernel)
+    torch.manual_seed(0)
+    k = 1100 if kernel.endswith("/split") else 37
+    for dtype in (torch.float32, torch.float64):
+        tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-4}
+        for trans_a, trans_b in itertools.product((False, True), repeat=2):
+            a = torch.randn(k, 130, dtype=dtype).t() if trans_a else torch.randn(130, k, dtype=dtype)
+            b = torch.randn(70, k, dtype=dtype).t() if trans_b else torch.randn(k, 70, dtype=dtype)
+            c = torch.randn(130, 70, dtype=dtype)
+            a_ocl = a.t().contiguous().to(DEV).t() if trans_a else a.to(DEV)
+            b_ocl = b.t().contiguous().to(DEV).t() if trans_b else b.to(DEV)
+            close(a_ocl @ b_ocl, a @ b, **tolerance)
+            close(torch.addmm(c.to(DEV), a_ocl, b_ocl, beta=0.5, alpha=2.0), torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+                  **tolerance)
+        x, y = torch.randn(3, 20, k, dtype=dtype), torch.randn(3, k, 9, dtype=dtype)
+        with ocl.profile(0) as times:
+            close(torch.bmm(x.to(DEV), y.to(DEV)), torch.bmm(x, y), **tolerance)
+        assert [row["kernel"] for row in times.table(by="kernel") if "gemm" in row["kernel"].lower()] == ["tiled_gemm"]
+        w, bias = torch.randn(6, k, dtype=dtype), torch.randn(6, dtype=dtype)
+        close(torch.nn.functional.linear(x[0].to(DEV), w.to(DEV), bias.to(DEV)),
+              torch.nn.functional.linear(x[0], w, bias), **tolerance)
+    assert not [name for name in ocl.fallback_counts() if "mm" in name or "linear" in name]
+
+
+def test_gemm_kernel_is_measured_once_per_shape_and_kept(monkeypatch):
+    """FADE_OCL_GEMM_OWN=measure: the first GEMM of a shape times CLBlast and the tiled kernels into a scratch
+    output (the real output is written once, right, whichever won: addmm's beta reads it), the choice is kept,
+    and the next call of the shape measures nothing."""
+    from fade.ocl import gemm
+
+    monkeypatch.setattr(gemm, "GEMM_OWN", "measure")
+    monkeypatch.setattr(gemm, "gemm_kernels", {})
+    torch.manual_seed(0)
+    a, b, c = torch.randn(130, 37), torch.randn(37, 70), torch.randn(130, 70)
+    close(torch.addmm(c.to(DEV), a.to(DEV), b.to(DEV), beta=0.5), torch.addmm(c, a, b, beta=0.5), atol=1e-4,
+          rtol=1e-4)
+    assert len(gemm.gemm_kernels) == 1
+    chosen = dict(gemm.gemm_kernels)
+    assert set(chosen.values()) <= {"clblast", *gemm.tiled_options(runtime.device(0), 130, 70, 37, 1)}
+    with ocl.profile(0) as times:
+        close(a.to(DEV) @ b.to(DEV), a @ b, atol=1e-4, rtol=1e-4)
+    assert gemm.gemm_kernels == chosen
+    assert sum(row["calls"] for row in times.table(by="kernel") if "gemm" in row["kernel"].lower()) == 1  # measured no more
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -267,11 +267,15 @@ def _training_losses(name: str, steps: int, monkeypatch, replay: bool) -> tuple:
     return torch.tensor(losses), {k: b.cpu() for k, b in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v3_small", "gpt2-small"])
-def test_replayed_calls_match_step_by_step_calls_exactly(name, monkeypatch):
+@pytest.mark.parametrize("name,gemm_own", [("mobilenet_v3_small", "auto"), ("gpt2-small", "auto"),
+                                            ("gpt2-small", "on")])
+def test_replayed_calls_match_step_by_step_calls_exactly(name, gemm_own, monkeypatch):
     """Capture and replay issue the very commands the plan would: losses and every weight and buffer after six
     steps are bitwise those of the step-by-step plan. gpt2's dropout draws on the device each call (a dynamic
-    step amid replayed ones); mobilenet_v3_small's batch norms update their running statistics in place."""
+    step amid replayed ones); mobilenet_v3_small's batch norms update their running statistics in place; with
+    FADE_OCL_GEMM_OWN=on every GEMM is a tiled_gemm launch, replayed with its arguments set once."""
+    from fade.ocl import gemm
+    monkeypatch.setattr(gemm, "GEMM_OWN", gemm_own)
     before = ocl.graph_stats()
     replayed = _training_losses(name, 6, monkeypatch, True)
     stats = ocl.graph_stats()

@@ -6,13 +6,10 @@ with the geometry compiled in.
 
 from __future__ import annotations
 
-import math
-import time
-
 import numpy as np
 import torch
 
-from fade.ocl import runtime
+from fade.ocl import measured, runtime
 from fade.ocl.gemm import mm_into, own_gemm, own_gemm_geometry, own_weight_grad_1x1, sum_pieces
 from fade.ocl.memory import as_mat, block_of, contiguous_strides, device_of, empty, Mat, Scratch, strided_view
 from fade.ocl.meta import base_name, remember
@@ -405,31 +402,16 @@ CONV_OWN_GEMM = setting("FADE_OCL_CONV_OWN_GEMM")
 # on, always where they apply (the tests); off, never
 CONV_GROUPED = setting("FADE_OCL_CONV_GROUPED")
 
-CONV_BENCHMARK_RUNS = 3  # timed runs per layout, the fastest kept: with one run, a busy host once made
-# resnet18 inference run its 14 x 14 and 7 x 7 layers per image on the H100 (device time 15.3 -> 22.0 ms a step)
 conv_layouts: dict = {}  # convolution key -> "folded", "per-image" or "winograd", as measured
 
 
 def _conv_layout(dev: runtime.Device, key: tuple, layouts: tuple, default: str, run) -> str:
-    """Which of `layouts` a convolution runs: measured once per shape (each layout run once to build, then
-    CONV_BENCHMARK_RUNS times with the queue finished on both sides, its fastest run counted; the fastest layout
-    kept for the process, the first on a tie), or `default` when not measuring."""
+    """Which of `layouts` a convolution runs: measured once per shape (measured.fastest) on GPUs or with
+    CONV_BENCHMARK on, else `default`. Not while a graph is being captured (its launches would be recorded)."""
     measuring = CONV_BENCHMARK == "on" or (CONV_BENCHMARK == "auto" and dev.info.kind == "gpu")
-    if not measuring:
+    if not measuring or (dev.capture is not None and key not in conv_layouts):
         return default
-    chosen = conv_layouts.get(key)
-    if chosen is None:
-        seconds = {}
-        for layout in layouts:
-            run(layout)  # builds its programs
-            dev.queue.finish()
-            for _ in range(CONV_BENCHMARK_RUNS):
-                start = time.perf_counter()
-                run(layout)
-                dev.queue.finish()
-                seconds[layout] = min(seconds.get(layout, math.inf), time.perf_counter() - start)
-        chosen = conv_layouts[key] = min(layouts, key=seconds.__getitem__)
-    return chosen
+    return measured.fastest(dev, conv_layouts, key, layouts, run)
 
 
 def _conv_bias(out: torch.Tensor, bound: dict, cout: int) -> torch.Tensor:

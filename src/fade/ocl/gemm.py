@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fade.ocl import runtime
+from fade.ocl import measured, runtime
 from fade.ocl.memory import as_mat, block_of, contiguous_strides, empty, Mat, Scratch
 from fade.ocl.meta import base_name, meta_result_of, written_arguments
 from fade.ocl.pointwise import contiguous, finish, pointwise
+from fade.ocl.settings import setting
 from fade.ocl.sources import cl_type, compiled_source, load, NoKernel
 
 aten = torch.ops.aten
@@ -39,7 +40,7 @@ def _gemm_operand(m: Mat) -> tuple:
 def mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0)) -> None:
     """out = alpha * a @ b + beta * out for 2-D device tensors or _Mats (out row-major); with `batch` > 1, that
     many products whose a, b and out start `strides` elements after the previous ones (those given are the
-    first)."""
+    first). Through CLBlast or tiled_gemm, whichever gemm_kernel picks for the shape."""
     out, a, b = (x if isinstance(x, Mat) else as_mat(x) for x in (out, a, b))
     m, k = a.shape
     n = b.cols
@@ -51,6 +52,16 @@ def mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple
         target = out.tensor()
         pointwise("a * beta", target, [target], scalars={"beta": beta}) if beta else pointwise("0", target, [])
         return
+    kernel = gemm_kernel(out, a, b, batch, strides)
+    if kernel == "clblast":
+        _clblast_mm(out, a, b, alpha, beta, batch, strides)
+    else:
+        tiled_mm(out, a, b, alpha, beta, batch, strides, kernel)
+
+
+def _clblast_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int, strides: tuple) -> None:
+    m, k = a.shape
+    n = b.cols
     if batch > 1 and (gemm_layout(a) is None or gemm_layout(b) is None):
         raise ValueError("a batched GEMM operand must be readable in place")  # callers pass strided views
     a, trans_a, lda = _gemm_operand(a)
@@ -67,6 +78,59 @@ def mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple
             temp = scratch.buffer(nbytes) if nbytes else None
         runtime.gemm(dev, out.dtype, trans_a, trans_b, m, n, k, alpha, a.buffer, a.offset, lda, b.buffer, b.offset,
                      ldb, beta, out.buffer, out.offset, ldc, batch=batch, strides=strides, temp=temp)
+
+
+# FADE's tiled kernel or CLBlast, per GEMM shape: auto, measured once per shape on GPUs (both kernels' speed and
+# CLBlast's host cost count), CLBlast elsewhere; measure, measured on any device (the tests); on, the tiled
+# kernel always (the tests); off, CLBlast always
+GEMM_OWN = setting("FADE_OCL_GEMM_OWN")
+
+gemm_kernels: dict = {}  # GEMM key -> "clblast" or a tiled_mm kernel name, as measured
+
+GEMM_MEASURE_SHARE = 16  # a shape is measured when its scratch output fits 1/16 of the device's memory
+
+
+def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int) -> tuple:
+    """The tiled_mm kernels a GEMM may run: two 128-row tilings, a narrow one, and, where 128 x 128 tiles give
+    fewer work-groups than the device has compute units and k is long (a weight gradient's small output),
+    128 x 128 split along k."""
+    options = ("128x128", "128x64", "32x64")
+    tiles = -(-m // 128) * -(-n // 128) * batch
+    if batch == 1 and tiles < dev.info.compute_units and k >= 1024:
+        options += ("128x128/split",)
+    return options
+
+
+def gemm_kernel(out: Mat, a: Mat, b: Mat, batch: int, strides: tuple) -> str:
+    """"clblast" or the tiled_mm kernel for this GEMM (GEMM_OWN): measured once per shape and layout."""
+    if GEMM_OWN == "off" or out.dtype not in (torch.float32, torch.float64):
+        return "clblast"
+    dev = runtime.device(out.index)
+    m, k, n = a.rows, a.cols, b.cols
+    options = tiled_options(dev, m, n, k, batch)
+    if GEMM_OWN == "on":
+        return options[-1] if options[-1].endswith("/split") else options[0]
+    if dev.info.kind != "gpu" and GEMM_OWN != "measure":
+        return "clblast"
+    key = (dev.index, out.dtype, m, n, k, batch, a.row_stride, a.col_stride, b.row_stride, b.col_stride,
+           out.row_stride, strides)
+    chosen = gemm_kernels.get(key)
+    if chosen is not None:
+        return chosen
+    nbytes = m * n * batch * out.dtype.itemsize
+    if dev.capture is not None or nbytes > dev.info.global_memory_bytes // GEMM_MEASURE_SHARE:
+        return "clblast"
+    with Scratch(dev) as scratch:
+        target = Mat(scratch.buffer(nbytes), out.dtype, out.index, 0, m, n, n)
+        step = (strides[0], strides[1], m * n)
+
+        def run(kernel: str) -> None:
+            if kernel == "clblast":
+                _clblast_mm(target, a, b, 1.0, 0.0, batch, step)
+            else:
+                tiled_mm(target, a, b, 1.0, 0.0, batch, step, kernel)
+
+        return measured.fastest(dev, gemm_kernels, key, ("clblast",) + options, run)
 
 
 _OWN_GEMM_SOURCE = load("own_gemm.cl")
@@ -163,7 +227,7 @@ def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: in
     wide = max(m * max(a.row_stride, 1) + k * max(a.col_stride, 1) + batch * strides[0],
                k * max(b.row_stride, 1) + n * max(b.col_stride, 1) + batch * strides[1],
                m * max(out.row_stride, 1) + n + batch * strides[2]) >= 2**31
-    header = (f"T {cl_type(out.dtype)}", f"T4 {cl_type(out.dtype)}4",
+    header = (f"T {cl_type(out.dtype)}", f"T4 {cl_type(out.dtype)}4", f"IDX {'long' if wide else 'int'}",
               f"ACC {'double' if out.dtype == torch.float64 else 'float'}")
     kernel = dev.kernel("tiled_gemm", compiled_source(_TILED_GEMM_SOURCE, header, tuple(values),
                                                        tuple(values.values()), wide))
@@ -171,17 +235,38 @@ def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: in
     return kernel, (-(-n // bn) * (bn // tn), -(-m // bm) * (bm // tm), slices), (bn // tn, bm // tm, 1)
 
 
-def tiled_gemm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0),
-               tiling: str = "128x128") -> None:
+TILED_SPLIT_GROUPS = 4  # work-groups per compute unit a split tiled GEMM aims at
+
+
+def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0),
+             kernel: str = "128x128") -> None:
     """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _TILED_GEMM_SOURCE (any strides for a
-    and b, out row-major): one launch, no copies."""
+    and b, out row-major): one launch and no copies; "TILING/split": k in slices (partial products in a scratch
+    buffer, then summed by sum_pieces: two launches)."""
     if not (a.rows and b.cols and batch):
         return
     dev = runtime.device(out.index)
-    kernel, grid, local = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling)
     scalar = np.float64 if out.dtype == torch.float64 else np.float32
-    dev.launch(kernel, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer,
-               np.int64(out.offset), scalar(alpha), scalar(beta))
+    tiling, _, split = kernel.partition("/")
+    if not split or batch > 1:
+        code, grid, local = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling)
+        dev.launch(code, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer,
+                   np.int64(out.offset), scalar(alpha), scalar(beta))
+        return
+    bm, bn, bk = TILINGS[tiling][:3]
+    m, k, n = a.rows, a.cols, b.cols
+    tiles = -(-m // bm) * -(-n // bn)
+    slices = max(1, min(-(-dev.info.compute_units * TILED_SPLIT_GROUPS // tiles), k // (4 * bk)))
+    per_slice = -(-k // slices)
+    chunk = -(-per_slice // bk) * bk  # a whole number of k steps
+    slices = -(-k // chunk)
+    with Scratch(dev) as scratch:
+        partial = scratch.mat(out.dtype, slices * m, n)
+        code, grid, local = tiled_gemm_geometry(dev, partial.row_range(0, m), a, b, slices, (0, 0, m * n), tiling,
+                                                 chunk)
+        dev.launch(code, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), partial.buffer,
+                   np.int64(0), scalar(alpha), scalar(0.0))
+        sum_pieces(dev, partial.buffer, slices, out, beta)
 
 
 SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...

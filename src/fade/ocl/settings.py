@@ -43,6 +43,11 @@ SETTINGS = (
             "device: dropout and bernoulli draw on the device by Philox, keyed from torch's CPU generator (seeded "
             "runs repeat; the masks differ from the CPU's, as CUDA's do). cpu: the CPU kernel's own draw, uploaded "
             "(masks identical to the CPU's; ~14 ns an element of host time)."),
+    Setting("FADE_OCL_GEMM_OWN", "auto", ("on", "off", "auto", "measure"),
+            "FADE's tiled GEMM kernel (kernels/tiled_gemm.cl: any transposition read in place, one launch, no "
+            "padded copies) or CLBlast, per GEMM shape. auto: measured once per shape on GPUs (kernel time and "
+            "CLBlast's host cost both count), CLBlast elsewhere; measure: measured on any device; on: the tiled "
+            "kernel always (the tests); off: CLBlast always."),
     Setting("FADE_OCL_FOREACH_FUSED", "auto", ("on", "off", "auto"),
             "torch.optim's foreach ops (SGD's, Adam's and AdamW's) as multi-tensor kernels, 16 tensors a launch. auto: "
             "GPUs only (resnet50's SGD step on the H100 61 -> 4-10 ms; on PoCL the branching kernel was slower "
