@@ -102,6 +102,23 @@ def cublas_seconds(shape) -> float | None:
     return result["median_s"]
 
 
+def write_build_log(dev, path: Path, tiling: str) -> None:
+    """The driver's build log of tiled_gemm for one geometry, built with -cl-nv-verbose (NVIDIA: ptxas's
+    register and spill counts; other drivers ignore or reject the option, which the log then says)."""
+    from fade.ocl.gemm import tiled_gemm_geometry
+
+    square = Mat(None, torch.float32, 0, 0, 4096, 4096, 4096, 1)
+    tiled_gemm_geometry(dev, square, square, square, 1, (0, 0, 0), tiling)
+    source = next(key[1] for key in dev.programs if key[0] == "tiled_gemm" and f"BM {TILINGS[tiling][0]}\n" in key[1]
+                  and f"BK {TILINGS[tiling][2]}\n" in key[1] and f"BN {TILINGS[tiling][1]}\n" in key[1])
+    try:
+        program = dev.cl.Program(dev.context, source).build(options=["-cl-nv-verbose"])
+        log = program.get_build_info(dev.cl_device, dev.cl.program_build_info.LOG)
+    except Exception as error:  # noqa: BLE001 - a diagnostic: the reason is the log
+        log = f"build with -cl-nv-verbose failed: {error}"
+    atomic_write_text(path, log)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
@@ -113,6 +130,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tilings", default=",".join(TILINGS), help="tiled_mm kernels: TILING or TILING/split")
     parser.add_argument("--device", default="ocl:0")
     parser.add_argument("--budget-s", type=float, default=240.0)
+    parser.add_argument("--build-log", action="store_true",
+                        help="also write each tiling's NVIDIA build log (-cl-nv-verbose: registers, spills) for a "
+                             "4096 x 4096 x 4096 NN product to OUT_DIR/build-TILING.txt")
     args = parser.parse_args(argv)
     tilings = args.tilings.split(",")
     unknown = [t for t in tilings if t.partition("/")[0] not in TILINGS]
@@ -124,6 +144,9 @@ def main(argv=None) -> int:
     ocl.register()
     dev = runtime.device(torch.device(args.device).index or 0)
     bench = tuning.ShapeBench(dev)
+    if args.build_log:
+        for tiling in tilings:
+            write_build_log(dev, out / f"build-{tiling.replace('/', '-')}.txt", tiling.partition("/")[0])
     started = time.perf_counter()
     rows, summary = [], {"device": dev.info.name, "networks": {}}
     seen: dict = {}
