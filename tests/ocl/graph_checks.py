@@ -309,3 +309,28 @@ def test_a_replay_leaves_earlier_outputs_alone_and_takes_inputs_where_they_are()
     misses = ocl.graph_stats().get("replay_misses", 0)
     torch.testing.assert_close(compiled(x, wd).cpu(), f(wide[1], w), rtol=1e-5, atol=1e-5)
     assert ocl.graph_stats().get("replay_misses", 0) == misses + 1
+
+
+def test_replayed_training_steps_make_no_new_buffers():
+    """A replayed call's fresh outputs and gradients come from the pool: before making them the replay sweeps
+    once for the last call's dead ones (which a pool miss's look at the newest tensors does not reach), so
+    steady-state training steps create no OpenCL buffers."""
+    from fade.ocl import runtime
+    model, x, target, loss_fn = build("mobilenet_v3_small")
+    model, x, target = model.to(DEV), x.to(DEV), target.to(DEV)
+    step = torch.compile(model, backend="fade_ocl")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+
+    def train(steps: int) -> None:
+        for _ in range(steps):
+            optimizer.zero_grad()
+            loss_fn(step(x), target).backward()
+            optimizer.step()
+
+    before = ocl.graph_stats()
+    train(4)  # step by step, captured, then replayed
+    dev = runtime.device(0)
+    held = dev.held_bytes
+    train(3)
+    assert ocl.graph_stats().get("captured_replays", 0) - before.get("captured_replays", 0) >= 6
+    assert dev.held_bytes == held

@@ -218,10 +218,15 @@ def build(rec: Recording, steps: list, dynamic: dict, needed: set, devices: list
                 if at == index and n in fresh]
         commands = [_compiled(command, concrete) for command in rec.commands.get(index, ())]
         program.append(("replay", tuple(made), tuple(commands), tuple(built.get(index, ()))))
+    sizes: dict = {}  # device -> {pool size: buffers} a call makes fresh
+    for n in fresh:
+        _, dev, _, nbytes = rec.allocations[n]
+        per_device = sizes.setdefault(dev, {})
+        per_device[dev.rounded(nbytes)] = per_device.get(dev.rounded(nbytes), 0) + 1
     counts = {"commands": sum(len(c) for s, c in rec.commands.items() if s not in dynamic),
               "dynamic_steps": len(dynamic), "owned_buffers": len(owned),
               "owned_bytes": sum(b.size for _, b in owned), "fresh_allocations": len(fresh)}
-    return Replay(program, rec.input_checks, owned, counts)
+    return Replay(program, rec.input_checks, owned, counts, tuple(sizes.items()))
 
 
 def _flat(shape):
@@ -286,8 +291,9 @@ class Replay:
     """A recorded call as a program: per step, its commands (with the fresh allocations to make first and the
     values later steps need built after), or the step itself (dynamic)."""
 
-    def __init__(self, program: list, input_checks: list, owned: list, counts: dict):
+    def __init__(self, program: list, input_checks: list, owned: list, counts: dict, fresh_sizes: tuple = ()):
         self.program, self.input_checks, self.owned, self.counts = program, input_checks, owned, counts
+        self.fresh_sizes = fresh_sizes  # ((device, {pool size: buffers}), ...) a call makes
 
     def __del__(self):
         for dev, buffer in getattr(self, "owned", ()):
@@ -319,6 +325,8 @@ class Replay:
         keeps the call's memory alive until its outputs are taken."""
         bases = dict(inputs)
         buffers = {ref: block_of(t).buffer for ref, t in inputs.items()}
+        for dev, sizes in self.fresh_sizes:
+            dev.reserve(sizes, reclaim)
         for entry, release in zip(self.program, releases):
             if entry[0] == "dynamic":
                 _, step, resolve = entry
