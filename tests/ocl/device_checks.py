@@ -1071,6 +1071,23 @@ def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
     assert not [name for name in ocl.fallback_counts() if "mm" in name or "linear" in name]
 
 
+def test_a_pool_miss_finds_old_dead_buffers_by_a_full_sweep(monkeypatch):
+    """Buffers of tensors that died while newer ones live (an eager training step's outputs and gradients, dead
+    by the next step) are found by the full sweep the allocator makes on a miss once FULL_SWEEP_ALLOCATIONS
+    allocations went by: a pool miss's look at the newest tensors does not reach them, and before, each such
+    miss made a new OpenCL buffer until 256 MB were made."""
+    monkeypatch.setattr(runtime, "FULL_SWEEP_ALLOCATIONS", 100)
+    ocl.empty_cache()
+    dev = runtime.device(0)
+    old = [torch.empty(12345, device=DEV) for _ in range(150)]  # 49380 bytes: pool size 65536
+    newer = [torch.empty(777, device=DEV) for _ in range(150)]  # another pool size, alive throughout
+    del old
+    held = dev.held_bytes
+    again = [torch.empty(12345, device=DEV) for _ in range(150)]
+    assert dev.held_bytes - held <= 100 * 65536  # without the full sweep: all 150 new
+    del newer, again
+
+
 def test_gemm_kernel_is_measured_once_per_shape_and_kept(monkeypatch):
     """FADE_OCL_GEMM_OWN=measure: the first GEMM of a shape times CLBlast and the tiled kernels into a scratch
     output (the real output is written once, right, whichever won: addmm's beta reads it), the choice is kept,
