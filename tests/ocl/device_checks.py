@@ -1044,13 +1044,14 @@ def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels,
 def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
     """mm, addmm (alpha and beta), bmm and linear through kernels/tiled_gemm.cl (gemm_kernel patched to one
     kernel): either operand transposed or not, sizes off the tiles' multiples, float32 and float64; the split
-    kernel over a long k (its partial products summed by sum_pieces), and bmm unsplit. One launch per product."""
+    kernel over a long k (its partial products summed by sum_pieces), and bmm unsplit. One launch per product.
+    float64 for the 128 x 128 kernels only (each geometry and dtype is a program PoCL builds: ~0.7 s each)."""
     from fade.ocl import gemm
 
     monkeypatch.setattr(gemm, "gemm_kernel", lambda *args: kernel)
     torch.manual_seed(0)
     k = 1100 if kernel.endswith("/split") else 37
-    for dtype in (torch.float32, torch.float64):
+    for dtype in (torch.float32, torch.float64) if kernel.startswith("128x128") else (torch.float32,):
         tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-4}
         for trans_a, trans_b in itertools.product((False, True), repeat=2):
             a = torch.randn(k, 130, dtype=dtype).t() if trans_a else torch.randn(130, k, dtype=dtype)
