@@ -6,7 +6,8 @@ off) on the same GPU: which one fade.ocl should run per shape, and how far each 
         [--seq-len 512] [--size N] [--tilings 128x128,64x64,...] [--device ocl:0] [--budget-s 240]
 
 The shapes are recorded from one training step per network (the zoo's workload, after a warm-up step, so that
-per-shape layout measurements are not counted). Per distinct shape (float32): seconds per call (median of 5
+per-shape layout measurements are not counted; a "TILING/split" kernel runs unsplit on a batched shape, as
+fade.ocl would). Per distinct shape (float32): seconds per call (median of 5
 timed blocks of ~20 ms, fade.ocl.tuning.ShapeBench's scheme) and the largest relative difference of a sample of
 C against CLBlast's. Writes OUT_DIR/gemm.jsonl (one row per shape, written as it is measured) and
 OUT_DIR/summary.json (per network: GEMM milliseconds per step through CLBlast, through the best tiling per shape,

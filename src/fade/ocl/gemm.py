@@ -90,24 +90,31 @@ gemm_kernels: dict = {}  # GEMM key -> "clblast" or a tiled_mm kernel name, as m
 GEMM_MEASURE_SHARE = 16  # a shape is measured when its scratch output fits 1/16 of the device's memory
 
 
-def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int) -> tuple:
+def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int, dtype=torch.float32) -> tuple:
     """The tiled_mm kernels a GEMM may run: two 128-row tilings, a narrow one, and, where 128 x 128 tiles give
     fewer work-groups than the device has compute units and k is long (a weight gradient's small output),
-    128 x 128 split along k."""
-    options = ("128x128", "128x64", "32x64")
+    128 x 128 split along k; each only where its work-group and its two local tiles fit the device."""
+    def fits(tiling: str) -> bool:
+        bm, bn, bk, tm, tn = TILINGS[tiling]
+        local_bytes = 2 * bk * (bm + 4 + bn + 4) * dtype.itemsize
+        return (bm // tm) * (bn // tn) <= dev.max_work_group_size and \
+            local_bytes <= dev.info.local_memory_bytes
+    options = tuple(t for t in ("128x128", "128x64", "32x64") if fits(t))
     tiles = -(-m // 128) * -(-n // 128) * batch
-    if batch == 1 and tiles < dev.info.compute_units and k >= 1024:
+    if "128x128" in options and batch == 1 and tiles < dev.info.compute_units and k >= 1024:
         options += ("128x128/split",)
     return options
 
 
 def gemm_kernel(out: Mat, a: Mat, b: Mat, batch: int, strides: tuple) -> str:
     """"clblast" or the tiled_mm kernel for this GEMM (GEMM_OWN): measured once per shape and layout."""
-    if GEMM_OWN == "off" or out.dtype not in (torch.float32, torch.float64):
-        return "clblast"
-    dev = runtime.device(out.index)
     m, k, n = a.rows, a.cols, b.cols
-    options = tiled_options(dev, m, n, k, batch)
+    if GEMM_OWN == "off" or out.dtype not in (torch.float32, torch.float64) or k == 0:
+        return "clblast"  # (k == 0: beta * out, which mm_into and CLBlast's batched call do)
+    dev = runtime.device(out.index)
+    options = tiled_options(dev, m, n, k, batch, out.dtype)
+    if not options:
+        return "clblast"
     if GEMM_OWN == "on":
         return options[-1] if options[-1].endswith("/split") else options[0]
     if dev.info.kind != "gpu" and GEMM_OWN != "measure":
