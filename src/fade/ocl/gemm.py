@@ -1,6 +1,7 @@
-"""Matrix multiplies: mm, addmm, bmm and baddbmm through CLBlast (runtime.gemm), split-K for a small output with a
-long k, and FADE's own GEMM kernel (kernels/own_gemm.cl) for the small batched GEMMs of 1x1 convolutions, whose
-CLBlast host cost (~50-130 us a call on the H100's host) would outweigh the work.
+"""Matrix multiplies: mm, addmm, bmm and baddbmm through CLBlast (runtime.gemm) or FADE's tiled kernel
+(kernels/tiled_gemm.cl), whichever gemm_kernel measured faster for the shape on a GPU; split-K for a small output
+with a long k (either way); and the small GEMM kernel (kernels/own_gemm.cl) that 1x1 convolutions' per-image
+layouts use, where CLBlast's host cost (~50-130 us a call on the H100's host) would outweigh the work.
 """
 
 from __future__ import annotations
