@@ -1077,6 +1077,24 @@ def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
     assert not [name for name in ocl.fallback_counts() if "mm" in name or "linear" in name]
 
 
+def test_inference_mode_copies_of_views_equal_the_cpu():
+    """Under torch.inference_mode, an expanded view of a tensor made outside it (a model's weights, a KV cache)
+    is copied, reshaped and attended over as on the CPU: the views fade.ocl makes inside its kernels stay normal
+    tensors (autograd gives them the base's version counter, which an inference tensor refuses); a base made
+    inside inference mode too."""
+    torch.manual_seed(0)
+    outside = torch.randn(2, 4, 8)
+    with torch.inference_mode():
+        inside = torch.randn(2, 4, 8).to(DEV)
+    for base, cpu in ((outside.to(DEV), outside), (inside, inside.cpu())):
+        with torch.inference_mode():
+            close(base[:, None].expand(2, 3, 4, 8).contiguous(), cpu[:, None].expand(2, 3, 4, 8).contiguous())
+            close(base[:, None].expand(2, 3, 4, 8).reshape(2, 12, 8), cpu[:, None].expand(2, 3, 4, 8).reshape(2, 12, 8))
+            attend = torch.nn.functional.scaled_dot_product_attention
+            close(attend(base[None], base[None], base[None], is_causal=True),
+                  attend(cpu[None], cpu[None], cpu[None], is_causal=True), atol=1e-5, rtol=1e-5)
+
+
 def test_a_pool_miss_finds_old_dead_buffers_by_a_full_sweep(monkeypatch):
     """Buffers of tensors that died while newer ones live (an eager training step's outputs and gradients, dead
     by the next step) are found by the full sweep the allocator makes on a miss once FULL_SWEEP_ALLOCATIONS

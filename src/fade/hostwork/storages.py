@@ -86,6 +86,7 @@ _SET_ = aten.set_.source_Storage_storage_offset
 # every allocation.
 _expired = torch.UntypedStorage._expired
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+_inference_mode = torch.is_inference_mode_enabled
 
 
 def set_geometry(tensor: torch.Tensor, storage, offset: int, size, stride) -> torch.Tensor:
@@ -114,9 +115,16 @@ class StorageTable:
         return tensor
 
     def view_of(self, base: torch.Tensor, dtype, offset: int, size, stride) -> torch.Tensor:
-        """A device tensor sharing `base`'s storage with the given geometry."""
-        return set_geometry(torch._C._acc.create_empty_tensor((0,), dtype), base.untyped_storage(), offset, size,
-                            stride)
+        """A device tensor sharing `base`'s storage with the given geometry. Under torch.inference_mode, a view
+        of a normal tensor is made a normal tensor: autograd's view bookkeeping gives it the base's version
+        counter, which an inference tensor refuses ("Cannot set version_counter for inference tensor": an
+        expanded view's clone failed, and with it model.generate's attention)."""
+        if _inference_mode() and not base.is_inference():
+            with torch.inference_mode(False):
+                empty = torch._C._acc.create_empty_tensor((0,), dtype)
+        else:
+            empty = torch._C._acc.create_empty_tensor((0,), dtype)
+        return set_geometry(empty, base.untyped_storage(), offset, size, stride)
 
     def backing(self, tensor_or_storage):
         """The object behind a device tensor's (or storage's) memory; RuntimeError if FADE did not make it."""
