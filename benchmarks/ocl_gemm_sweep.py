@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -59,23 +58,9 @@ def recorded_shapes(name: str, batch: int, size: int | None, seq_len: int, devic
     return [s for s in tuning.shapes_from_calls(calls) if s.dtype == "float32"]
 
 
-def timed(call, sync, clock=time.perf_counter) -> dict:
-    """ShapeBench.measure's scheme for any call: one untimed, then 5 blocks of ~BLOCK_S."""
-    call()
-    sync()
-    started = clock()
-    call()
-    sync()
-    one = max(clock() - started, 1e-9)
-    calls = max(1, min(tuning.MAX_CALLS_PER_BLOCK, math.ceil(tuning.BLOCK_S / one)))
-    per_call = []
-    for _ in range(tuning.REPEATS):
-        started = clock()
-        for _ in range(calls):
-            call()
-        sync()
-        per_call.append((clock() - started) / calls)
-    return tuning.spread(per_call)
+def timed(call, sync) -> dict:
+    """ShapeBench.measure's timing (tuning.time_blocks) for any call: {median_s, relative_iqr}."""
+    return tuning.spread(tuning.time_blocks(call, sync)[0])
 
 
 def mats(shape, buffers) -> tuple:

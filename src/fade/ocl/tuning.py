@@ -318,20 +318,7 @@ class ShapeBench:
         """{median_s, relative_iqr, calls_per_block, sample}: seconds per call, and C's checked elements."""
         buffers = self._buffers(shape)
         queue = self.dev.queue
-        self.call(shape, buffers)  # warm-up: builds CLBlast's program for the current parameters
-        queue.finish()
-        started = self.clock()
-        self.call(shape, buffers)
-        queue.finish()
-        one_call_s = max(self.clock() - started, 1e-9)  # the 1e-9 floor: a coarse clock may read 0
-        calls = max(1, min(MAX_CALLS_PER_BLOCK, math.ceil(BLOCK_S / one_call_s)))
-        per_call = []
-        for _ in range(repeats):
-            started = self.clock()
-            for _ in range(calls):
-                self.call(shape, buffers)
-            queue.finish()  # sync point: the block's calls have run
-            per_call.append((self.clock() - started) / calls)
+        per_call, calls = time_blocks(lambda: self.call(shape, buffers), queue.finish, self.clock, repeats)
         # C is reset before the sampled call: a configuration whose kernel writes nothing would otherwise show
         # the previous configuration's correct C (CLBlast writes C in place: fade.ocl calls it column-major).
         # The reset value is finite, so a kernel that reads C with beta 0 still gives the product.
@@ -352,6 +339,28 @@ class ShapeBench:
         result = numpy.empty(strided + 1, numpy.float32)
         cl.enqueue_copy(self.dev.queue, result, out)
         return result
+
+
+def time_blocks(call: Callable[[], None], sync: Callable[[], None], clock: Callable[[], float] = time.perf_counter,
+                repeats: int = REPEATS) -> tuple:
+    """(seconds per call of each of `repeats` timed blocks, calls per block): one call untimed (it builds what it
+    needs), one timed to size the blocks at BLOCK_S (at most MAX_CALLS_PER_BLOCK calls), then the blocks, each
+    ended by `sync` (the device's queue drained)."""
+    call()
+    sync()
+    started = clock()
+    call()
+    sync()
+    one_call_s = max(clock() - started, 1e-9)  # the 1e-9 floor: a coarse clock may read 0
+    calls = max(1, min(MAX_CALLS_PER_BLOCK, math.ceil(BLOCK_S / one_call_s)))
+    per_call = []
+    for _ in range(repeats):
+        started = clock()
+        for _ in range(calls):
+            call()
+        sync()  # sync point: the block's calls have run
+        per_call.append((clock() - started) / calls)
+    return per_call, calls
 
 
 def spread(samples: list) -> dict:
