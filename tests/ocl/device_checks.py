@@ -1040,7 +1040,7 @@ def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels,
                              atol=1e-12, rtol=1e-10)
 
 
-@pytest.mark.parametrize("kernel", ["128x128", "128x64", "32x64", "128x128/split"])
+@pytest.mark.parametrize("kernel", ["128x128", "128x64k16", "32x64", "128x128/split"])
 def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
     """mm, addmm (alpha and beta), bmm and linear through kernels/tiled_gemm.cl (gemm_kernel patched to one
     kernel): either operand transposed or not, sizes off the tiles' multiples, float32 and float64; the split
@@ -1070,6 +1070,26 @@ def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
         w, bias = torch.randn(6, k, dtype=dtype), torch.randn(6, dtype=dtype)
         close(torch.nn.functional.linear(x[0].to(DEV), w.to(DEV), bias.to(DEV)),
               torch.nn.functional.linear(x[0], w, bias), **tolerance)
+    # T4 loads from global memory (VA / VB): extents and strides multiples of 4 but not of the tiles, in every
+    # transposition, batched, and at offsets that allow them (a multiple of 4) and that do not
+    programs = runtime.device(0).programs
+    before = set(programs)
+    k = 1104 if kernel.endswith("/split") else 40
+    for trans_a, trans_b in itertools.product((False, True), repeat=2):
+        a = torch.randn(k, 132).t() if trans_a else torch.randn(132, k)
+        b = torch.randn(68, k).t() if trans_b else torch.randn(k, 68)
+        a_ocl = a.t().contiguous().to(DEV).t() if trans_a else a.to(DEV)
+        b_ocl = b.t().contiguous().to(DEV).t() if trans_b else b.to(DEV)
+        close(a_ocl @ b_ocl, a @ b, atol=1e-4, rtol=1e-4)
+    x, y = torch.randn(3, 20, k), torch.randn(3, k, 12)
+    close(torch.bmm(x.to(DEV), y.to(DEV)), torch.bmm(x, y), atol=1e-4, rtol=1e-4)
+    wide = torch.randn(140, k + 8)
+    for rows, cols in ((slice(4, 136), slice(4, k + 4)), (slice(3, 135), slice(1, k + 1))):
+        close(wide.to(DEV)[rows, cols] @ b_ocl, wide[rows, cols] @ b, atol=1e-4, rtol=1e-4)
+    built = [key[1] for key in set(programs) - before if key[0] == "tiled_gemm"]
+    flags = {("VA 1\n" in src, "VB 1\n" in src, "A_K1 1\n" in src, "B_K1 1\n" in src) for src in built}
+    assert {(True, True, a_k1, b_k1) for a_k1 in (0, 1) for b_k1 in (0, 1)} <= flags  # every layout as T4s
+    assert any(not va for va, *_ in flags)  # the offset of 1 read A element by element
     # whole tiles (the kernel built without edge guards), and for split a k of whole slices
     a, b = torch.randn(128, 1024 if kernel.endswith("/split") else 64), torch.randn(1024 if kernel.endswith(
         "/split") else 64, 128)

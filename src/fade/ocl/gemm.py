@@ -93,16 +93,17 @@ GEMM_MEASURE_SHARE = 16  # a shape is measured when its scratch output fits 1/16
 
 def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int, dtype=torch.float32) -> tuple:
     """The tiled_mm kernels a GEMM may run: two 128-row tilings, a narrow one, and, where 128 x 128 tiles give
-    fewer work-groups than the device has compute units and k is long (a weight gradient's small output),
-    128 x 128 split along k; each only where its work-group and its two local tiles fit the device."""
+    fewer work-groups than TILED_SPLIT_GROUPS per compute unit and k is long (a weight gradient's small output:
+    gpt2's 768 x 3072 x 4096 makes 144 tiles on the H200's 132 compute units, one short wave), 128 x 128 split
+    along k; each only where its work-group and its two local tiles fit the device."""
     def fits(tiling: str) -> bool:
         bm, bn, bk, tm, tn = TILINGS[tiling]
         local_bytes = 2 * bk * (bm + 4 + bn + 4) * dtype.itemsize
         return (bm // tm) * (bn // tn) <= dev.max_work_group_size and \
             local_bytes <= dev.info.local_memory_bytes
-    options = tuple(t for t in ("128x128", "128x64", "32x64") if fits(t))
+    options = tuple(t for t in ("128x128", "128x64k16", "32x64") if fits(t))
     tiles = -(-m // 128) * -(-n // 128) * batch
-    if "128x128" in options and batch == 1 and tiles < dev.info.compute_units and k >= 1024:
+    if "128x128" in options and batch == 1 and tiles < TILED_SPLIT_GROUPS * dev.info.compute_units and k >= 1024:
         options += ("128x128/split",)
     return options
 
@@ -231,6 +232,12 @@ def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: in
                   B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2],
                   A_K1=int(a.col_stride == 1 and a.rows > 1), B_K1=int(b.row_stride == 1 and b.cols > 1),
                   BM=bm, BN=bn, BK=bk, TM=tm, TN=tn)
+    threads = (bm // tm) * (bn // tn)
+    a_batch, b_batch = (strides[0], strides[1]) if batch > 1 and not split else (0, 0)
+    values["VA"] = int(_vector_loads(a.offset, a_batch, bm * bk, threads, values["A_K1"], (a.row_stride, k),
+                                     (a.row_stride, a.col_stride, m)))
+    values["VB"] = int(_vector_loads(b.offset, b_batch, bk * bn, threads, values["B_K1"], (b.col_stride, k),
+                                     (b.col_stride, b.row_stride, n)))
     if split:
         values["KC"] = split
     wide = max(m * max(a.row_stride, 1) + k * max(a.col_stride, 1) + batch * strides[0],
@@ -242,6 +249,22 @@ def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: in
                                                        tuple(values.values()), wide))
     slices = -(-k // split) if split else batch
     return kernel, (-(-n // bn) * (bn // tn), -(-m // bm) * (bm // tm), slices), (bn // tn, bm // tm, 1)
+
+
+def _vector_loads(offset: int, batch_stride: int, tile: int, threads: int, k_unit: int, along_k: tuple,
+                  across: tuple) -> bool:
+    """Whether tiled_gemm may read an operand's tile of `tile` elements as T4s (VA / VB), along k where k is its
+    unit-stride index (`k_unit`: A_K1 / B_K1; `along_k`: (the other stride, k)), else along m or n (`across`:
+    (that index's stride, which must be 1, the other stride, its extent)): the work items share the T4s evenly,
+    the offset and the batch stride keep each one aligned, and the other stride and the extent are multiples of 4,
+    so that every T4 is aligned and lies wholly inside or outside the matrix."""
+    if tile % (4 * threads) or offset % 4 or batch_stride % 4:
+        return False
+    if k_unit:
+        other, extent = along_k
+        return other % 4 == 0 and extent % 4 == 0
+    unit, other, extent = across
+    return unit == 1 and other % 4 == 0 and extent % 4 == 0
 
 
 TILED_SPLIT_GROUPS = 4  # work-groups per compute unit a split tiled GEMM aims at
