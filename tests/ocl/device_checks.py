@@ -1153,6 +1153,29 @@ def test_gemm_kernel_is_measured_once_per_shape_and_kept(monkeypatch):
     assert sum(row["calls"] for row in times.table(by="kernel") if "gemm" in row["kernel"].lower()) == 1  # measured no more
 
 
+def test_auto_measures_only_gemms_worth_their_builds(monkeypatch):
+    """FADE_OCL_GEMM_OWN=auto on a GPU measures a GEMM of at least GEMM_MEASURE_FLOPS and gives a smaller one to
+    CLBlast without measuring (measuring builds a program per tiling: minutes of a first step over a network's
+    many small products); off a GPU, nothing is measured."""
+    import dataclasses
+
+    from fade.ocl import gemm
+
+    dev = runtime.device(0)
+    monkeypatch.setattr(gemm, "GEMM_OWN", "auto")
+    monkeypatch.setattr(gemm, "gemm_kernels", {})
+    monkeypatch.setattr(gemm, "GEMM_MEASURE_FLOPS", 2 * 130 * 70 * 37)
+    torch.manual_seed(0)
+    a, b, small = torch.randn(130, 37), torch.randn(37, 70), torch.randn(130, 36)
+    close(a.to(DEV) @ b.to(DEV), a @ b, atol=1e-4, rtol=1e-4)
+    assert gemm.gemm_kernels == {}  # not a GPU
+    monkeypatch.setattr(dev, "info", dataclasses.replace(dev.info, kind="gpu"))
+    close(small.to(DEV) @ b[:36].to(DEV), small @ b[:36], atol=1e-4, rtol=1e-4)
+    assert gemm.gemm_kernels == {}  # below the threshold: CLBlast, unmeasured
+    close(a.to(DEV) @ b.to(DEV), a @ b, atol=1e-4, rtol=1e-4)
+    assert len(gemm.gemm_kernels) == 1
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_split_k_gemm_equals_the_cpu(dtype, monkeypatch):
     """A small output with a long k is computed as pieces of k summed by a kernel (a weight gradient's shape);

@@ -81,14 +81,22 @@ def _clblast_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int,
                      ldb, beta, out.buffer, out.offset, ldc, batch=batch, strides=strides, temp=temp)
 
 
-# FADE's tiled kernel or CLBlast, per GEMM shape: auto, measured once per shape on GPUs (both kernels' speed and
-# CLBlast's host cost count), CLBlast elsewhere; measure, measured on any device (the tests); on, the tiled
+# FADE's tiled kernel or CLBlast, per GEMM shape: auto, measured once per shape on GPUs for products of at least
+# GEMM_MEASURE_FLOPS (both kernels' speed and CLBlast's host cost count), CLBlast for smaller ones and elsewhere;
+# measure, measured on any device and size (the tests); on, the tiled
 # kernel always (the tests); off, CLBlast always
 GEMM_OWN = setting("FADE_OCL_GEMM_OWN")
 
 gemm_kernels: dict = {}  # GEMM key -> "clblast" or a tiled_mm kernel name, as measured
 
 GEMM_MEASURE_SHARE = 16  # a shape is measured when its scratch output fits 1/16 of the device's memory
+
+# auto measures a GEMM of at least this many flops per call; smaller ones keep CLBlast. Measuring builds one program
+# per tiling for the shape (0.3-1 s each on NVIDIA's compiler), while a small product's gain is microseconds: on the
+# H200 the tiled kernel saved 4-13 us on vit's 0.1 GFLOP head and 25-230 us on resnet50's 6.6-13 GFLOP products
+# (results/ocl-gemm-h200-s15), and measuring every shape made mobilenet_v3_small's first training step take 219 s
+# instead of 42 (results/ocl-table-h200-s16), its products all below 0.7 GFLOP.
+GEMM_MEASURE_FLOPS = 1 << 30
 
 
 def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int, dtype=torch.float32) -> tuple:
@@ -119,7 +127,7 @@ def gemm_kernel(out: Mat, a: Mat, b: Mat, batch: int, strides: tuple) -> str:
         return "clblast"
     if GEMM_OWN == "on":
         return options[-1] if options[-1].endswith("/split") else options[0]
-    if dev.info.kind != "gpu" and GEMM_OWN != "measure":
+    if GEMM_OWN != "measure" and (dev.info.kind != "gpu" or 2 * m * n * k * batch < GEMM_MEASURE_FLOPS):
         return "clblast"
     key = (dev.index, out.dtype, m, n, k, batch, a.row_stride, a.col_stride, b.row_stride, b.col_stride,
            out.row_stride, strides)
