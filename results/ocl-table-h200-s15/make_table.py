@@ -4,7 +4,12 @@ against CLBlast) replace session 14's (../ocl-table-h200-s14: 9b71f25, 7442073),
 (../ocl-table-h200-s13, 151df2a); the commit column says which. A network whose call did not finish all its
 cells (CUDA, eager and graph mode, train and infer) keeps its older rows whole.
 Cells: samples/s (median step) ± half the IQR as a share of the median, and % of CUDA fp32 (TF32 off,
-cudnn.benchmark on)."""
+cudnn.benchmark on).
+
+    python make_table.py [LATER_DIR ...]
+
+Each LATER_DIR (a later session's results folder, oldest first) adds its table*/*/models.jsonl calls on top, each
+call by the same rule (left out unless complete)."""
 import glob
 import json
 import statistics
@@ -15,7 +20,7 @@ HERE = Path(__file__).parent
 S13, S14 = HERE.parent / "ocl-table-h200-s13", HERE.parent / "ocl-table-h200-s14"
 SOURCES = [(S13, "part*/g*/models.jsonl"), (S14, "tableA/*/models.jsonl"), (S14, "tableB/*/models.jsonl"),
            (S14, "tableC/*/models.jsonl"), (S14, "tuned/untuned/*/models.jsonl"), (HERE, "tableA/*/models.jsonl"),
-           (HERE, "tableB/*/models.jsonl")]
+           (HERE, "tableB/*/models.jsonl")] + [(Path(d).resolve(), "table*/*/models.jsonl") for d in sys.argv[1:]]
 NEEDED = {(mode, kind) for mode in ("train", "infer") for kind in ("cuda", "fp32", "compile")}
 
 
@@ -30,8 +35,8 @@ def complete(path) -> bool:
 cells, commit = {}, {}
 for root, pattern in SOURCES:
     for path in sorted(glob.glob(str(root / pattern))):
-        if root == HERE and not complete(path):
-            print(f"left out (incomplete call): {Path(path).relative_to(HERE)}", file=sys.stderr)
+        if root not in (S13, S14) and not complete(path):
+            print(f"left out (incomplete call): {Path(path).relative_to(root.parent)}", file=sys.stderr)
             continue
         sha = next(Path(path).parents[i] / "commit.txt" for i in range(4)
                    if (Path(path).parents[i] / "commit.txt").exists()).read_text().strip()[:7]
