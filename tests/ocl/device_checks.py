@@ -555,7 +555,7 @@ def test_a_gemm_that_needs_clblast_scratch_gets_a_pool_buffer_and_equals_the_cpu
     close(torch.mm(a.to(DEV), b.to(DEV).t()), got.cpu(), atol=0, rtol=0)
 
 
-def test_strided_elementwise_kernels_with_compiled_geometry_equal_the_cpu():
+def test_strided_elementwise_kernels_with_compiled_geometry_equal_the_cpu(monkeypatch):
     """Elementwise ops over permuted, sliced and broadcast views take the kernels with their geometry compiled
     in (dimensions merged where every tensor steps through them as one): copies, arithmetic, in-place updates of a
     slice, and a 0-d tensor, each against the CPU."""
@@ -563,6 +563,7 @@ def test_strided_elementwise_kernels_with_compiled_geometry_equal_the_cpu():
 
     from fade.ocl import pointwise
 
+    monkeypatch.setattr(pointwise, "STRIDED_AFTER", 1)  # each geometry compiled at first sight
     pointwise.flat_kernels.clear()
     torch.manual_seed(0)
     cases = [(shape, perm) for shape in [(3, 4, 5), (2, 1, 6), (1, 1, 3), ()]
@@ -585,6 +586,68 @@ def test_strided_elementwise_kernels_with_compiled_geometry_equal_the_cpu():
     grid[2:5, 3:9] += 1
     close(on_device, grid, atol=1e-6, rtol=1e-6)
     assert any(key[0] == "strided" for key in pointwise.flat_kernels)  # the compiled-geometry kernels ran
+
+
+def test_a_strided_geometry_gets_its_own_kernel_only_when_met_again():
+    """A geometry met once (a generated sequence's, one token longer each step) runs on the generic kernel, built
+    once per expression; met STRIDED_AFTER times (a training step's, every step), it gets a kernel of its own.
+    Both equal the CPU."""
+    from fade.ocl import pointwise
+
+    pointwise.flat_kernels.clear()
+    pointwise.strided_seen.clear()
+    built = lambda: [key for key in pointwise.flat_kernels if key[0] == "strided" and key[2] == "a * b"]  # noqa: E731
+    torch.manual_seed(0)
+    for length in range(5, 9):  # four geometries, each met once
+        host = torch.randn(3, length)
+        close(host.to(DEV).t() * 3, host.t() * 3, atol=1e-6, rtol=1e-6)
+    assert built() == []
+    host = torch.randn(3, 4)
+    for _ in range(pointwise.STRIDED_AFTER - 1):
+        close(host.to(DEV).t() * 3, host.t() * 3, atol=1e-6, rtol=1e-6)
+    assert built() == []
+    close(host.to(DEV).t() * 3, host.t() * 3, atol=1e-6, rtol=1e-6)
+    assert len(built()) == 1
+
+
+def test_bitwise_not_of_bool_negates_and_generation_stops():
+    """~ of a bool tensor is its negation (as uint8, ~1 is 0xFE: nonzero, true), in place and strided too, and
+    integers keep their bitwise ~. transformers' greedy loop keeps `unfinished & ~is_done`: with ~True true,
+    model.generate on ocl never stopped."""
+    flags = torch.tensor([[True, False, True], [False, False, True]])
+    close(~flags.to(DEV), ~flags)
+    close(~flags.to(DEV).t(), ~flags.t())
+    close(torch.logical_not(flags.to(DEV)), torch.logical_not(flags))
+    ints = torch.tensor([0, 1, -7, 255])
+    close(~ints.to(DEV), ~ints)
+    inplace = flags.to(DEV)
+    inplace.bitwise_not_()
+    close(inplace, ~flags)
+    unfinished = torch.ones(2, dtype=torch.long)
+    close(unfinished.to(DEV) & ~flags[:, 0].to(DEV), unfinished & ~flags[:, 0])
+
+
+def test_a_tiny_llama_generates_the_cpus_greedy_tokens_and_stops():
+    """model.generate on ocl:0 (dynamic cache, SDPA, a sequence one token longer each step) stops after its
+    max_new_tokens and gives the CPU's greedy tokens from the same weights: before, ~True was true there and the
+    loop ran on (thousands of tokens), and each step's new geometries built kernels of their own."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model("llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                               num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                               max_position_embeddings=64, tie_word_embeddings=False)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+    model.eval()
+    model.generation_config.pad_token_id = 0
+    ids = torch.randint(0, 128, (2, 7))
+    runs = []
+    for device in ("cpu", DEV):
+        model.to(device)
+        with torch.inference_mode():
+            runs.append(model.generate(ids.to(device), attention_mask=torch.ones_like(ids).to(device),
+                                       max_new_tokens=5, do_sample=False).cpu())
+    assert runs[1].shape == (2, 12)
+    assert torch.equal(runs[1], runs[0])
 
 
 def test_fallback_warns_once_per_op_counts_and_keeps_aliasing():

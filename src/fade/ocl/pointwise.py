@@ -230,6 +230,13 @@ def broadcast_strides(x: torch.Tensor, shape) -> list:
 
 STRIDED_KERNELS = 1024  # compiled strided geometries kept per process; past that, the generic kernel
 
+# a strided geometry gets a kernel of its own when it is met for the STRIDED_AFTER-th time; before, the generic
+# kernel (one program per expression) runs it. A training step repeats its geometries every step, while
+# generation grows its sequence by a token a step, so each of its geometries is met once: built on first sight,
+# tiny-llama's model.generate on PoCL built programs for minutes before its first token.
+STRIDED_AFTER = 2
+strided_seen: dict = {}  # geometry key -> times met, until it is built
+
 
 def strided_indexing(sizes, reach: int) -> tuple:
     """(idx, decode, address) for a kernel with its geometry compiled in: `idx` the index type ("int" while every
@@ -252,7 +259,8 @@ def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
     """pointwise() over strided tensors with the geometry (sizes, every tensor's strides) compiled into the
     kernel, after _collapse: its divisions by constants become multiplications, no metadata buffer is made, and
     a repeated op finds its kernel by key. Offsets stay arguments, so every view of one geometry shares a
-    kernel. False when the cache is full (the generic kernel then runs)."""
+    kernel. False for a geometry met fewer than STRIDED_AFTER times, or when the cache is full: the generic kernel
+    then runs."""
     shape = list(out.shape)
     tensors = [x for x in operands if isinstance(x, torch.Tensor)]
     if any(x.dim() > len(shape) for x in tensors):
@@ -265,6 +273,13 @@ def _pointwise_strided(expr, out, operands, compute, ct, ot, scalars) -> bool:
     if entry is None:
         if len(flat_kernels) >= STRIDED_KERNELS:
             return False
+        seen = strided_seen.get(key, 0) + 1
+        if seen < STRIDED_AFTER:
+            if len(strided_seen) >= STRIDED_KERNELS:  # a stream of new geometries: forget the old ones
+                strided_seen.clear()
+            strided_seen[key] = seen
+            return False
+        strided_seen.pop(key, None)
         total = out.numel()
         reach = max([total] + [sum((size - 1) * abs(st) for size, st in zip(sizes, sts)) + x.storage_offset()
                                for sts, x in zip(strides, [out] + tensors)])
@@ -470,7 +485,9 @@ def typed_expression(op, bound: dict, expr: str, out_dtype) -> tuple:
     if compute == torch.bfloat16 or any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
                                         for x in operands):
         raise NoKernel("bfloat16")
-    if not compute.is_floating_point and base in _INTEGER_POINTWISE:
+    if base == "bitwise_not" and compute == torch.bool:  # ~ of a bool is its negation, not ~1 = 0xFE (true)
+        expr = "a == 0"
+    elif not compute.is_floating_point and base in _INTEGER_POINTWISE:
         expr = _INTEGER_POINTWISE[base]
     return expr, compute
 
