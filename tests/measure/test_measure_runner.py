@@ -105,6 +105,10 @@ def start_runner(tmp_path: Path, cases: list) -> tuple:
         stderr=subprocess.PIPE,
         text=True,
         env=environment,
+        # Ctrl-C as a terminal delivers it, whatever this suite inherited: a suite started in the background of a
+        # non-interactive shell (`make test &`) has SIGINT ignored, which a child would inherit (and Python then
+        # leaves it ignored), so the Ctrl-C test's SIGINT would never arrive
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     return process, out
 
