@@ -122,18 +122,18 @@ def gemm_kernel(out: Mat, a: Mat, b: Mat, batch: int, strides: tuple) -> str:
     if GEMM_OWN == "off" or out.dtype not in (torch.float32, torch.float64) or k == 0:
         return "clblast"  # (k == 0: beta * out, which mm_into and CLBlast's batched call do)
     dev = runtime.device(out.index)
+    if GEMM_OWN == "auto" and (dev.info.kind != "gpu" or 2 * m * n * k * batch < GEMM_MEASURE_FLOPS):
+        return "clblast"  # (decided before the options: every GEMM call asks)
+    key = (dev.index, out.dtype, m, n, k, batch, a.row_stride, a.col_stride, b.row_stride, b.col_stride,
+           out.row_stride, strides)
+    chosen = gemm_kernels.get(key) if GEMM_OWN != "on" else None  # only shapes that had options were measured
+    if chosen is not None:
+        return chosen
     options = tiled_options(dev, m, n, k, batch, out.dtype)
     if not options:
         return "clblast"
     if GEMM_OWN == "on":
         return options[-1] if options[-1].endswith("/split") else options[0]
-    if GEMM_OWN != "measure" and (dev.info.kind != "gpu" or 2 * m * n * k * batch < GEMM_MEASURE_FLOPS):
-        return "clblast"
-    key = (dev.index, out.dtype, m, n, k, batch, a.row_stride, a.col_stride, b.row_stride, b.col_stride,
-           out.row_stride, strides)
-    chosen = gemm_kernels.get(key)
-    if chosen is not None:
-        return chosen
     nbytes = m * n * batch * out.dtype.itemsize
     if dev.capture is not None or nbytes > dev.info.global_memory_bytes // GEMM_MEASURE_SHARE:
         return "clblast"
