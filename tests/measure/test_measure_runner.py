@@ -85,8 +85,13 @@ def test_resume_skips_finished_cases_and_retries_failed_ones(tmp_path):
     assert [r["case_id"] for r in read_lines_strictly(out)] == ["test/a", "test/b", "test/b", "test/c"]
 
 
+# The script first takes Ctrl-C as Python does in a terminal, whatever this suite inherited: a suite started in the
+# background of a non-interactive shell (`make test &`) has SIGINT ignored, a child inherits that and Python then
+# leaves it ignored, so the Ctrl-C test's SIGINT would never arrive. (Set here, not by Popen's preexec_fn, which
+# is unsafe while the suite's ocl child pool runs threads.)
 RUNNER_SCRIPT = """
-import json, sys
+import json, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from fade.measure.case import Case
 from fade.measure.runner import IsolatedExecutor, run_cases
 cases = [Case.from_dict(item) for item in json.loads(sys.argv[1])]
@@ -105,10 +110,6 @@ def start_runner(tmp_path: Path, cases: list) -> tuple:
         stderr=subprocess.PIPE,
         text=True,
         env=environment,
-        # Ctrl-C as a terminal delivers it, whatever this suite inherited: a suite started in the background of a
-        # non-interactive shell (`make test &`) has SIGINT ignored, which a child would inherit (and Python then
-        # leaves it ignored), so the Ctrl-C test's SIGINT would never arrive
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     return process, out
 
