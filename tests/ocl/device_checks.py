@@ -340,6 +340,27 @@ def conv_matches_the_cpu(x, conv, **tolerance):
     return conv_ocl, x_ocl
 
 
+def test_depthwise_convolution_reads_a_channels_last_input_in_place():
+    """A depthwise forward (7x7, multiplier 1 and 2, stride 2 with dilation, and bias) of a channels-last input
+    (convnext's layout) reads it without a copy and equals the CPU, forward and both backwards; its output is
+    NCHW as before."""
+    torch.manual_seed(0)
+    for c, mult, stride, dilation in ((6, 1, 1, 1), (4, 2, 2, 2)):
+        conv = torch.nn.Conv2d(c, c * mult, 7, stride, 3, dilation=dilation, groups=c)
+        x = torch.randn(2, 9, 10, c).permute(0, 3, 1, 2)  # channels-last, not contiguous
+        assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        conv_ocl = copy.deepcopy(conv).to(DEV)
+        xd = x.to(DEV)
+        assert xd.stride() == x.stride()
+        with ocl.profile(0) as times:
+            y = conv_ocl(xd)
+        labels = [row["kernel"] for row in times.table(by="label")]
+        assert "depthwise" in labels and "pointwise a" not in labels, labels  # no copy of x (a bias add runs)
+        assert y.is_contiguous()
+        close(y, conv(x).detach(), atol=1e-5, rtol=1e-5)
+        conv_matches_the_cpu(x, conv, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("fold_pixels", [1, 1 << 30])  # per image; folded
 def test_conv2d_data_gradient_alone_with_frozen_weights_equals_the_cpu(fold_pixels, monkeypatch):
     """Frozen weights and no bias: the backward computes the data gradient only (no columns are built)."""
@@ -1103,7 +1124,7 @@ def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels,
                              atol=1e-12, rtol=1e-10)
 
 
-@pytest.mark.parametrize("kernel", ["128x128", "128x64k16", "32x64", "128x128/split"])
+@pytest.mark.parametrize("kernel", ["128x128t16x8", "128x64t8x8", "32x64", "128x128t16x8/split"])
 def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
     """mm, addmm (alpha and beta), bmm and linear through kernels/tiled_gemm.cl (gemm_kernel patched to one
     kernel): either operand transposed or not, sizes off the tiles' multiples, float32 and float64; the split
@@ -1131,9 +1152,18 @@ def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
         gemms = [row for row in times.table(by="kernel") if "gemm" in row["kernel"].lower()]
         assert [(row["kernel"], row["calls"]) for row in gemms] == [("tiled_gemm", 1)]
         w, bias = torch.randn(6, k, dtype=dtype), torch.randn(6, dtype=dtype)
-        close(torch.nn.functional.linear(x[0].to(DEV), w.to(DEV), bias.to(DEV)),
-              torch.nn.functional.linear(x[0], w, bias), **tolerance)
-    if kernel in ("128x128", "32x64"):  # the T4 load path, shared by the tilings (256 and 128 work items)
+        with ocl.profile(0) as times:
+            close(torch.nn.functional.linear(x[0].to(DEV), w.to(DEV), bias.to(DEV)),
+                  torch.nn.functional.linear(x[0], w, bias), **tolerance)
+        launched = {row["kernel"] for row in times.table(by="kernel") if not row["kernel"].startswith("copy")}
+        # addmm's bias read by the unsplit kernel's beta term in place (stride 0 down the rows); split, copied first
+        assert launched == ({"tiled_gemm", "sum_pieces", "pointwise"} if kernel.endswith("/split") else
+                            {"tiled_gemm"}), launched
+        # self down the columns (m x 1), one element for all, and an m x n view with strides (2, 40)
+        for self_ in (torch.randn(20, 1, dtype=dtype), bias[:1], torch.randn(6, 40, dtype=dtype)[:, ::2].t()):
+            close(torch.addmm(self_.to(DEV), x[0].to(DEV), w.t().to(DEV), beta=0.5, alpha=2.0),
+                  torch.addmm(self_, x[0], w.t(), beta=0.5, alpha=2.0), **tolerance)
+    if kernel in ("128x128t16x8", "32x64"):  # the T4 load path, shared by the tilings (16 x 8 and 4 x 4 per item)
         # T4 loads from global memory (VA / VB): extents and strides multiples of 4 but not of the tiles, in every
         # transposition, batched, and at offsets that allow them (a multiple of 4) and that do not
         programs = runtime.device(0).programs

@@ -38,10 +38,13 @@ def _gemm_operand(m: Mat) -> tuple:
     return as_mat(dense), False, max(m.cols, 1)
 
 
-def mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0)) -> None:
+def mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0),
+            source: torch.Tensor | None = None) -> None:
     """out = alpha * a @ b + beta * out for 2-D device tensors or _Mats (out row-major); with `batch` > 1, that
     many products whose a, b and out start `strides` elements after the previous ones (those given are the
-    first). Through CLBlast or tiled_gemm, whichever gemm_kernel picks for the shape."""
+    first). Through CLBlast or tiled_gemm, whichever gemm_kernel picks for the shape. `source` (unbatched): a
+    tensor that broadcasts to out's shape, which the beta term reads instead of out (addmm's self): the tiled
+    kernel reads it in place; for the others it is copied into out first."""
     out, a, b = (x if isinstance(x, Mat) else as_mat(x) for x in (out, a, b))
     m, k = a.shape
     n = b.cols
@@ -51,13 +54,31 @@ def mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple
         raise ValueError("a GEMM's output must be row-major")
     if k == 0 and batch == 1:
         target = out.tensor()
-        pointwise("a * beta", target, [target], scalars={"beta": beta}) if beta else pointwise("0", target, [])
+        if beta:
+            pointwise("a * beta", target, [target if source is None else source], scalars={"beta": beta})
+        else:
+            pointwise("0", target, [])
         return
     kernel = gemm_kernel(out, a, b, batch, strides)
+    read = None
+    if source is not None and beta:
+        if kernel == "clblast" or "/" in kernel or batch > 1:
+            pointwise("a", out.tensor(), [source])
+        else:
+            read = _broadcast_mat(source, m, n)
     if kernel == "clblast":
         _clblast_mm(out, a, b, alpha, beta, batch, strides)
     else:
-        tiled_mm(out, a, b, alpha, beta, batch, strides, kernel)
+        tiled_mm(out, a, b, alpha, beta, batch, strides, kernel, source=read)
+
+
+def _broadcast_mat(t: torch.Tensor, m: int, n: int) -> Mat:
+    """A tensor of at most two dimensions that broadcasts to (m, n) as an m x n Mat: stride 0 along a
+    dimension it lacks or has once (no view made: each costs a dispatch)."""
+    sizes = (1,) * (2 - t.dim()) + tuple(t.shape)
+    steps = (0,) * (2 - t.dim()) + tuple(t.stride())
+    return Mat(block_of(t).buffer, t.dtype, t.device.index or 0, t.storage_offset(), m, n,
+               steps[0] if sizes[0] != 1 else 0, steps[1] if sizes[1] != 1 else 0, t)
 
 
 def _clblast_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int, strides: tuple) -> None:
@@ -109,10 +130,11 @@ def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int, dtype
         local_bytes = 2 * bk * (bm + 4 + bn + 4) * dtype.itemsize
         return (bm // tm) * (bn // tn) <= dev.max_work_group_size and \
             local_bytes <= dev.info.local_memory_bytes
-    options = tuple(t for t in ("128x128", "128x64k16", "32x64") if fits(t))
+    options = tuple(t for t in ("128x128t16x8", "128x64t8x8", "32x64") if fits(t))
     tiles = -(-m // 128) * -(-n // 128) * batch
-    if "128x128" in options and batch == 1 and tiles < TILED_SPLIT_GROUPS * dev.info.compute_units and k >= 1024:
-        options += ("128x128/split",)
+    if options[:1] == ("128x128t16x8",) and batch == 1 and tiles < TILED_SPLIT_GROUPS * dev.info.compute_units \
+            and k >= 1024:
+        options += ("128x128t16x8/split",)
     return options
 
 
@@ -216,8 +238,14 @@ def own_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: int,
 _TILED_GEMM_SOURCE = load("tiled_gemm.cl")
 
 # tiled_gemm's tilings: name -> (BM, BN, BK, TM, TN), a BM x BN tile of C per work-group of (BN/TN) x (BM/TM)
-# work items
+# work items. The first two are what tiled_options offers: on the H200 (results/ocl-gemm-h200-s17), 128 items of
+# 16 x 8 outputs each (231 registers, two work-groups per SM) ran the big products 12-16% faster than 256 items
+# of 8 x 8 (39.5 against 34.3 TFLOP/s at 4096^3; cuBLAS fp32 50.7), and 128 x 64 tiles of 8 x 8 the products
+# with a narrow side (35.5 against 28.8 at 4096 x 768 x 3072); a warp as 8 x 4 items instead of 16 x 2, k steps
+# of 16 and 256-row tiles were slower.
 TILINGS = {
+    "128x128t16x8": (128, 128, 8, 16, 8),
+    "128x64t8x8": (128, 64, 8, 8, 8),
     "128x128": (128, 128, 8, 8, 8),
     "128x128k16": (128, 128, 16, 8, 8),
     "128x64k16": (128, 64, 16, 8, 4),
@@ -230,16 +258,19 @@ TILINGS = {
 
 
 def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: int, strides: tuple, tiling: str,
-                        split: int = 0) -> tuple:
+                        split: int = 0, source: Mat | None = None) -> tuple:
     """(kernel, global size, local size) of tiled_gemm for these matrices' shapes and strides (their offsets
     are arguments); `split` > 0: split-K in slices of `split` (a multiple of the tiling's BK) along the third
-    work-group index."""
+    work-group index; `source`: the matrix the beta term reads instead of `out` (unbatched)."""
     bm, bn, bk, tm, tn = TILINGS[tiling]
     m, k, n = a.rows, a.cols, b.cols
     values = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
                   B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2],
                   A_K1=int(a.col_stride == 1 and a.rows > 1), B_K1=int(b.row_stride == 1 and b.cols > 1),
                   BM=bm, BN=bn, BK=bk, TM=tm, TN=tn)
+    s_rs, s_cs, s_bs = (source.row_stride, source.col_stride, 0) if source is not None else \
+        (out.row_stride, 1, strides[2])
+    values.update(S_RS=s_rs, S_CS=s_cs, S_BS=s_bs)
     threads = (bm // tm) * (bn // tn)
     a_batch, b_batch = (strides[0], strides[1]) if batch > 1 and not split else (0, 0)
     values["VA"] = int(_vector_loads(a.offset, a_batch, bm * bk, threads, values["A_K1"], (a.row_stride, k),
@@ -250,7 +281,7 @@ def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: in
         values["KC"] = split
     wide = max(m * max(a.row_stride, 1) + k * max(a.col_stride, 1) + batch * strides[0],
                k * max(b.row_stride, 1) + n * max(b.col_stride, 1) + batch * strides[1],
-               m * max(out.row_stride, 1) + n + batch * strides[2]) >= 2**31
+               m * max(out.row_stride, 1) + n + batch * strides[2], m * s_rs + n * s_cs) >= 2**31
     header = (f"T {cl_type(out.dtype)}", f"T4 {cl_type(out.dtype)}4", f"IDX {'long' if wide else 'int'}",
               f"ACC {'double' if out.dtype == torch.float64 else 'float'}")
     kernel = dev.kernel("tiled_gemm", compiled_source(_TILED_GEMM_SOURCE, header, tuple(values),
@@ -279,20 +310,23 @@ TILED_SPLIT_GROUPS = 4  # work-groups per compute unit a split tiled GEMM aims a
 
 
 def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1, strides: tuple = (0, 0, 0),
-             kernel: str = "128x128") -> None:
+             kernel: str = "128x128t16x8", source: Mat | None = None) -> None:
     """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _TILED_GEMM_SOURCE (any strides for a
     and b, out row-major): one launch and no copies; "TILING/split": k in slices (partial products in a scratch
-    buffer, then summed by sum_pieces: two launches)."""
+    buffer, then summed by sum_pieces: two launches). `source` (unsplit and unbatched only): the beta term reads
+    it instead of out (addmm's bias, any strides, 0 for a broadcast dimension)."""
     if not (a.rows and b.cols and batch):
         return
     dev = runtime.device(out.index)
     scalar = np.float64 if out.dtype == torch.float64 else np.float32
     tiling, _, split = kernel.partition("/")
     if not split or batch > 1:
-        code, grid, local = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling)
+        code, grid, local = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling, source=source)
+        s = source if source is not None else out
         dev.launch(code, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer,
-                   np.int64(out.offset), scalar(alpha), scalar(beta))
+                   np.int64(out.offset), scalar(alpha), scalar(beta), s.buffer, np.int64(s.offset))
         return
+    assert source is None, "a split tiled GEMM reads beta's term from out"
     bm, bn, bk = TILINGS[tiling][:3]
     m, k, n = a.rows, a.cols, b.cols
     tiles = -(-m // bm) * -(-n // bn)
@@ -305,7 +339,7 @@ def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1
         code, grid, local = tiled_gemm_geometry(dev, partial.row_range(0, m), a, b, slices, (0, 0, m * n), tiling,
                                                  chunk)
         dev.launch(code, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), partial.buffer,
-                   np.int64(0), scalar(alpha), scalar(0.0))
+                   np.int64(0), scalar(alpha), scalar(0.0), partial.buffer, np.int64(0))
         sum_pieces(dev, partial.buffer, slices, out, beta)
 
 
@@ -397,9 +431,8 @@ def matmul(op, args, kwargs, bound):
         mm_into(out, bound["self"], bound["mat2"], 1.0, 0.0)
     elif base == "addmm":
         beta, alpha = float(bound["beta"]), float(bound["alpha"])
-        if beta:
-            pointwise("a", out, [bound["self"]])
-        mm_into(out, bound["mat1"], bound["mat2"], alpha, beta)
+        source = bound["self"] if beta and bound["self"] is not out else None
+        mm_into(out, bound["mat1"], bound["mat2"], alpha, beta, source=source)
     elif base == "baddbmm":
         beta, alpha = float(bound["beta"]), float(bound["alpha"])
         if beta:

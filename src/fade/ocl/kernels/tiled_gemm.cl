@@ -14,7 +14,8 @@
    its unit-stride index (the geometry sets them where that index's extent, the other stride, the batch stride and
    the offset are multiples of 4, so every T4 is aligned and lies wholly inside or outside the matrix). The local
    tiles are declared as T4s so that the products' reads from them are 16-byte loads (NVIDIA's compiler loads a
-   vload4 from a T array as four scalars). */
+   vload4 from a T array as four scalars). The beta term reads S (C itself unless a caller passes another
+   matrix: addmm's bias, broadcast by stride 0), element (m, n) at m * S_RS + n * S_CS, batch entries S_BS apart. */
 #define WX (BN / TN)
 #define WY (BM / TM)
 #define THREADS (WX * WY)
@@ -42,7 +43,7 @@
 
 __kernel __attribute__((reqd_work_group_size(WX, WY, 1)))
 void tiled_gemm(__global const T* A, long a_off, __global const T* B, long b_off, __global T* C, long c_off,
-                ACC alpha, ACC beta) {
+                ACC alpha, ACC beta, __global const T* S, long s_off) {
     __local T4 As4[2 * BK * PA / 4];
     __local T4 Bs4[2 * BK * PB / 4];
     __local T* As = (__local T*)As4;
@@ -194,14 +195,14 @@ void tiled_gemm(__global const T* A, long a_off, __global const T* B, long b_off
     }
 
     C += c_off + b * C_BS;
+    S += s_off + b * S_BS;
     _Pragma("unroll") for (int i = 0; i < TM; i++) {
         const IDX m = m0 + (i / 4) * (BM / (TM / 4)) + ty * 4 + (i % 4);
         if (EDGE_M && m >= M) continue;
         _Pragma("unroll") for (int j = 0; j < TN; j++) {
             const IDX n = n0 + (j / 4) * (BN / (TN / 4)) + tx * 4 + (j % 4);
             if (EDGE_N && n >= N) continue;
-            const IDX at = m * C_RS + n;
-            C[at] = (T)(alpha * acc[i][j] + (beta != 0 ? beta * (ACC)C[at] : (ACC)0));
+            C[m * C_RS + n] = (T)(alpha * acc[i][j] + (beta != 0 ? beta * (ACC)S[m * S_RS + n * S_CS] : (ACC)0));
         }
     }
 }
