@@ -340,27 +340,6 @@ def conv_matches_the_cpu(x, conv, **tolerance):
     return conv_ocl, x_ocl
 
 
-def test_depthwise_convolution_reads_a_channels_last_input_in_place():
-    """A depthwise forward (7x7, multiplier 1 and 2, stride 2 with dilation, and bias) of a channels-last input
-    (convnext's layout) reads it without a copy and equals the CPU, forward and both backwards; its output is
-    NCHW as before."""
-    torch.manual_seed(0)
-    for c, mult, stride, dilation in ((6, 1, 1, 1), (4, 2, 2, 2)):
-        conv = torch.nn.Conv2d(c, c * mult, 7, stride, 3, dilation=dilation, groups=c)
-        x = torch.randn(2, 9, 10, c).permute(0, 3, 1, 2)  # channels-last, not contiguous
-        assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-        conv_ocl = copy.deepcopy(conv).to(DEV)
-        xd = x.to(DEV)
-        assert xd.stride() == x.stride()
-        with ocl.profile(0) as times:
-            y = conv_ocl(xd)
-        labels = [row["kernel"] for row in times.table(by="label")]
-        assert "depthwise" in labels and "pointwise a" not in labels, labels  # no copy of x (a bias add runs)
-        assert y.is_contiguous()
-        close(y, conv(x).detach(), atol=1e-5, rtol=1e-5)
-        conv_matches_the_cpu(x, conv, atol=1e-4, rtol=1e-4)
-
-
 @pytest.mark.parametrize("fold_pixels", [1, 1 << 30])  # per image; folded
 def test_conv2d_data_gradient_alone_with_frozen_weights_equals_the_cpu(fold_pixels, monkeypatch):
     """Frozen weights and no bias: the backward computes the data gradient only (no columns are built)."""

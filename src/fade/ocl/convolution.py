@@ -124,15 +124,10 @@ def convolution(op, args, kwargs, bound):
         plan = conv_plans.get(plan_key)
         if plan is not None:
             return plan(x, weight)
-    groups = bound["groups"]
-    forward = base_name(op) == "convolution"
-    # a depthwise forward reads a channels-last x in place (convnext's blocks hand their depthwise convolution
-    # the residual stream in that layout: a copy per block otherwise)
-    in_place = forward and weight.shape[1] == 1 and groups == x.shape[1] > 1 and not x.is_contiguous() and \
-        x.is_contiguous(memory_format=torch.channels_last)
-    x, weight = x if in_place else contiguous(x), contiguous(weight)
+    x, weight = contiguous(x), contiguous(weight)
     n, c, h, w = x.shape
     cout, cg, kh, kw = weight.shape
+    groups = bound["groups"]
     (sh, sw), (ph, pw), (dh, dw) = bound["stride"], bound["padding"], bound["dilation"]
     oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
@@ -143,12 +138,12 @@ def convolution(op, args, kwargs, bound):
     # the geometry is compiled in (one program per convolution shape, built once, cached on disk by pyopencl):
     # the kernels' divisions by constants become multiplications, and indices are 32-bit where they fit
     fits = max(n * c * h * w, n * cout * oh * ow, c * kh * kw * n * length) < 2**31
-    names = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "M", "XN", "XC", "XH",
-             "XW", "X_CL")
-    values = (n, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, coutg, *x.stride(), int(in_place))
+    names = ("N", "C", "H", "W", "KH", "KW", "OH", "OW", "SH", "SW", "PH", "PW", "DH", "DW", "M")
+    values = (n, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, coutg)
     header = (f"T {cl_type(x.dtype)}", f"ACC {wide}", f"IDX {'int' if fits else 'long'}")
     source = compiled_source(_CONV_SOURCE, header, names, values, not fits)
     index = x.device.index
+    forward = base_name(op) == "convolution"
     if not forward:
         grad = contiguous(bound["grad_output"])
         mask = bound["output_mask"]

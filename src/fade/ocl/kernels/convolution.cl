@@ -19,19 +19,12 @@ __kernel void col2im(__global const T* cols, __global T* x, long x_off, long CS,
     x[x_off + g] = acc;
 }
 __kernel void depthwise(__global const T* x, long x_off, __global const T* w, long w_off, __global T* out) {
-    /* groups == C: output channel o reads input channel o / M (M outputs per input channel); x element
-       (n, c, y, x) at n * XN + c * XC + y * XH + x * XW. X_CL (a channels-last x): the output channel varies
-       fastest across work items, so neighbouring items read neighbouring input channels (49 reads a 7x7 output
-       against one write); out is contiguous NCHW either way */
+    /* groups == C: output channel o reads input channel o / M (M outputs per input channel) */
     IDX g = get_global_id(0);
     x += x_off; w += w_off;
     if (g >= N * C * M * OH * OW) return;
-#if X_CL
-    IDX o = g % (C * M), ox = (g / (C * M)) % OW, oy = (g / (C * M * OW)) % OH, n = g / (C * M * OW * OH);
-#else
     IDX ox = g % OW, oy = (g / OW) % OH, o = (g / (OH * OW)) % (C * M), n = g / (C * M * OH * OW);
-#endif
-    __global const T* plane = x + n * XN + (o / M) * XC;
+    __global const T* plane = x + (n * C + o / M) * H * W;
     T acc = 0;
     for (IDX ki = 0; ki < KH; ++ki) {
         IDX iy = oy * SH - PH + ki * DH;
@@ -39,10 +32,10 @@ __kernel void depthwise(__global const T* x, long x_off, __global const T* w, lo
         for (IDX kj = 0; kj < KW; ++kj) {
             IDX ix = ox * SW - PW + kj * DW;
             if (ix < 0 || ix >= W) continue;
-            acc += plane[iy * XH + ix * XW] * w[(o * KH + ki) * KW + kj];
+            acc += plane[iy * W + ix] * w[(o * KH + ki) * KW + kj];
         }
     }
-    out[((n * C * M + o) * OH + oy) * OW + ox] = acc;
+    out[g] = acc;
 }
 __kernel void depthwise_grad_input(__global const T* grad, long grad_off, __global const T* w, long w_off,
                                    __global T* gx) {
