@@ -1103,17 +1103,20 @@ def test_conv2d_folded_and_per_image_paths_equal_the_cpu_in_float64(fold_pixels,
                              atol=1e-12, rtol=1e-10)
 
 
-@pytest.mark.parametrize("kernel", ["128x128t16x8", "128x64t8x8", "32x64", "128x128t16x8/split"])
+@pytest.mark.parametrize("kernel", ["128x128t16x8", "128x64t8x8", "32x64", "128x128t16x8/split", "64x64/generic"])
 def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
     """mm, addmm (alpha and beta), bmm and linear through kernels/tiled_gemm.cl (gemm_kernel patched to one
     kernel): either operand transposed or not, sizes off the tiles' multiples, float32 and float64; the split
     kernel over a long k (its partial products summed by sum_pieces), and bmm unsplit. One launch per product.
-    float64 for the 128 x 128 kernels only (each geometry and dtype is a program PoCL builds: ~0.7 s each)."""
+    float64 for the 128 x 128 kernels only (each geometry and dtype is a program PoCL builds: ~0.7 s each). The
+    generic kernel (shape and strides as arguments) builds one program per operand layout for all the shapes."""
     from fade.ocl import gemm
 
     monkeypatch.setattr(gemm, "gemm_kernel", lambda *args: kernel)
     torch.manual_seed(0)
     k = 1100 if kernel.endswith("/split") else 37
+    programs = runtime.device(0).programs
+    before = set(programs)
     for dtype in (torch.float32, torch.float64) if kernel.startswith("128x128") else (torch.float32,):
         tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-4}
         for trans_a, trans_b in itertools.product((False, True), repeat=2):
@@ -1142,6 +1145,9 @@ def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
         for self_ in (torch.randn(20, 1, dtype=dtype), bias[:1], torch.randn(6, 40, dtype=dtype)[:, ::2].t()):
             close(torch.addmm(self_.to(DEV), x[0].to(DEV), w.t().to(DEV), beta=0.5, alpha=2.0),
                   torch.addmm(self_, x[0], w.t(), beta=0.5, alpha=2.0), **tolerance)
+    if kernel.endswith("/generic"):  # products of 130 x 70, 20 x 9 (bmm), 20 x 6 (linear), ...: a program per layout
+        built = [key[1] for key in set(programs) - before if key[0] == "tiled_gemm"]
+        assert all("RUNTIME_GEOMETRY 1\n" in src for src in built) and len(built) <= 4, len(built)
     if kernel in ("128x128t16x8", "32x64"):  # the T4 load path, shared by the tilings (16 x 8 and 4 x 4 per item)
         # T4 loads from global memory (VA / VB): extents and strides multiples of 4 but not of the tiles, in every
         # transposition, batched, and at offsets that allow them (a multiple of 4) and that do not
@@ -1228,8 +1234,9 @@ def test_gemm_kernel_is_measured_once_per_shape_and_kept(monkeypatch):
 
 def test_auto_measures_only_gemms_worth_their_builds(monkeypatch):
     """FADE_OCL_GEMM_OWN=auto on a GPU measures a GEMM of at least GEMM_MEASURE_FLOPS and gives a smaller one to
-    CLBlast without measuring (measuring builds a program per tiling: minutes of a first step over a network's
-    many small products); off a GPU, nothing is measured."""
+    the tiled kernel's runtime-geometry program without measuring (measuring builds a program per tiling: minutes
+    of a first step over a network's many small products; CLBlast's host cost per call is ~130 us); off a GPU,
+    nothing is measured and CLBlast runs."""
     import dataclasses
 
     from fade.ocl import gemm
@@ -1243,8 +1250,10 @@ def test_auto_measures_only_gemms_worth_their_builds(monkeypatch):
     close(a.to(DEV) @ b.to(DEV), a @ b, atol=1e-4, rtol=1e-4)
     assert gemm.gemm_kernels == {}  # not a GPU
     monkeypatch.setattr(dev, "info", dataclasses.replace(dev.info, kind="gpu"))
-    close(small.to(DEV) @ b[:36].to(DEV), small @ b[:36], atol=1e-4, rtol=1e-4)
-    assert gemm.gemm_kernels == {}  # below the threshold: CLBlast, unmeasured
+    with ocl.profile(0) as times:
+        close(small.to(DEV) @ b[:36].to(DEV), small @ b[:36], atol=1e-4, rtol=1e-4)
+    assert gemm.gemm_kernels == {}  # below the threshold: unmeasured, the generic tiled kernel
+    assert [row["kernel"] for row in times.table(by="kernel") if "emm" in row["kernel"]] == ["tiled_gemm"]
     close(a.to(DEV) @ b.to(DEV), a @ b, atol=1e-4, rtol=1e-4)
     assert len(gemm.gemm_kernels) == 1
 

@@ -62,7 +62,7 @@ def mm_into(out, a, b, alpha: float, beta: float, batch: int = 1, strides: tuple
     kernel = gemm_kernel(out, a, b, batch, strides)
     read = None
     if source is not None and beta:
-        if kernel == "clblast" or "/" in kernel or batch > 1:
+        if kernel == "clblast" or kernel.endswith("/split") or batch > 1:
             pointwise("a", out.tensor(), [source])
         else:
             read = _broadcast_mat(source, m, n)
@@ -103,20 +103,23 @@ def _clblast_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int,
 
 
 # FADE's tiled kernel or CLBlast, per GEMM shape: auto, measured once per shape on GPUs for products of at least
-# GEMM_MEASURE_FLOPS (both kernels' speed and CLBlast's host cost count), CLBlast for smaller ones and elsewhere;
-# measure, measured on any device and size (the tests); on, the tiled
-# kernel always (the tests); off, CLBlast always
+# GEMM_MEASURE_FLOPS (both kernels' speed and CLBlast's host cost count), the tiled kernel's runtime-geometry
+# program unmeasured for smaller ones on GPUs, CLBlast elsewhere; measure, measured on any device and size (the
+# tests); on, the tiled kernel always (the tests); off, CLBlast always
 GEMM_OWN = setting("FADE_OCL_GEMM_OWN")
 
 gemm_kernels: dict = {}  # GEMM key -> "clblast" or a tiled_mm kernel name, as measured
 
 GEMM_MEASURE_SHARE = 16  # a shape is measured when its scratch output fits 1/16 of the device's memory
 
-# auto measures a GEMM of at least this many flops per call; smaller ones keep CLBlast. Measuring builds one program
-# per tiling for the shape (0.3-1 s each on NVIDIA's compiler), while a small product's gain is microseconds: on the
-# H200 the tiled kernel saved 4-13 us on vit's 0.1 GFLOP head and 25-230 us on resnet50's 6.6-13 GFLOP products
+# auto measures a GEMM of at least this many flops per call. Measuring builds one program per tiling for the shape
+# (0.3-1 s each on NVIDIA's compiler), while a small product's gain is microseconds: on the H200 the tiled kernel
+# saved 4-13 us on vit's 0.1 GFLOP head and 25-230 us on resnet50's 6.6-13 GFLOP products
 # (results/ocl-gemm-h200-s15), and measuring every shape made mobilenet_v3_small's first training step take 219 s
-# instead of 42 (results/ocl-table-h200-s16), its products all below 0.7 GFLOP.
+# instead of 42 (results/ocl-table-h200-s16), its products all below 0.7 GFLOP. Smaller products run the tiled
+# kernel's runtime-geometry program, built once per tiling and layout, not CLBlast: CLBlast costs ~130 us of host
+# time a call on the H100's host, a replayed launch a few; mobilenet_v3_small's graph-mode training step made 128
+# CLBlast calls.
 GEMM_MEASURE_FLOPS = 1 << 30
 
 
@@ -138,14 +141,27 @@ def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int, dtype
     return options
 
 
+def _generic_tiling(dev: runtime.Device, m: int, dtype) -> str:
+    """The tiled kernel, runtime-geometry program, for a product too small to measure: 32 x 64 tiles where m is
+    at most 32, 64 x 64 otherwise (small tiles: these products make few), or CLBlast where neither fits."""
+    for tiling in ("32x64", "64x64") if m <= 32 else ("64x64", "32x64"):
+        bm, bn, bk, tm, tn = TILINGS[tiling]
+        if (bm // tm) * (bn // tn) <= dev.max_work_group_size and \
+                2 * bk * (bm + 4 + bn + 4) * dtype.itemsize <= dev.info.local_memory_bytes:
+            return f"{tiling}/generic"
+    return "clblast"
+
+
 def gemm_kernel(out: Mat, a: Mat, b: Mat, batch: int, strides: tuple) -> str:
     """"clblast" or the tiled_mm kernel for this GEMM (GEMM_OWN): measured once per shape and layout."""
     m, k, n = a.rows, a.cols, b.cols
     if GEMM_OWN == "off" or out.dtype not in (torch.float32, torch.float64) or k == 0:
         return "clblast"  # (k == 0: beta * out, which mm_into and CLBlast's batched call do)
     dev = runtime.device(out.index)
-    if GEMM_OWN == "auto" and (dev.info.kind != "gpu" or 2 * m * n * k * batch < GEMM_MEASURE_FLOPS):
+    if GEMM_OWN == "auto" and dev.info.kind != "gpu":
         return "clblast"  # (decided before the options: every GEMM call asks)
+    if GEMM_OWN == "auto" and 2 * m * n * k * batch < GEMM_MEASURE_FLOPS:
+        return _generic_tiling(dev, m, out.dtype)
     key = (dev.index, out.dtype, m, n, k, batch, a.row_stride, a.col_stride, b.row_stride, b.col_stride,
            out.row_stride, strides)
     chosen = gemm_kernels.get(key) if GEMM_OWN != "on" else None  # only shapes that had options were measured
@@ -258,36 +274,47 @@ TILINGS = {
 
 
 def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: int, strides: tuple, tiling: str,
-                        split: int = 0, source: Mat | None = None) -> tuple:
-    """(kernel, global size, local size) of tiled_gemm for these matrices' shapes and strides (their offsets
-    are arguments); `split` > 0: split-K in slices of `split` (a multiple of the tiling's BK) along the third
-    work-group index; `source`: the matrix the beta term reads instead of `out` (unbatched)."""
+                        split: int = 0, source: Mat | None = None, generic: bool = False) -> tuple:
+    """(kernel, global size, local size, geometry arguments) of tiled_gemm for these matrices' shapes and strides
+    (their offsets are arguments); `split` > 0: split-K in slices of `split` (a multiple of the tiling's BK) along
+    the third work-group index; `source`: the matrix the beta term reads instead of `out` (unbatched). `generic`:
+    the RUNTIME_GEOMETRY program (one per tiling, dtype, operand layout and index width), the shape and strides
+    in the geometry arguments (numpy scalars, to pass after s_off); else they are compiled in and the geometry
+    arguments are ()."""
     bm, bn, bk, tm, tn = TILINGS[tiling]
     m, k, n = a.rows, a.cols, b.cols
-    values = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
-                  B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2],
-                  A_K1=int(a.col_stride == 1 and a.rows > 1), B_K1=int(b.row_stride == 1 and b.cols > 1),
-                  BM=bm, BN=bn, BK=bk, TM=tm, TN=tn)
     s_rs, s_cs, s_bs = (source.row_stride, source.col_stride, 0) if source is not None else \
         (out.row_stride, 1, strides[2])
-    values.update(S_RS=s_rs, S_CS=s_cs, S_BS=s_bs)
-    threads = (bm // tm) * (bn // tn)
-    a_batch, b_batch = (strides[0], strides[1]) if batch > 1 and not split else (0, 0)
-    values["VA"] = int(_vector_loads(a.offset, a_batch, bm * bk, threads, values["A_K1"], (a.row_stride, k),
-                                     (a.row_stride, a.col_stride, m)))
-    values["VB"] = int(_vector_loads(b.offset, b_batch, bk * bn, threads, values["B_K1"], (b.col_stride, k),
-                                     (b.col_stride, b.row_stride, n)))
-    if split:
-        values["KC"] = split
+    geometry = dict(M=m, N=n, K=k, A_RS=a.row_stride, A_CS=a.col_stride, A_BS=strides[0], B_RS=b.row_stride,
+                    B_CS=b.col_stride, B_BS=strides[1], C_RS=out.row_stride, C_BS=strides[2], S_RS=s_rs,
+                    S_CS=s_cs, S_BS=s_bs)
+    values = dict(A_K1=int(a.col_stride == 1 and a.rows > 1), B_K1=int(b.row_stride == 1 and b.cols > 1),
+                  BM=bm, BN=bn, BK=bk, TM=tm, TN=tn)
     wide = max(m * max(a.row_stride, 1) + k * max(a.col_stride, 1) + batch * strides[0],
                k * max(b.row_stride, 1) + n * max(b.col_stride, 1) + batch * strides[1],
                m * max(out.row_stride, 1) + n + batch * strides[2], m * s_rs + n * s_cs) >= 2**31
+    if generic:
+        assert not split, "the generic tiled GEMM is not split"
+        values["RUNTIME_GEOMETRY"] = 1
+        index = np.int64 if wide else np.int32
+        arguments = tuple(index(v) for v in geometry.values())
+    else:
+        threads = (bm // tm) * (bn // tn)
+        a_batch, b_batch = (strides[0], strides[1]) if batch > 1 and not split else (0, 0)
+        values["VA"] = int(_vector_loads(a.offset, a_batch, bm * bk, threads, values["A_K1"], (a.row_stride, k),
+                                         (a.row_stride, a.col_stride, m)))
+        values["VB"] = int(_vector_loads(b.offset, b_batch, bk * bn, threads, values["B_K1"], (b.col_stride, k),
+                                         (b.col_stride, b.row_stride, n)))
+        if split:
+            values["KC"] = split
+        values = {**geometry, **values}
+        arguments = ()
     header = (f"T {cl_type(out.dtype)}", f"T4 {cl_type(out.dtype)}4", f"IDX {'long' if wide else 'int'}",
               f"ACC {'double' if out.dtype == torch.float64 else 'float'}")
     kernel = dev.kernel("tiled_gemm", compiled_source(_TILED_GEMM_SOURCE, header, tuple(values),
                                                        tuple(values.values()), wide))
     slices = -(-k // split) if split else batch
-    return kernel, (-(-n // bn) * (bn // tn), -(-m // bm) * (bm // tm), slices), (bn // tn, bm // tm, 1)
+    return kernel, (-(-n // bn) * (bn // tn), -(-m // bm) * (bm // tm), slices), (bn // tn, bm // tm, 1), arguments
 
 
 def _vector_loads(offset: int, batch_stride: int, tile: int, threads: int, k_unit: int, along_k: tuple,
@@ -313,18 +340,20 @@ def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1
              kernel: str = "128x128t16x8", source: Mat | None = None) -> None:
     """out = alpha * a @ b + beta * out, `batch` times `strides` apart, by _TILED_GEMM_SOURCE (any strides for a
     and b, out row-major): one launch and no copies; "TILING/split": k in slices (partial products in a scratch
-    buffer, then summed by sum_pieces: two launches). `source` (unsplit and unbatched only): the beta term reads
-    it instead of out (addmm's bias, any strides, 0 for a broadcast dimension)."""
+    buffer, then summed by sum_pieces: two launches); "TILING/generic": the program whose shape and strides are
+    arguments, one for every shape. `source` (unsplit and unbatched only): the beta term reads it instead of out
+    (addmm's bias, any strides, 0 for a broadcast dimension)."""
     if not (a.rows and b.cols and batch):
         return
     dev = runtime.device(out.index)
     scalar = np.float64 if out.dtype == torch.float64 else np.float32
     tiling, _, split = kernel.partition("/")
-    if not split or batch > 1:
-        code, grid, local = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling, source=source)
+    if split != "split" or batch > 1:
+        code, grid, local, geometry = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling, source=source,
+                                                          generic=split == "generic")
         s = source if source is not None else out
         dev.launch(code, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer,
-                   np.int64(out.offset), scalar(alpha), scalar(beta), s.buffer, np.int64(s.offset))
+                   np.int64(out.offset), scalar(alpha), scalar(beta), s.buffer, np.int64(s.offset), *geometry)
         return
     assert source is None, "a split tiled GEMM reads beta's term from out"
     bm, bn, bk = TILINGS[tiling][:3]
@@ -336,8 +365,8 @@ def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1
     slices = -(-k // chunk)
     with Scratch(dev) as scratch:
         partial = scratch.mat(out.dtype, slices * m, n)
-        code, grid, local = tiled_gemm_geometry(dev, partial.row_range(0, m), a, b, slices, (0, 0, m * n), tiling,
-                                                 chunk)
+        code, grid, local, _ = tiled_gemm_geometry(dev, partial.row_range(0, m), a, b, slices, (0, 0, m * n),
+                                                    tiling, chunk)
         dev.launch(code, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), partial.buffer,
                    np.int64(0), scalar(alpha), scalar(0.0), partial.buffer, np.int64(0))
         sum_pieces(dev, partial.buffer, slices, out, beta)

@@ -46,8 +46,9 @@ SETTINGS = (
     Setting("FADE_OCL_GEMM_OWN", "auto", ("on", "off", "auto", "measure"),
             "FADE's tiled GEMM kernel (kernels/tiled_gemm.cl: any transposition read in place, one launch, no "
             "padded copies) or CLBlast, per GEMM shape. auto: measured once per shape on GPUs for products of at "
-            "least 2^30 flops (kernel time and CLBlast's host cost both count), CLBlast for smaller ones and "
-            "elsewhere; measure: measured on any device, any size; on: the tiled "
+            "least 2^30 flops (kernel time and CLBlast's host cost both count), the tiled kernel unmeasured for "
+            "smaller ones on GPUs (one program for every shape: CLBlast's ~130 us of host time a call would "
+            "cost more), CLBlast elsewhere; measure: measured on any device, any size; on: the tiled "
             "kernel always (the tests); off: CLBlast always."),
     Setting("FADE_OCL_FOREACH_FUSED", "auto", ("on", "off", "auto"),
             "torch.optim's foreach ops (SGD's, Adam's and AdamW's) as multi-tensor kernels, 16 tensors a launch. auto: "

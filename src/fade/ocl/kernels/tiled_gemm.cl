@@ -15,7 +15,11 @@
    the offset are multiples of 4, so every T4 is aligned and lies wholly inside or outside the matrix). The local
    tiles are declared as T4s so that the products' reads from them are 16-byte loads (NVIDIA's compiler loads a
    vload4 from a T array as four scalars). The beta term reads S (C itself unless a caller passes another
-   matrix: addmm's bias, broadcast by stride 0), element (m, n) at m * S_RS + n * S_CS, batch entries S_BS apart. */
+   matrix: addmm's bias, broadcast by stride 0), element (m, n) at m * S_RS + n * S_CS, batch entries S_BS apart.
+
+   RUNTIME_GEOMETRY: M, N, K and the strides are arguments (after s_off, as IDX) instead of compiled in, so one
+   program per tiling, dtype and operand layout serves every shape (small products, whose per-shape builds would
+   cost more than they gain); edges always guarded, operands read element by element. */
 #define WX (BN / TN)
 #define WY (BM / TM)
 #define THREADS (WX * WY)
@@ -26,6 +30,9 @@
 #endif
 #ifndef VB
 #define VB 0
+#endif
+#ifndef RUNTIME_GEOMETRY
+#define RUNTIME_GEOMETRY 0
 #endif
 #define LA4 (BM * BK / 4 / THREADS)
 #define LB4 (BK * BN / 4 / THREADS)
@@ -41,9 +48,16 @@
 #define EDGE_N (N % BN != 0)
 #define EDGE_K (K % BK != 0)
 
+#if RUNTIME_GEOMETRY
+#define GEOMETRY_ARGUMENTS , IDX M, IDX N, IDX K, IDX A_RS, IDX A_CS, IDX A_BS, IDX B_RS, IDX B_CS, IDX B_BS, \
+    IDX C_RS, IDX C_BS, IDX S_RS, IDX S_CS, IDX S_BS
+#else
+#define GEOMETRY_ARGUMENTS
+#endif
+
 __kernel __attribute__((reqd_work_group_size(WX, WY, 1)))
 void tiled_gemm(__global const T* A, long a_off, __global const T* B, long b_off, __global T* C, long c_off,
-                ACC alpha, ACC beta, __global const T* S, long s_off) {
+                ACC alpha, ACC beta, __global const T* S, long s_off GEOMETRY_ARGUMENTS) {
     __local T4 As4[2 * BK * PA / 4];
     __local T4 Bs4[2 * BK * PB / 4];
     __local T* As = (__local T*)As4;
