@@ -117,7 +117,7 @@ GEMM_MEASURE_SHARE = 16  # a shape is measured when its scratch output fits 1/16
 # saved 4-13 us on vit's 0.1 GFLOP head and 25-230 us on resnet50's 6.6-13 GFLOP products
 # (results/ocl-gemm-h200-s15), and measuring every shape made mobilenet_v3_small's first training step take 219 s
 # instead of 42 (results/ocl-table-h200-s16), its products all below 0.7 GFLOP. Smaller products run the tiled
-# kernel's runtime-geometry program, built once per tiling and layout, not CLBlast: CLBlast costs ~130 us of host
+# kernel's runtime-geometry program, built once per tiling and layout, not CLBlast: CLBlast costs 50-130 us of host
 # time a call on the H100's host, a replayed launch a few; mobilenet_v3_small's graph-mode training step made 128
 # CLBlast calls.
 GEMM_MEASURE_FLOPS = 1 << 30

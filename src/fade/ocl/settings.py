@@ -47,7 +47,7 @@ SETTINGS = (
             "FADE's tiled GEMM kernel (kernels/tiled_gemm.cl: any transposition read in place, one launch, no "
             "padded copies) or CLBlast, per GEMM shape. auto: measured once per shape on GPUs for products of at "
             "least 2^30 flops (kernel time and CLBlast's host cost both count), the tiled kernel unmeasured for "
-            "smaller ones on GPUs (one program for every shape: CLBlast's ~130 us of host time a call would "
+            "smaller ones on GPUs (one program for every shape: CLBlast's 50-130 us of host time a call would "
             "cost more), CLBlast elsewhere; measure: measured on any device, any size; on: the tiled "
             "kernel always (the tests); off: CLBlast always."),
     Setting("FADE_OCL_FOREACH_FUSED", "auto", ("on", "off", "auto"),
