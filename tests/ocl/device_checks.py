@@ -132,6 +132,48 @@ def test_reductions_by_rows_columns_and_parts_match_the_cpu(shape, dims):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_layer_norm_of_a_channels_first_tensor_seen_channels_last_reads_it_in_place(dtype):
+    """convnext's layer norm: an NCHW tensor permuted to NHWC, normalized over C (stride H * W). One
+    ln_forward_blocks command, no copy; output (contiguous), mean and rstd, and the gradients (the backward
+    copies) equal the CPU's; with an offset (a slice), 45 channels (not a multiple of the 32-column tile), 19
+    rows per image (blocks that cross work-groups), affine or not. A layout whose blocks are too short
+    (ROW_BLOCK_MIN) keeps the copy."""
+    torch.manual_seed(0)
+    tolerance = {"atol": 1e-12, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-4, "rtol": 1e-4}
+    base = torch.randn(3, 45, 19, 2, dtype=dtype) * 2 + 1
+    for affine in (True, False):
+        weight = torch.randn(45, dtype=dtype) if affine else None
+        bias = torch.randn(45, dtype=dtype) if affine else None
+        x = base[1:, :, :, :].permute(0, 2, 3, 1)  # (2, 19, 2, 45), strides (C*H*W, W, 1, H*W), an offset
+        xd = base.to(DEV)[1:, :, :, :].permute(0, 2, 3, 1)
+        assert xd.stride() == x.stride() and xd.storage_offset() == x.storage_offset() > 0
+        with ocl.profile(0) as times:
+            got = torch.ops.aten.native_layer_norm(xd, [45], None if weight is None else weight.to(DEV),
+                                                   None if bias is None else bias.to(DEV), 1e-6)
+        labels = {row["kernel"] for row in times.table(by="label")} - {"copy host-to-device"}
+        assert labels == {"ln_forward_blocks"}, labels
+        expected = torch.ops.aten.native_layer_norm(x, [45], weight, bias, 1e-6)
+        assert got[0].is_contiguous()
+        for actual, wanted in zip(got, expected):
+            close(actual, wanted, **tolerance)
+        leaves = [t.clone().requires_grad_() if t is not None else None for t in (x, weight, bias)]
+        out = torch.nn.functional.layer_norm(leaves[0], [45], leaves[1], leaves[2], 1e-6)
+        grad = torch.randn(out.shape, dtype=dtype)
+        out.backward(grad)
+        device_leaves = [xd.detach().requires_grad_()] + [t.to(DEV).requires_grad_() if t is not None else None
+                                                        for t in (weight, bias)]
+        torch.nn.functional.layer_norm(device_leaves[0], [45], device_leaves[1], device_leaves[2], 1e-6).backward(
+            grad.to(DEV))
+        for actual, wanted in zip(device_leaves, leaves):
+            if wanted is not None:
+                close(actual.grad, wanted.grad, **tolerance)
+    narrow = torch.randn(4, 8, 3, 3, dtype=dtype).to(DEV).permute(0, 2, 3, 1)  # blocks of 9 rows: copied first
+    with ocl.profile(0) as times:
+        torch.ops.aten.native_layer_norm(narrow, [8], None, None, 1e-6)
+    assert {row["kernel"] for row in times.table(by="label")} == {"pointwise a", "ln_forward"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shape, normalized, affine", [((4, 6, 300), (300,), "both"), ((5, 3, 4), (3, 4), "both"),
                                                       ((7, 33), (33,), "none"), ((3, 5), (5,), "weight")])
 def test_layer_norm_and_its_gradients_match_the_cpu_in_fused_kernels(dtype, shape, normalized, affine):
@@ -930,6 +972,38 @@ def test_bernoulli_on_the_device_rng(dtype):
     assert ((sampled == 0) | (sampled == 1)).all() and abs(sampled.sum().item() - n * 0.3) < 6 * (n * 0.21) ** 0.5
     assert not [name for name in ocl.fallback_counts() if "bernoulli" in name]
 
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_uniform_and_normal_draw_on_the_device(dtype):
+    """uniform_(from, to) and normal_(mean, std) by the device's Philox: over 2^16 elements the values lie in
+    [from, to) with mean and variance within 6 standard errors of the distribution's, normal's mean and standard
+    deviation likewise; the same seed the same draw, the next call a new one; a strided target writes only its
+    elements; torch.rand / torch.randn and a Linear built on the device (kaiming_uniform_) run without a CPU
+    fallback."""
+    n = 1 << 16
+    ocl.reset_fallback_counts()
+    torch.manual_seed(3)
+    first = torch.empty(n, dtype=dtype).to(DEV).uniform_(-2.0, 3.0).cpu()
+    again = torch.empty(n, dtype=dtype).to(DEV).uniform_(-2.0, 3.0).cpu()
+    torch.manual_seed(3)
+    assert torch.equal(first, torch.empty(n, dtype=dtype).to(DEV).uniform_(-2.0, 3.0).cpu())
+    assert not torch.equal(first, again) and first.dtype == dtype
+    assert first.min() >= -2.0 and first.max() < 3.0
+    assert abs(first.mean().item() - 0.5) < 6 * (25 / 12 / n) ** 0.5  # uniform variance (b - a)^2 / 12
+    assert abs(first.var().item() - 25 / 12) < 6 * (25 / 12) * (0.8 / n) ** 0.5  # excess kurtosis -1.2
+    drawn = torch.empty(n, dtype=dtype).to(DEV).normal_(1.5, 0.5).cpu()
+    assert abs(drawn.mean().item() - 1.5) < 6 * 0.5 / n ** 0.5
+    assert abs(drawn.std().item() - 0.5) < 6 * 0.5 / (2 * n) ** 0.5
+    assert torch.isfinite(drawn).all() and (drawn - 1.5).abs().max() < 0.5 * 7  # Box-Muller's tails are finite
+    grid = torch.full((64, 64), 7.0, dtype=dtype).to(DEV)
+    grid[:, ::2].normal_()
+    assert (grid.cpu()[:, 1::2] == 7).all() and (grid.cpu()[:, ::2] != 7).all()
+    assert torch.rand(100, dtype=dtype, device=DEV).max() < 1 and torch.randn(100, dtype=dtype, device=DEV).std() > 0
+    layer = torch.nn.Linear(64, 32, device=DEV, dtype=dtype)
+    bound = 1 / 64 ** 0.5  # kaiming_uniform_(a=sqrt(5)) and the bias's uniform: within 1/sqrt(fan_in)
+    assert layer.weight.abs().max() <= bound and layer.bias.abs().max() <= bound and layer.weight.std() > bound / 3
+    assert not [name for name in ocl.fallback_counts() if "uniform" in name or "normal" in name]
 
 
 def test_bernoulli_with_the_cpu_rng_matches_the_cpu(monkeypatch):

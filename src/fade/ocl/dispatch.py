@@ -31,7 +31,7 @@ from fade.ocl.indexing import arange, embedding, triangle
 from fade.ocl.memory import empty, NAME, reclaim, storage_table
 from fade.ocl.meta import base_name, bind_arguments, is_view_op
 from fade.ocl.normalization import batch_norm, group_norm, layer_norm
-from fade.ocl.philox import bernoulli, dropout
+from fade.ocl.philox import bernoulli, dropout, random_fill
 from fade.ocl.pointwise import POINTWISE, pointwise_op
 from fade.ocl.pooling import adaptive_avg_pool, adaptive_max_pool, avg_pool, max_pool
 from fade.ocl.reductions import nll_loss, reduce_op, softmax, softmax_backward
@@ -136,6 +136,7 @@ HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, k
     **dict.fromkeys(("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "all", "any"), reduce_op),
     "native_dropout": dropout,
     "bernoulli": bernoulli,
+    **dict.fromkeys(("uniform", "normal"), random_fill),
     **dict.fromkeys(("_softmax", "_log_softmax"), softmax),
     **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), softmax_backward),
     **dict.fromkeys(("nll_loss_forward", "nll_loss_backward"), nll_loss),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fade.ocl.memory import block_of, contiguous_strides, device_of, empty, NAME
+from fade.ocl.memory import contiguous_strides, device_of, empty, NAME, storage_table
 from fade.ocl.meta import bind_arguments, has_out_arguments
 from fade.ocl.pointwise import flat_kernels
 from fade.ocl.settings import setting
@@ -91,30 +91,42 @@ def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
     scalars = list(scalar) if isinstance(scalar, (list, tuple)) else [scalar] * len(selves)
     if len(scalars) != len(selves) or any(isinstance(v, (torch.Tensor, complex)) for v in scalars):
         return False
-    dtype = selves[0].dtype
-    rows = list(zip(selves, *lists)) if lists else [(t,) for t in selves]
     first = selves[0]
+    dtype = first.dtype
     if dtype not in (torch.float32, torch.float64) or first.device.type != NAME:
         return False
-    index = first.get_device()
-    if not all(t.dtype is dtype and t.is_contiguous() and t.get_device() == index and t.shape == row[0].shape
-               for row in rows for t in row):  # get_device: -1 for a CPU tensor, the index otherwise
-        return False
-    dev = device_of(selves[0])
+    dev = device_of(first)
     if FOREACH_FUSED != "on" and dev.info.kind != "gpu":
         return False
+    index = first.get_device()  # get_device: -1 for a CPU tensor, the index otherwise
+    rows = list(zip(selves, *lists)) if lists else [(t,) for t in selves]
+    for row in rows:
+        shape = row[0].shape
+        for t in row:
+            if t.dtype is not dtype or not t.is_contiguous() or t.get_device() != index or t.shape != shape:
+                return False
     in_place = name.endswith("_")
-    outputs = [t if in_place else empty(list(t.shape), contiguous_strides(t.shape), dtype, t.device.index)
-               for t in selves]
+    outputs = selves if in_place else [empty(list(t.shape), contiguous_strides(t.shape), dtype, t.device.index)
+                                       for t in selves]
     ct = cl_type(dtype)
-    scalar_type = np.float64 if dtype == torch.float64 else np.float32
-    entries = [(out, row, 1 if v is None else v) for out, row, v in zip(outputs, rows, scalars) if out.numel()]
     names = "abc"[:1 + len(lists)]
-    # a large tensor runs alone (a one-case kernel): in a shared launch every one of its elements would walk
-    # the chain of cases (vgg16's 103M-element classifier weight: 5.1 ms a launch on the H100, ~10x its bytes)
-    alone = [[entry] for entry in entries if entry[0].numel() >= FOREACH_ALONE]
-    small = [entry for entry in entries if entry[0].numel() < FOREACH_ALONE]
-    for group in alone + [small[start:start + FOREACH_WIDTH] for start in range(0, len(small), FOREACH_WIDTH)]:
+    # per tensor: its element count and its arguments (output, inputs, scalar); a large tensor runs alone (a
+    # one-case kernel): in a shared launch every one of its elements would walk the chain of cases (vgg16's
+    # 103M-element classifier weight: 5.1 ms a launch on the H100, ~10x its bytes)
+    backing = storage_table.backing
+    alone, small = [], []
+    for out, row, value in zip(outputs, rows, scalars):
+        count = out.numel()
+        if not count:
+            continue
+        cell = [backing(row[0]).buffer, row[0].storage_offset()]  # self, then the other lists' tensors
+        for t in row[1:]:
+            cell += (backing(t).buffer, t.storage_offset())
+        cell[:0] = cell[:2] if out is row[0] else (backing(out).buffer, out.storage_offset())
+        cell.append(1.0 if value is None else float(value))
+        (alone if count >= FOREACH_ALONE else small).append((count, cell))
+    for group in [[entry] for entry in alone] + [small[start:start + FOREACH_WIDTH]
+                                                 for start in range(0, len(small), FOREACH_WIDTH)]:
         width = len(group)
         key = ("foreach", expr, ct, width, len(lists), in_place)
         kernel = flat_kernels.get(key)
@@ -135,12 +147,15 @@ __kernel void foreach_fused({params}) {{
     {cases}
 }}"""
             kernel = flat_kernels[key] = dev.kernel("foreach_fused", source)
+            # the scalar arguments' types declared here, so that a call passes Python numbers (no numpy scalar
+            # made per argument: ~0.2 us each, ~100 a launch)
+            scalar_type = np.float64 if dtype == torch.float64 else np.float32
+            kernel.set_scalar_arg_dtypes(([None, np.int64] * (1 + len(names)) + [scalar_type, np.int64]) * width)
+            dev.typed_kernels.add(id(kernel))
         arguments, end = [], 0
-        for out, row, value in group:
-            end += out.numel()
-            arguments += [block_of(out).buffer, np.int64(out.storage_offset())]
-            for t in row:
-                arguments += [block_of(t).buffer, np.int64(t.storage_offset())]
-            arguments += [scalar_type(value), np.int64(end)]
+        for count, cell in group:
+            end += count
+            arguments += cell
+            arguments.append(end)
         dev.launch(kernel, (end,), None, *arguments, label=f"foreach {expr}")
     return True if in_place else outputs

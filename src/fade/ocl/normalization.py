@@ -46,12 +46,16 @@ def layer_norm(op, args, kwargs, bound):
         raise NoKernel("layer norm with parameters of another dtype")
     dev = device_of(x)
     index = x.device.index
-    x = contiguous(x)
+    forward = base_name(op) == "native_layer_norm"
+    blocks = _row_blocks(x) if forward and len(normalized) == 1 and rows and n else None
+    x = x if blocks else contiguous(x)
     weight = contiguous(weight) if weight is not None else None
     bias = contiguous(bias) if bias is not None else None
-    if base_name(op) == "native_layer_norm":
+    if forward:
         mean = empty(stat_shape, contiguous_strides(stat_shape), x.dtype, index)
         rstd = empty(stat_shape, contiguous_strides(stat_shape), x.dtype, index)
+        if blocks:
+            return _blocks_forward(x, blocks, weight, bias, bound["eps"], mean, rstd, rows, n), mean, rstd
         return _rows_forward(x, weight, bias, bound["eps"], mean, rstd, rows, n), mean, rstd
     grad, mean, rstd = contiguous(bound["grad_out"]), contiguous(bound["mean"]), contiguous(bound["rstd"])
     mask = bound["output_mask"]
@@ -112,6 +116,48 @@ def _rows_forward(x, weight, bias, eps: float, mean, rstd, rows: int, n: int) ->
     elif rows:
         pointwise("NAN", mean, [])
         pointwise("NAN", rstd, [])
+    return out
+
+
+ROW_BLOCK_MIN = 16  # adjacent rows a block must have for ln_forward_blocks to read x in place
+
+
+def _row_blocks(x: torch.Tensor) -> tuple | None:
+    """(inner, outer, js) when x's rows (its leading dims flattened) are blocks of `inner` adjacent rows, row r
+    starting at (r // inner) * outer + r % inner, and its last dim has a stride js > 1: a channels-first tensor
+    seen channels-last (convnext permutes NCHW to NHWC for its layer norm), which ln_forward_blocks reads in
+    place; None for any other layout (contiguous rows, or one the copy handles)."""
+    if x.dim() < 2 or x.stride(-1) <= 1:
+        return None
+    sizes, strides = x.shape[:-1], x.stride()[:-1]
+    k, inner = len(sizes) - 1, 1
+    while k >= 0 and (sizes[k] == 1 or strides[k] == inner):
+        inner *= sizes[k]
+        k -= 1
+    outer = strides[k] if k >= 0 else 0
+    span = outer
+    for d in range(k, -1, -1):  # the outer dims collapse into one stride
+        if sizes[d] != 1 and strides[d] != span:
+            return None
+        span *= sizes[d]
+    if inner < ROW_BLOCK_MIN:
+        return None
+    return inner, outer, x.stride(-1)
+
+
+def _blocks_forward(x, blocks: tuple, weight, bias, eps: float, mean, rstd, rows: int, n: int) -> torch.Tensor:
+    """ln_forward_blocks: layer norm over the last dim of an x laid out as _row_blocks found (`blocks`), read in
+    place; the output contiguous, as torch's, and the rows' mean and rstd written into `mean` and `rstd`."""
+    dev = device_of(x)
+    out = empty(list(x.shape), contiguous_strides(x.shape), x.dtype, x.device.index)
+    source, _, wide = _ln_program(dev, x.dtype, n)
+    acc = np.float64 if wide == torch.float64 else np.float32
+    inner, outer, js = blocks
+    dev.launch(dev.kernel("ln_forward_blocks", source), (-(-rows // 32) * 32, 8), (32, 8), *_place(x, x),
+               np.int64(inner), np.int64(outer), np.int64(js), *_place(weight, x), *_place(bias, x),
+               np.int32(weight is not None), np.int32(bias is not None), acc(eps), block_of(out).buffer,
+               np.int64(out.storage_offset()), block_of(mean).buffer, block_of(rstd).buffer, np.int64(rows),
+               np.int64(n))
     return out
 
 

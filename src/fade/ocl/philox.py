@@ -1,6 +1,6 @@
-"""Random ops on the device: dropout and bernoulli draw by Philox4x32-10 (kernels/philox.cl), keyed by one
-draw of torch's CPU generator, so torch.manual_seed repeats a run (FADE_OCL_DROPOUT_RNG=cpu: the CPU's own
-draws instead).
+"""Random ops on the device: dropout, bernoulli, uniform_ and normal_ draw by Philox4x32-10 (kernels/philox.cl),
+keyed by one draw of torch's CPU generator, so torch.manual_seed repeats a run (FADE_OCL_DROPOUT_RNG=cpu: the
+CPU's own draws instead).
 """
 
 from __future__ import annotations
@@ -114,3 +114,40 @@ def bernoulli(op, args, kwargs, bound):
     if in_place and target is not x:
         pointwise("a", x, [target])
     return x if in_place else target
+
+
+_RANDOM_FILL_SOURCE = _PHILOX_SOURCE + load("random_fill.cl")
+
+
+def random_fill(op, args, kwargs, bound):
+    """uniform_(from, to) and normal_(mean, std) in place, drawn on the device by dropout's Philox keyed by one
+    draw of torch's CPU generator (torch.rand, torch.randn and nn.init's uniform and normal initializers reach
+    these: a model built on the device initializes there). The values differ from the CPU's, as CUDA's do; their
+    distribution is the same. With a generator= argument, FADE_OCL_DROPOUT_RNG=cpu, a dtype other than float32 or
+    float64, or arguments torch refuses (std < 0, from > to: the CPU raises torch's error): the CPU fallback."""
+    if op not in (aten.uniform_.default, aten.normal_.default):  # normal's out-of-place overloads: the fallback
+        raise NoKernel(op.name())
+    x = bound["self"]
+    uniform = op is aten.uniform_.default
+    if DROPOUT_RNG == "cpu" or bound.get("generator") is not None or x.dtype not in (torch.float32, torch.float64):
+        raise NoKernel("uniform_ / normal_ with a generator, FADE_OCL_DROPOUT_RNG=cpu or a dtype beyond float")
+    a, b = (float(bound["from"]), float(bound["to"])) if uniform else (float(bound["mean"]), float(bound["std"]))
+    if (uniform and not a <= b) or (not uniform and not b >= 0) or not all(np.isfinite((a, b))):
+        raise NoKernel("arguments torch refuses: its own error")
+    n = x.numel()
+    if not n:
+        return x
+    dev = device_of(x)
+    double = x.dtype == torch.float64
+    if double and not dev.info.fp64:
+        raise NoKernel("float64 draws without the device's fp64")
+    target = x if x.is_contiguous() else empty(x.shape, contiguous_strides(x.shape), x.dtype, x.device.index)
+    per = 2 if double else 4
+    source = (f"#define T {cl_type(x.dtype)}\n#define ACC {'double' if double else 'float'}\n"
+              f"#define IS_DOUBLE {int(double)}\n#define UNIFORM {int(uniform)}\n") + _RANDOM_FILL_SOURCE
+    scalar = np.float64 if double else np.float32
+    dev.launch(dev.kernel("random_fill", source), (-(-n // per),), None, block_of(target).buffer,
+               np.int64(target.storage_offset()), *_philox_key(), scalar(a), scalar(b), np.int64(n))
+    if target is not x:
+        pointwise("a", x, [target])
+    return x

@@ -87,3 +87,58 @@ __kernel void ln_params_finish(__global const ACC* partial, long parts, long n, 
     if (want_w) grad_w[gw_off + j] = (T)sw;
     if (want_b) grad_b[gb_off + j] = (T)sb;
 }
+/* the forward over rows laid out as blocks of INNER adjacent rows: row r's element j at
+   x_off + (r / inner) * outer + r % inner + j * js (a channels-first tensor normalized over its channels:
+   convnext's permuted layer norm, which otherwise copies its input first). A work-group of 32 rows x 8 column
+   slices: the statistics' reads are coalesced along the rows; the output (contiguous rows of n) goes through a
+   32 x 32 local tile, so its writes are coalesced along the row too. */
+__kernel __attribute__((reqd_work_group_size(32, 8, 1)))
+void ln_forward_blocks(__global const T* x, long x_off, long inner, long outer, long js, __global const T* w,
+                       long w_off, __global const T* b, long b_off, int affine_w, int affine_b, ACC eps,
+                       __global T* out, long out_off, __global T* mean, __global T* rstd, long rows, long n) {
+    int lx = get_local_id(0), ly = get_local_id(1);
+    long r0 = get_group_id(0) * 32, r = r0 + lx;
+    bool live = r < rows;
+    __global const T* xr = x + x_off + (live ? (r / inner) * outer + r % inner : 0);
+    __local ACC red[8][33];
+    __local ACC mu_s[32], rs_s[32];
+    __local T tile[32][33];
+    ACC s = 0;
+    if (live) for (long j = ly; j < n; j += 8) s += (ACC)xr[j * js];
+    red[ly][lx] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ly == 0) {
+        ACC t = 0;
+        for (int k = 0; k < 8; k++) t += red[k][lx];
+        mu_s[lx] = t / n;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ACC mu = mu_s[lx], q = 0;
+    if (live) for (long j = ly; j < n; j += 8) { ACC d = (ACC)xr[j * js] - mu; q += d * d; }
+    red[ly][lx] = q;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ly == 0) {
+        ACC t = 0;
+        for (int k = 0; k < 8; k++) t += red[k][lx];
+        rs_s[lx] = 1 / sqrt(t / n + eps);
+        if (live) { mean[r] = (T)mu; rstd[r] = (T)rs_s[lx]; }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long jb = 0; jb < n; jb += 32) {
+        for (int k = ly; k < 32; k += 8) {  /* column jb + k of row lx, read along the rows */
+            long j = jb + k;
+            tile[k][lx] = (live && j < n) ? xr[j * js] : (T)0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int k = ly; k < 32; k += 8) {  /* column jb + lx of row k, written along the row */
+            long rr = r0 + k, j = jb + lx;
+            if (rr < rows && j < n) {
+                ACC v = ((ACC)tile[lx][k] - mu_s[k]) * rs_s[k];
+                if (affine_w) v *= (ACC)w[w_off + j];
+                if (affine_b) v += (ACC)b[b_off + j];
+                out[out_off + rr * n + j] = (T)v;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
