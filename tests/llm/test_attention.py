@@ -138,6 +138,21 @@ def test_a_silent_math_fallback_is_a_finding_with_its_cause_and_fix():
     assert "math" in finding["message"]
 
 
+def test_math_on_fade_ocl_is_a_finding_that_names_the_backend_as_the_cause():
+    """On fade.ocl torch prints no reason (a PrivateUse1 device): the probe adds fade.measure.attention's
+    OCL_MATH_LINE to the rows that ran math unasked, and the finding names no_fused_kernel_on_backend with its
+    fix, not "no reason given by torch"."""
+    from fade.measure.attention import OCL_MATH_LINE
+
+    rows = [_row("default", "math", 9e-3, reasons=[OCL_MATH_LINE]), _row("flash", "math", 9e-3, reasons=[OCL_MATH_LINE]),
+            _row("math", "math", 9e-3)]  # fmt: skip
+    finding = attention.attention_finding(rows)
+    assert finding["status"] == "math_fallback"
+    assert [c["cause"] for c in finding["causes"]] == ["no_fused_kernel_on_backend"]
+    assert "no reason given" not in finding["message"] and "fade.ocl" in finding["causes"][0]["fix"]
+    assert attention.attention_finding([_row("default", "math", 9e-3), _row("math", "math", 9e-3)])["causes"] == []
+
+
 def test_a_default_slower_than_an_available_fused_backend_is_a_finding():
     rows = [_row("default", "cudnn", 2e-4), _row("flash", "flash", 1e-4), _row("cudnn", "cudnn", 2e-4),
             _row("math", "math", 2e-3)]

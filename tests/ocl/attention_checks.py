@@ -130,3 +130,19 @@ def test_roll_matches_the_cpu(shifts, dims):
         got = torch.roll(source.to(DEV) if source.is_contiguous() else x.to(DEV).t(), shifts, dims)
         assert ocl.fallback_counts() == {}
         torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+
+
+def test_the_attention_probe_on_ocl_names_why_math_ran():
+    """fade.measure.attention's probe on ocl:0: every request runs as math (fade.ocl has no fused kernel), and
+    the finding says so with fade/data/attention.toml's no_fused_kernel_on_backend cause instead of "no reason
+    given by torch"."""
+    from fade.measure.attention import QUICK_PROBE_TIMING, AttentionShape, probe_attention
+
+    result = probe_attention(AttentionShape(batch=1, q_heads=2, kv_heads=2, head_dim=16, q_len=8, kv_len=8,
+                                            mask="none", dtype="fp32"), device=DEV, timing=QUICK_PROBE_TIMING,
+                             requests=("default", "flash", "math"))
+    rows = {row["requested"]: row for row in result["backends"]}
+    assert rows["default"]["ran"] and rows["default"]["backend"] == "math"
+    finding = result["finding"]
+    assert finding["status"] == "math_fallback", finding
+    assert [c["cause"] for c in finding["causes"]] == ["no_fused_kernel_on_backend"]

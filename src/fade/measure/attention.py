@@ -246,6 +246,12 @@ def probe_backend(torch, shape: AttentionShape, request: str, device: str, input
     return row
 
 
+# fade.ocl registers no fused attention kernel, and torch gives no reason on its device (a PrivateUse1 backend):
+# the probe says it, and fade/data/attention.toml's no_fused_kernel_on_backend row names the cause
+OCL_MATH_LINE = ("fade.ocl has no fused attention kernel: scaled_dot_product_attention takes its math path on this "
+                 "device (torch._fused_sdp_choice answers with the CPU's choice through fade.ocl's CPU fallback)")
+
+
 def probe_attention(shape: AttentionShape, *, device: str = "cpu", requests: Sequence[str] = REQUESTS,
                     timing: Optional[dict] = None, on_row: Optional[Callable[[dict], None]] = None) -> dict:
     """All rows for one shape plus the finding: {shape, device, torch, backends: [row, ...], finding}.
@@ -272,6 +278,10 @@ def probe_attention(shape: AttentionShape, *, device: str = "cpu", requests: Seq
         rows.append(row)
         if on_row is not None:
             on_row(row)
+    if device.startswith("ocl"):  # torch prints nothing there: say why math runs (fade/data/attention.toml)
+        for row in rows:
+            if row.get("ran") and row.get("backend") == "math" and row["requested"] != "math":
+                row["reasons"] = list(row.get("reasons") or []) + [OCL_MATH_LINE]
     return {"shape": asdict(shape), "label": shape.label(), "device": device, "torch": environment(torch, device),
             "flops": attention_flops(shape), "backends": rows, "finding": analysis.attention_finding(rows),
             "elapsed_s": time.time() - started}  # fmt: skip
