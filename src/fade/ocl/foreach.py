@@ -119,11 +119,11 @@ def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
         count = out.numel()
         if not count:
             continue
-        cell = [backing(row[0]).buffer, row[0].storage_offset()]  # self, then the other lists' tensors
-        for t in row[1:]:
-            cell += (backing(t).buffer, t.storage_offset())
-        cell[:0] = cell[:2] if out is row[0] else (backing(out).buffer, out.storage_offset())
-        cell.append(1.0 if value is None else float(value))
+        inputs = []  # self, then the other lists' tensors: (buffer, offset) each
+        for t in row:
+            inputs += (backing(t).buffer, t.storage_offset())
+        target = inputs[:2] if out is row[0] else [backing(out).buffer, out.storage_offset()]
+        cell = target + inputs + [1.0 if value is None else float(value)]
         (alone if count >= FOREACH_ALONE else small).append((count, cell))
     for group in [[entry] for entry in alone] + [small[start:start + FOREACH_WIDTH]
                                                  for start in range(0, len(small), FOREACH_WIDTH)]:

@@ -123,17 +123,19 @@ GEMM_MEASURE_SHARE = 16  # a shape is measured when its scratch output fits 1/16
 GEMM_MEASURE_FLOPS = 1 << 30
 
 
+def _tiling_fits(dev: runtime.Device, tiling: str, dtype) -> bool:
+    """Whether a tiling's work-group and its two local tiles fit the device."""
+    bm, bn, bk, tm, tn = TILINGS[tiling]
+    local_bytes = 2 * bk * (bm + 4 + bn + 4) * dtype.itemsize
+    return (bm // tm) * (bn // tn) <= dev.max_work_group_size and local_bytes <= dev.info.local_memory_bytes
+
+
 def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int, dtype=torch.float32) -> tuple:
     """The tiled_mm kernels a GEMM may run: two 128-row tilings, a narrow one, and, where 128 x 128 tiles give
     fewer work-groups than TILED_SPLIT_GROUPS per compute unit and k is long (a weight gradient's small output:
     gpt2's 768 x 3072 x 4096 makes 144 tiles on the H200's 132 compute units, one short wave), 128 x 128 split
-    along k; each only where its work-group and its two local tiles fit the device."""
-    def fits(tiling: str) -> bool:
-        bm, bn, bk, tm, tn = TILINGS[tiling]
-        local_bytes = 2 * bk * (bm + 4 + bn + 4) * dtype.itemsize
-        return (bm // tm) * (bn // tn) <= dev.max_work_group_size and \
-            local_bytes <= dev.info.local_memory_bytes
-    options = tuple(t for t in ("128x128t16x8", "128x64t8x8", "32x64") if fits(t))
+    along k; each only where it fits the device (_tiling_fits)."""
+    options = tuple(t for t in ("128x128t16x8", "128x64t8x8", "32x64") if _tiling_fits(dev, t, dtype))
     tiles = -(-m // 128) * -(-n // 128) * batch
     if options[:1] == ("128x128t16x8",) and batch == 1 and tiles < TILED_SPLIT_GROUPS * dev.info.compute_units \
             and k >= 1024:
@@ -145,9 +147,7 @@ def _generic_tiling(dev: runtime.Device, m: int, dtype) -> str:
     """The tiled kernel, runtime-geometry program, for a product too small to measure: 32 x 64 tiles where m is
     at most 32, 64 x 64 otherwise (small tiles: these products make few), or CLBlast where neither fits."""
     for tiling in ("32x64", "64x64") if m <= 32 else ("64x64", "32x64"):
-        bm, bn, bk, tm, tn = TILINGS[tiling]
-        if (bm // tm) * (bn // tn) <= dev.max_work_group_size and \
-                2 * bk * (bm + 4 + bn + 4) * dtype.itemsize <= dev.info.local_memory_bytes:
+        if _tiling_fits(dev, tiling, dtype):
             return f"{tiling}/generic"
     return "clblast"
 
