@@ -2,12 +2,7 @@
 # Issue 27, session 17, one nvidia-h200 call (run from the repository root with .gpu/ carried): probe2.py's GEMM
 # cases, then graph-mode inference profiles of the networks whose inference lags their training
 # (PROFILES="model:batch ..."), then the same on CUDA fp32 for the kernel-by-kernel comparison.
-export PYTHONUNBUFFERED=1
-G=$PWD/.gpu
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $G/whl/*.whl || echo "wheels failed"
-mkdir -p /etc/OpenCL/vendors; echo $(ldconfig -p | grep -o '/.*libnvidia-opencl.so.1' | head -1) > /etc/OpenCL/vendors/nvidia.icd
-mkdir -p /tmp/oclx; for d in $G/deb/*.deb; do dpkg -x $d /tmp/oclx; done
-export LD_LIBRARY_PATH=/tmp/oclx/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH PYTHONPATH=$PWD/src:/tmp/site XDG_CACHE_HOME=/tmp/xdg-empty
+source $PWD/results/ocl-setup-h200/env.sh  # wheels, ICD, debs, environment
 R=/tmp/diag; mkdir -p $R; git rev-parse HEAD > $R/commit.txt 2>/dev/null; git status --short > $R/dirty.txt 2>/dev/null
 END_S=${END_S:-560}
 if [ -n "$PROBE" ]; then

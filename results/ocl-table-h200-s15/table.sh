@@ -4,12 +4,9 @@
 # one GPU, networks one after another). NETS="name:batch ..." picks them; SWEEP=1 first runs
 # benchmarks/ocl_gemm_sweep.py on gpt2-small and convnext_small. Run from the repository root with .gpu/ carried
 # (head.tar of the commit, pyopencl wheels, libclblast1 and ocl-icd debs).
-export PYTHONUNBUFFERED=1
-G=$PWD/.gpu; W=/tmp/w; mkdir -p $W; tar xf $G/head.tar -C $W; cd $W
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $G/whl/*.whl || echo "wheels failed"
-mkdir -p /etc/OpenCL/vendors; echo $(ldconfig -p | grep -o '/.*libnvidia-opencl.so.1' | head -1) > /etc/OpenCL/vendors/nvidia.icd
-mkdir -p /tmp/oclx; for d in $G/deb/*.deb; do dpkg -x $d /tmp/oclx; done
-export LD_LIBRARY_PATH=/tmp/oclx/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH PYTHONPATH=$W/src:/tmp/site XDG_CACHE_HOME=/tmp/xdg-empty
+W=/tmp/w; mkdir -p $W; tar xf $PWD/.gpu/head.tar -C $W
+SRC=$W source $PWD/results/ocl-setup-h200/env.sh  # wheels, ICD, debs, environment; imports from the commit's tree
+cd $W
 R=/tmp/table$PART; mkdir -p $R; cp $G/commit.txt $R/
 nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv > $R/gpu.txt; nproc >> $R/gpu.txt
 END_S=${END_S:-570}
