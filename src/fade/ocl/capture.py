@@ -209,15 +209,21 @@ def build(rec: Recording, steps: list, dynamic: dict, needed: set, devices: list
         owned.append((dev, mine))
         for n in numbers:
             concrete[("a", n)] = mine
+    # a fresh allocation's tensor is made with the geometry of the first value built over it, which is then that
+    # tensor (a second tensor over it, a view, costs ~3 us of host time: a training step's forward and backward
+    # built ~350 such pairs)
+    geometry: dict[int, tuple] = {}
+    for index in sorted(built):
+        built[index] = [(slot, _first_over(shape, fresh, geometry)) for slot, shape in built[index]]
     program = []
     for index, step in enumerate(steps):
         if index in dynamic:
             program.append(("dynamic", step, tuple(rec.resolvers.get(index, ()))))
             continue
-        made = [(("a", n), dev, nbytes) for n, (at, dev, _, nbytes) in enumerate(rec.allocations)
-                if at == index and n in fresh]
+        made = tuple((("a", n), dev, nbytes, torch.device(NAME, dev.index), geometry.get(n))
+                     for n, (at, dev, _, nbytes) in enumerate(rec.allocations) if at == index and n in fresh)
         commands = [_compiled(command, concrete) for command in rec.commands.get(index, ())]
-        program.append(("replay", tuple(made), tuple(commands), tuple(built.get(index, ()))))
+        program.append(("replay", made, tuple(commands), tuple(built.get(index, ()))))
     sizes: dict = {}  # device -> {pool size: buffers} a call makes fresh
     for n in fresh:
         _, dev, _, nbytes = rec.allocations[n]
@@ -227,6 +233,20 @@ def build(rec: Recording, steps: list, dynamic: dict, needed: set, devices: list
               "dynamic_steps": len(dynamic), "owned_buffers": len(owned),
               "owned_bytes": sum(b.size for _, b in owned), "fresh_allocations": len(fresh)}
     return Replay(program, rec.input_checks, owned, counts, tuple(sizes.items()))
+
+
+def _first_over(shape, fresh: set, geometry: dict):
+    """`shape` with each tensor that is the first over a fresh allocation made ("made", reference); its geometry
+    (dtype, offset, size, stride) goes in `geometry` by allocation number."""
+    if shape[0] == "tensor":
+        _, ref, dtype, offset, size, stride = shape
+        if ref[0] == "a" and ref[1] in fresh and ref[1] not in geometry:
+            geometry[ref[1]] = (dtype, offset, size, stride)
+            return ("made", ref)
+        return shape
+    if shape[0] == "seq":
+        return ("seq", shape[1], [_first_over(item, fresh, geometry) for item in shape[2]])
+    return shape
 
 
 def _flat(shape):
@@ -325,6 +345,7 @@ class Replay:
         keeps the call's memory alive until its outputs are taken."""
         bases = dict(inputs)
         buffers = {ref: block_of(t).buffer for ref, t in inputs.items()}
+        new_tensor = storage_table.new_tensor
         for dev, sizes in self.fresh_sizes:
             dev.reserve(sizes, reclaim)
         for entry, release in zip(self.program, releases):
@@ -336,12 +357,16 @@ class Replay:
                     buffers[ref] = block_of(t).buffer
             else:
                 _, made, commands, built = entry
-                for ref, dev, nbytes in made:
+                for ref, dev, nbytes, device, first in made:
                     buffer = dev.allocate(nbytes, reclaim)
                     buffers[ref] = buffer
-                    bases[ref] = storage_table.new_tensor(Block(dev.index, buffer), buffer.int_ptr, nbytes,
-                                                          torch.device(NAME, dev.index), torch.uint8, 0, [nbytes],
-                                                          [1])
+                    if first is None:
+                        bases[ref] = new_tensor(Block(dev.index, buffer), buffer.int_ptr, nbytes, device,
+                                                torch.uint8, 0, (nbytes,), (1,))
+                    else:  # the first value built over it
+                        dtype, offset, size, stride = first
+                        bases[ref] = new_tensor(Block(dev.index, buffer), buffer.int_ptr, nbytes, device, dtype,
+                                                offset, size, stride)
                 for command in commands:
                     command(buffers)
                 for slot, shape in built:
@@ -353,6 +378,8 @@ class Replay:
 
 def _build(shape, bases):
     kind = shape[0]
+    if kind == "made":
+        return bases[shape[1]]
     if kind == "tensor":
         _, ref, dtype, offset, size, stride = shape
         return storage_table.view_of(bases[ref], dtype, offset, size, stride)

@@ -28,9 +28,10 @@ class Block:
     buffer: object
 
 
-def reclaim(young: int | None = None) -> None:
-    """Dead tensors' buffers back to their devices' pools: every tensor's, or the `young` newest tensors'."""
-    for block in storage_table.sweep(young):
+def reclaim(young: int | None = None, old: bool = True) -> None:
+    """Dead tensors' buffers back to their devices' pools: every tensor's, or the `young` newest tensors', or
+    (`old` False) the young generation's (StorageTable.sweep)."""
+    for block in storage_table.sweep(young, old):
         runtime.device(block.device).release(block.buffer)
 
 

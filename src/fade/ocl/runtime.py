@@ -226,10 +226,11 @@ class Device:
         return self._null_buffer
 
     def allocate(self, nbytes: int, reclaim):
-        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim(young)` pools the buffers of dead
-        tensors among the `young` newest (None: all): on a pool miss the YOUNG_FIRST newest, then the YOUNG_SWEEP
-        newest, all of them once FULL_SWEEP_BYTES of new buffers were made or FULL_SWEEP_ALLOCATIONS allocations
-        went by since the last full sweep, and before the pool is emptied for room."""
+        """A buffer of at least `nbytes`, from the pool when one fits; `reclaim(young, old)` pools the buffers of
+        dead tensors among the `young` newest (None: the young generation's, or with `old` every tensor's): on a
+        pool miss the YOUNG_FIRST newest, then the YOUNG_SWEEP newest, the young generation once FULL_SWEEP_BYTES
+        of new buffers were made or FULL_SWEEP_ALLOCATIONS allocations went by since the last full sweep, and
+        every tensor before the pool is emptied for room."""
         size = self.rounded(nbytes)
         if size > self.info.max_allocation_bytes or size > self.info.global_memory_bytes:
             raise OutOfMemoryError(f"ocl:{self.index} ({self.info.name}): cannot allocate {nbytes} bytes; the "
@@ -256,7 +257,7 @@ class Device:
             # Drivers that allocate lazily (NVIDIA's) accept any clCreateBuffer and fail the first kernel that
             # touches memory they cannot back, so the pool is emptied before the total would pass the device.
             if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
-                self._reclaim_all(reclaim)
+                self._reclaim_all(reclaim, old=True)
                 self.empty_cache()
                 if self.held_bytes + size > self.info.global_memory_bytes * MEMORY_HEADROOM:
                     raise OutOfMemoryError(
@@ -304,9 +305,10 @@ class Device:
         with self.lock:
             return {id(buffer) for free in self.pool.values() for buffer in free}
 
-    def _reclaim_all(self, reclaim) -> None:
-        """Every dead tensor's buffer back to the pool: a full sweep, which restarts the count to the next."""
-        reclaim(None)
+    def _reclaim_all(self, reclaim, old: bool = False) -> None:
+        """Dead tensors' buffers back to the pool: a full sweep of the young generation (with `old`, of every
+        tensor), which restarts the count to the next."""
+        reclaim(None, old)
         self.fresh_bytes = self.allocations = 0
 
     def release(self, buffer) -> None:
