@@ -1223,7 +1223,19 @@ def test_tiled_gemm_equals_the_cpu_in_every_transposition(kernel, monkeypatch):
                 if cheap else ():
             close(torch.addmm(self_.to(DEV), x[0].to(DEV), w.t().to(DEV), beta=0.5, alpha=2.0),
                   torch.addmm(self_, x[0], w.t(), beta=0.5, alpha=2.0), **tolerance)
-    if kernel.endswith("/generic"):  # products of 130 x 70, 20 x 9 (bmm), 20 x 6 (linear), ...: a program per
+    if kernel.endswith("/generic"):
+        # a long k under few tiles (a small convolution's weight gradient) splits along k, in every transposition:
+        # the same program (the split is an argument), then sum_pieces
+        for trans_a, trans_b in itertools.product((False, True), repeat=2):
+            a = torch.randn(3000, 20).t() if trans_a else torch.randn(20, 3000)
+            b = torch.randn(9, 3000).t() if trans_b else torch.randn(3000, 9)
+            a_ocl = a.t().contiguous().to(DEV).t() if trans_a else a.to(DEV)
+            b_ocl = b.t().contiguous().to(DEV).t() if trans_b else b.to(DEV)
+            with ocl.profile(0) as times:
+                close(a_ocl @ b_ocl, a @ b, atol=1e-4, rtol=1e-4)
+            assert {row["kernel"] for row in times.table(by="kernel") if not row["kernel"].startswith("copy")} == \
+                {"tiled_gemm", "sum_pieces"}
+        # products of 130 x 70, 20 x 9 (bmm), 20 x 6 (linear), 20 x 9 split, ...: a program per
         built = [key[1] for key in set(programs) - before if key[0] == "tiled_gemm"]  # layout and dtype
         assert all("RUNTIME_GEOMETRY 1\n" in src for src in built) and len(built) <= 8, len(built)
     if kernel in ("128x64t8x8", "32x64"):  # the T4 load path, shared by the tilings (two T4s per item and one)

@@ -294,10 +294,9 @@ def tiled_gemm_geometry(dev: runtime.Device, out: Mat, a: Mat, b: Mat, batch: in
                k * max(b.row_stride, 1) + n * max(b.col_stride, 1) + batch * strides[1],
                m * max(out.row_stride, 1) + n + batch * strides[2], m * s_rs + n * s_cs) >= 2**31
     if generic:
-        assert not split, "the generic tiled GEMM is not split"
         values["RUNTIME_GEOMETRY"] = 1
         index = np.int64 if wide else np.int32
-        arguments = tuple(index(v) for v in geometry.values())
+        arguments = tuple(index(v) for v in geometry.values()) + (index(split),)
     else:
         threads = (bm // tm) * (bn // tn)
         a_batch, b_batch = (strides[0], strides[1]) if batch > 1 and not split else (0, 0)
@@ -348,9 +347,13 @@ def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1
     dev = runtime.device(out.index)
     scalar = np.float64 if out.dtype == torch.float64 else np.float32
     tiling, _, split = kernel.partition("/")
+    generic = split == "generic"
+    if generic and batch == 1 and (source is None or beta == 0) and \
+            _generic_split(dev, a.rows, b.cols, a.cols, tiling):
+        split, source = "split", None
     if split != "split" or batch > 1:
         code, grid, local, geometry = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling, source=source,
-                                                          generic=split == "generic")
+                                                          generic=generic)
         s = source if source is not None else out
         dev.launch(code, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), out.buffer,
                    np.int64(out.offset), scalar(alpha), scalar(beta), s.buffer, np.int64(s.offset), *geometry)
@@ -365,11 +368,21 @@ def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1
     slices = -(-k // chunk)
     with Scratch(dev) as scratch:
         partial = scratch.mat(out.dtype, slices * m, n)
-        code, grid, local, _ = tiled_gemm_geometry(dev, partial.row_range(0, m), a, b, slices, (0, 0, m * n),
-                                                    tiling, chunk)
+        code, grid, local, geometry = tiled_gemm_geometry(dev, partial.row_range(0, m), a, b, slices,
+                                                           (0, 0, m * n), tiling, chunk, generic=generic)
         dev.launch(code, grid, local, a.buffer, np.int64(a.offset), b.buffer, np.int64(b.offset), partial.buffer,
-                   np.int64(0), scalar(alpha), scalar(0.0), partial.buffer, np.int64(0))
+                   np.int64(0), scalar(alpha), scalar(0.0), partial.buffer, np.int64(0), *geometry)
         sum_pieces(dev, partial.buffer, slices, out, beta)
+
+
+def _generic_split(dev: runtime.Device, m: int, n: int, k: int, tiling: str) -> bool:
+    """Whether an unmeasured (generic) tiled GEMM is split along k: tiled_options' rule, fewer tiles than
+    TILED_SPLIT_GROUPS per compute unit and k of at least 1024. Unsplit, a small convolution weight gradient's
+    few tiles each walked the whole batch's pixels on one compute unit (mobilenet_v3_small's first, 16 x 27 x
+    802816: one work-group), and the H200's training step of the network went from 46 to 74 ms
+    (results/ocl-table-h200-s18)."""
+    bm, bn = TILINGS[tiling][:2]
+    return k >= 1024 and -(-m // bm) * -(-n // bn) < TILED_SPLIT_GROUPS * dev.info.compute_units
 
 
 SPLIT_K_CHUNK = 2048  # a GEMM's k is split into pieces of at least this many ...

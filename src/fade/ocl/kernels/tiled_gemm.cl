@@ -19,7 +19,8 @@
 
    RUNTIME_GEOMETRY: M, N, K and the strides are arguments (after s_off, as IDX) instead of compiled in, so one
    program per tiling, dtype and operand layout serves every shape (small products, whose per-shape builds would
-   cost more than they gain); edges always guarded, operands read element by element. */
+   cost more than they gain); edges always guarded, operands read element by element; the last argument, KC_R,
+   is KC (0: not split). */
 #define WX (BN / TN)
 #define WY (BM / TM)
 #define THREADS (WX * WY)
@@ -38,7 +39,10 @@
 #define LB4 (BK * BN / 4 / THREADS)
 #define PA (BM + 4)
 #define PB (BN + 4)
-#ifndef KC
+#if RUNTIME_GEOMETRY
+#define KC KC_R
+#define KSPLIT (KC_R > 0)
+#elif !defined(KC)
 #define KC K
 #define KSPLIT 0
 #else
@@ -50,7 +54,7 @@
 
 #if RUNTIME_GEOMETRY
 #define GEOMETRY_ARGUMENTS , IDX M, IDX N, IDX K, IDX A_RS, IDX A_CS, IDX A_BS, IDX B_RS, IDX B_CS, IDX B_BS, \
-    IDX C_RS, IDX C_BS, IDX S_RS, IDX S_CS, IDX S_BS
+    IDX C_RS, IDX C_BS, IDX S_RS, IDX S_CS, IDX S_BS, IDX KC_R
 #else
 #define GEOMETRY_ARGUMENTS
 #endif
