@@ -100,30 +100,35 @@ def _foreach_fused(op, name: str, args, kwargs) -> bool | list:
         return False
     index = first.get_device()  # get_device: -1 for a CPU tensor, the index otherwise
     rows = list(zip(selves, *lists)) if lists else [(t,) for t in selves]
-    for row in rows:
-        shape = row[0].shape
-        for t in row:
-            if t.dtype is not dtype or not t.is_contiguous() or t.get_device() != index or t.shape != shape:
-                return False
     in_place = name.endswith("_")
+    # per tensor: its element count and its arguments (output, inputs, scalar), checked and gathered in one pass
+    # (a step of SGD walks three lists of every parameter: the per-tensor Python is the op's host cost); a large
+    # tensor runs alone (a one-case kernel): in a shared launch every one of its elements would walk the chain of
+    # cases (vgg16's 103M-element classifier weight: 5.1 ms a launch on the H100, ~10x its bytes)
+    backing = storage_table.backing
+    cells = []
+    for row, value in zip(rows, scalars):
+        shape = row[0].shape
+        cell = [None, None]  # the target's pair, filled below
+        for t in row:
+            if t.dtype is not dtype or t.shape != shape or not t.is_contiguous() or t.get_device() != index:
+                return False
+            cell.append(backing(t).buffer)
+            cell.append(t.storage_offset())
+        cell.append(1.0 if value is None else float(value))
+        cells.append((shape.numel(), cell))
     outputs = selves if in_place else [empty(list(t.shape), contiguous_strides(t.shape), dtype, t.device.index)
                                        for t in selves]
     ct = cl_type(dtype)
     names = "abc"[:1 + len(lists)]
-    # per tensor: its element count and its arguments (output, inputs, scalar); a large tensor runs alone (a
-    # one-case kernel): in a shared launch every one of its elements would walk the chain of cases (vgg16's
-    # 103M-element classifier weight: 5.1 ms a launch on the H100, ~10x its bytes)
-    backing = storage_table.backing
     alone, small = [], []
-    for out, row, value in zip(outputs, rows, scalars):
-        count = out.numel()
+    for out, (count, cell) in zip(outputs, cells):
         if not count:
             continue
-        inputs = []  # self, then the other lists' tensors: (buffer, offset) each
-        for t in row:
-            inputs += (backing(t).buffer, t.storage_offset())
-        target = inputs[:2] if out is row[0] else [backing(out).buffer, out.storage_offset()]
-        cell = target + inputs + [1.0 if value is None else float(value)]
+        if in_place:  # self's pair reused
+            cell[0], cell[1] = cell[2], cell[3]
+        else:
+            cell[0], cell[1] = backing(out).buffer, out.storage_offset()
         (alone if count >= FOREACH_ALONE else small).append((count, cell))
     for group in [[entry] for entry in alone] + [small[start:start + FOREACH_WIDTH]
                                                  for start in range(0, len(small), FOREACH_WIDTH)]:
