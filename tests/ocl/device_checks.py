@@ -113,6 +113,36 @@ def test_reductions_over_dims(dim):
         close(torch.log_softmax(x.to(DEV), dim), torch.log_softmax(x, dim), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("n", [7, 197, 1024, 1025])
+def test_softmax_rows_by_teams_and_by_work_groups_match_the_cpu(n):
+    """softmax, log_softmax and _safe_softmax over rows of n: a team of work items per row (up to 1024, the
+    row in registers; rows past the last work-group's teams), a work-group per row beyond. A row holding NaN
+    gives NaN, a row of -inf NaN (softmax) or zeros (_safe_softmax, attention's fully masked query), half a row
+    of -inf the softmax of the rest; float64; a dim that is not last (permuted rows); no fallback."""
+    x = torch.randn(13, n)
+    x[3] = float("-inf")
+    x[5, n // 2] = float("nan")
+    x[6, : n // 2] = float("-inf")
+    x[7, 0] = float("inf")
+    for function in (lambda t: torch.softmax(t, -1), lambda t: torch.log_softmax(t, -1),
+                     lambda t: torch.ops.aten._safe_softmax(t, -1)):
+        close(function(x.to(DEV)), function(x), atol=1e-6, rtol=1e-5)
+    assert (torch.ops.aten._safe_softmax(x.to(DEV), -1).cpu()[3] == 0).all()
+    y = torch.randn(3, n, 2, dtype=torch.float64)
+    close(torch.ops.aten._safe_softmax(y.to(DEV), 1), torch.ops.aten._safe_softmax(y, 1), atol=1e-12, rtol=1e-12)
+    close(torch.log_softmax(y.to(DEV), 1), torch.log_softmax(y, 1), atol=1e-12, rtol=1e-12)
+    # backwards (rows by teams up to 1024, else a product, a row sum and a pointwise kernel), last dim and not
+    for function in (torch.softmax, torch.log_softmax):
+        for dim, shape in ((-1, (5, n)), (1, (2, n, 3))):
+            z = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+            weight = torch.randn(shape, dtype=torch.float64)
+            on_device = z.detach().to(DEV).requires_grad_()
+            (function(on_device, dim) * weight.to(DEV)).sum().backward()
+            (function(z, dim) * weight).sum().backward()
+            close(on_device.grad, z.grad, atol=1e-12, rtol=1e-10)
+    assert not [name for name in ocl.fallback_counts() if "softmax" in name]
+
+
 @pytest.mark.parametrize("shape, dims", [((600, 48), (0,)), ((3, 9000), (1,)), ((9000, 3), (0,)), ((4, 5, 700), (1,)),
                                          ((2, 3, 4, 5), (1, 2)), ((20000,), (0,)), ((6, 40), (1,))])
 def test_reductions_by_rows_columns_and_parts_match_the_cpu(shape, dims):

@@ -164,6 +164,39 @@ def test_a_chain_of_elementwise_ops_is_one_kernel_with_eager_results():
     torch.testing.assert_close(got.cpu(), f(x, y, b), rtol=1e-6, atol=1e-6)
 
 
+def test_masked_attention_softmax_is_one_kernel_with_zeros_for_fully_masked_rows():
+    """SDPA's math path in the graph mode: _safe_softmax stays one node (its own kernel, not eq/any/where over
+    the scores), a query whose every key is masked gives zeros as on the CPU, and the gradients of a training
+    call match the CPU's."""
+    def f(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 9, 16, requires_grad=True) for _ in range(3))
+    mask = torch.rand(9, 9) > 0.3
+    mask[4] = False
+    expected = f(q, k, v, mask)
+    expected.sum().backward()
+    compiled = torch.compile(f, backend="fade_ocl")
+    device = [t.detach().to(DEV).requires_grad_() for t in (q, k, v)]
+    for _ in range(STEPS):
+        for t in device:
+            t.grad = None
+        got = compiled(*device, mask.to(DEV))
+        got.sum().backward()
+    torch.testing.assert_close(got.detach().cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
+    assert (got.detach().cpu()[:, :, 4] == 0).all()
+    for t, reference in zip(device, (q, k, v)):
+        torch.testing.assert_close(t.grad.cpu(), reference.grad, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        compiled(*device, mask.to(DEV))
+        with ocl.profile() as times:
+            compiled(*device, mask.to(DEV))
+    kernels = [row["kernel"] for row in times.table(by="kernel")]
+    assert "softmax_team" in kernels and not [label for label, _ in times.commands if "eq" in label.split()[1:]], \
+        times.commands
+
+
 def test_a_node_with_no_kernel_runs_eagerly_and_is_counted():
     def f(x):
         return torch.cumsum(x.relu(), 0) * 3  # cumsum has no OpenCL kernel

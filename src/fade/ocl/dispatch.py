@@ -137,7 +137,7 @@ HANDLERS = {  # base op name (no trailing "_") -> the kernel taking (op, args, k
     "native_dropout": dropout,
     "bernoulli": bernoulli,
     **dict.fromkeys(("uniform", "normal"), random_fill),
-    **dict.fromkeys(("_softmax", "_log_softmax"), softmax),
+    **dict.fromkeys(("_softmax", "_log_softmax", "_safe_softmax"), softmax),
     **dict.fromkeys(("_softmax_backward_data", "_log_softmax_backward_data"), softmax_backward),
     **dict.fromkeys(("nll_loss_forward", "nll_loss_backward"), nll_loss),
     **dict.fromkeys(("native_layer_norm", "native_layer_norm_backward"), layer_norm),

@@ -496,7 +496,7 @@ def _decompositions() -> dict:
     """AOTAutograd's decompositions for the graph mode: composites into ops with kernels here (what the
     composites dispatch to in eager), so the plan runs them without eager dispatch."""
     from torch._decomp import get_decompositions
-    return get_decompositions([aten._safe_softmax, aten.ones,
+    return get_decompositions([aten.ones,
                                aten.zeros, aten.full, aten.new_empty_strided, aten.empty_like, aten._unsafe_view,
                                aten.new_zeros, aten.new_ones, aten.new_full, aten.zeros_like, aten.ones_like])
 
