@@ -100,3 +100,18 @@ def test_resume_skips_what_the_file_already_holds(tmp_path):
     assert [record["case_id"] for record in second.run.records] == ["opinfo/mean/float32"]
     assert {row["op"] for row in second.rows} == {"sum", "mean"}
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_timing_on_ocl_makes_one_more_untimed_call_first(monkeypatch):
+    """fade.ocl builds a shape's own kernels at its second call: the timed calls come after one more untimed
+    call there, and their number follows that call's time, not the build-laden correctness call's."""
+    from fade.measure.suites.ops import probe
+
+    monkeypatch.setattr(probe, "synchronize", lambda device: None)
+    calls = []
+    for device, ocl in (("ocl:0", True), ("cpu", False)):
+        monkeypatch.setattr(probe.ocldevice, "is_ocl", lambda d, ocl=ocl: ocl)
+        calls.clear()
+        _, reps = probe._median_call_s(lambda: calls.append(1), device, first_call_s=10.0)
+        # the correctness call took 10 s (a build): alone it would allow one timed call
+        assert (len(calls), reps) == ((1 + probe.TIMING_REPS, probe.TIMING_REPS) if ocl else (1, 1))
