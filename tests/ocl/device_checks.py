@@ -113,7 +113,7 @@ def test_reductions_over_dims(dim):
         close(torch.log_softmax(x.to(DEV), dim), torch.log_softmax(x, dim), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("n", [7, 197, 1024, 1025])
+@pytest.mark.parametrize("n", [7, 1024, 1025])
 def test_softmax_rows_by_teams_and_by_work_groups_match_the_cpu(n):
     """softmax, log_softmax and _safe_softmax over rows of n: a team of work items per row (up to 1024, the
     row in registers; rows past the last work-group's teams), a work-group per row beyond. A row holding NaN
