@@ -83,3 +83,41 @@ def test_written_positions_read_the_schema():
     assert written_positions(aten.add_.Tensor) == ((0, "self", False),)
     assert written_positions(aten.sort.values) == ((3, "values", True), (4, "indices", True))
     assert written_positions(aten.add.Tensor) == ()
+
+
+def test_the_storage_table_sweeps_a_young_generation_and_the_old_one_now_and_then(dev):
+    """fade.hostwork.storages.StorageTable (fade.ocl's and the stand-in's): a full sweep of the young generation
+    finds the storages that died since, an entry that outlives PROMOTE_AFTER full sweeps leaves the generation,
+    so its death is found by a sweep asking for everything (or every OLD_EVERY-th full sweep), not by the young
+    one; a sweep of the newest entries finds only those."""
+    from fade.hostwork.storages import StorageTable
+
+    table = StorageTable(dev)
+    device = torch.device(dev, 0)
+
+    def make(label):
+        host = torch.empty(4, dtype=torch.uint8).untyped_storage()
+        return table.new_tensor(label, host.data_ptr(), 4, device, torch.uint8, 0, [4], [1]), host
+
+    hosts = []
+    kept, host = make("kept")
+    hosts.append(host)
+    for _ in range(table.PROMOTE_AFTER):
+        assert table.sweep(old=False) == []
+    short, host = make("short")
+    hosts.append(host)
+    newest, host = make("newest")
+    hosts.append(host)
+    del newest
+    assert table.sweep(young=1) == ["newest"]
+    del short, kept  # "kept" has left the young generation: a young sweep does not see it die
+    assert table.sweep(old=False) == ["short"]
+    assert len(table) == 1
+    found = [table.sweep(old=False) for _ in range(table.OLD_EVERY)]
+    assert found.count(["kept"]) == 1 and len(table) == 0  # on the OLD_EVERY-th full sweep
+    again, host = make("again")
+    hosts.append(host)
+    for _ in range(table.PROMOTE_AFTER):
+        table.sweep(old=False)
+    del again
+    assert table.sweep(old=True) == ["again"] and len(table) == 0

@@ -99,11 +99,14 @@ def set_geometry(tensor: torch.Tensor, storage, offset: int, size, stride) -> to
 class StorageTable:
     """Device storages of one backend -> their backing objects. A storage's entry dies with the storage."""
 
-    # A full sweep of a young generation: the entries made since they were last swept. An entry that outlives
-    # PROMOTE_AFTER full sweeps (parameters, optimizer state) leaves it, and only every OLD_EVERY-th full sweep
-    # (or one that asks for everything) looks at it again: a training step's sweeps checked its ~1000
-    # parameters' and momentum buffers' storages each time (mobilenet_v3_small: 8% of a replayed step's host time).
-    PROMOTE_AFTER = 2
+    # A full sweep looks at a young generation. An entry that outlives PROMOTE_AFTER full sweeps (parameters,
+    # optimizer state) leaves it, and only every OLD_EVERY-th full sweep (or one that asks for everything: the
+    # allocator's before it empties the pool for room) looks at it again: a training step's sweeps checked its
+    # ~1000 parameters' and momentum buffers' storages each time (mobilenet_v3_small: 8% of a replayed step's host
+    # time). Eager steps make a few full sweeps each (runtime.FULL_SWEEP_ALLOCATIONS), so an activation that lives
+    # through a forward and a backward outlives two or three; with PROMOTE_AFTER at 2 such buffers were found
+    # dead only every OLD_EVERY-th sweep, and new ones were made meanwhile.
+    PROMOTE_AFTER = 8
     OLD_EVERY = 16
 
     def __init__(self, device_type: str):
@@ -153,25 +156,28 @@ class StorageTable:
         costs about a microsecond per storage it checks, and a training step holds a thousand). None: every
         entry of the young generation, and with `old` (or on every OLD_EVERY-th such sweep) every entry."""
         with self._lock:
-            entries, generation = self._entries, self._young
+            entries, found = self._entries, []
             if young is not None:
-                keys = list(itertools.islice(reversed(generation), young))
-            else:
-                self._full_sweeps += 1
-                everything = old or self._full_sweeps % self.OLD_EVERY == 0
-                keys = list(entries if everything else generation)
-            dead = [key for key in keys if _expired(entries[key][0].cdata)]
-            found = []
-            for key in dead:
-                found.append(entries.pop(key)[1])
-                generation.pop(key, None)
-            if young is None:
-                promote = self.PROMOTE_AFTER
-                for key, age in list(generation.items()):
-                    if age + 1 >= promote:
+                generation = self._young
+                for key in list(itertools.islice(reversed(generation), young)):
+                    if _expired(entries[key][0].cdata):
+                        found.append(entries.pop(key)[1])
                         del generation[key]
-                    else:
-                        generation[key] = age + 1
+                return found
+            self._full_sweeps += 1
+            if old or self._full_sweeps % self.OLD_EVERY == 0:
+                for key in [key for key, entry in entries.items() if _expired(entry[0].cdata)]:
+                    found.append(entries.pop(key)[1])
+            survivors, promote = {}, self.PROMOTE_AFTER  # the young generation rebuilt in one pass
+            for key, age in self._young.items():
+                entry = entries.get(key)
+                if entry is None:  # died, found above
+                    continue
+                if _expired(entry[0].cdata):
+                    found.append(entries.pop(key)[1])
+                elif age + 1 < promote:
+                    survivors[key] = age + 1
+            self._young = survivors
             return found
 
     def live(self) -> list:
