@@ -13,7 +13,7 @@ Per network and variant (the zoo's workload as `fade bench models` builds it, it
   `step_ms`: the same step ended by a sync (what the bench times);
 - `stub_ms`: median host time of a step whose launches, CLBlast calls and writes return at once (no device work:
   the values are garbage; the Python and torch side only). `real_ms - stub_ms` is what enqueueing costs.
-Also `launch_us`: one launch of a kernel with 8 arguments (pyopencl, scalar types declared), median of blocks.
+Also `launch_us`: one launch of a kernel with 8 arguments by each path (launch_costs_us), median of blocks.
 """
 
 from __future__ import annotations
@@ -75,22 +75,64 @@ def instrumented(stub: bool, counts: Counts):
             launch, launch_set, gemm, write
 
 
-def launch_cost_us(device: str) -> float:
+def launch_costs_us(device: str) -> dict:
+    """Host microseconds per kernel launch (a kernel of 8 arguments over 256 work items; median of blocks of 500
+    after 2 blocks of warm-up), by path: `launch` (runtime.Device.launch: every argument set, as eager ops do),
+    `preset` (arguments set once, pyopencl's enqueue per call: the graph mode's replayed launches),
+    `preset_one_buffer` (the same with one buffer argument set per call, as a replay sets a call's fresh
+    buffers), and `no_event` (clEnqueueNDRangeKernel through ctypes with no event requested, which pyopencl
+    always asks for: what the driver's enqueue alone costs). Issue 27: the H200's host spent ~27 us per replayed
+    launch (real minus stubbed step time over the step's launches, results/ocl-gemm-h200-s15) against 2.2 on
+    PoCL here."""
+    import ctypes
+    import ctypes.util
+
     dev = runtime.device(torch.device(device).index or 0)
+    cl = dev.cl
     kernel = dev.kernel("fade_noop", "__kernel void fade_noop(__global float* a, long o, __global float* b, long p, "
                                      "long n, float x, float y, long m) { if (get_global_id(0) == 0 && n < 0) "
                                      "a[o] = b[p] + x * y + m; }")
-    a = dev.cl.Buffer(dev.context, dev.cl.mem_flags.READ_WRITE, 4096)
+    a = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 4096)
+    b = cl.Buffer(dev.context, cl.mem_flags.READ_WRITE, 4096)
     args = (a, np.int64(0), a, np.int64(0), np.int64(1), np.float32(1), np.float32(2), np.int64(3))
-    blocks = []
-    for _ in range(7):
-        dev.queue.finish()
-        start = time.perf_counter()
-        for _ in range(500):
-            dev.launch(kernel, (256,), None, *args)
-        blocks.append((time.perf_counter() - start) / 500 * 1e6)
-        dev.queue.finish()
-    return statistics.median(blocks[2:])
+    site = cl.Kernel(kernel.program, kernel.function_name)
+    site.set_args(*args)
+
+    def timed(call) -> float:
+        blocks = []
+        for _ in range(7):
+            dev.queue.finish()
+            start = time.perf_counter()
+            for _ in range(500):
+                call()
+            blocks.append((time.perf_counter() - start) / 500 * 1e6)
+            dev.queue.finish()
+        return round(statistics.median(blocks[2:]), 2)
+
+    def one_buffer():
+        site.set_arg(2, b)
+        dev.launch_set(site, (256,), None)
+
+    costs = {"launch": timed(lambda: dev.launch(kernel, (256,), None, *args)),
+             "preset": timed(lambda: dev.launch_set(site, (256,), None)),
+             "preset_one_buffer": timed(one_buffer)}
+    name = ctypes.util.find_library("OpenCL") or "libOpenCL.so.1"
+    try:
+        library = ctypes.CDLL(name)
+    except OSError as error:
+        costs["no_event"] = f"no {name}: {error}"
+        return costs
+    enqueue = library.clEnqueueNDRangeKernel
+    enqueue.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
+                        ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
+    enqueue.restype = ctypes.c_int
+    size = (ctypes.c_size_t * 1)(256)
+    queue, handle = dev.queue.int_ptr, site.int_ptr
+    if enqueue(queue, handle, 1, None, size, None, 0, None, None) != 0:
+        costs["no_event"] = "clEnqueueNDRangeKernel failed through ctypes"
+        return costs
+    costs["no_event"] = timed(lambda: enqueue(queue, handle, 1, None, size, None, 0, None, None))
+    return costs
 
 
 def measure(name: str, variant: str, batch: int, size: int | None, steps: int, device: str) -> dict:
@@ -144,8 +186,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="ocl:0")
     args = parser.parse_args(argv)
     ocl.register()
-    results = {"device": runtime.device(0).info.name, "launch_us": round(launch_cost_us(args.device), 2), "rows": []}
-    print(f"{results['device']}: one launch {results['launch_us']} us", flush=True)
+    results = {"device": runtime.device(0).info.name, "launch_us": launch_costs_us(args.device), "rows": []}
+    print(f"{results['device']}: one launch (us) {results['launch_us']}", flush=True)
     for name in args.models.split(","):
         for variant in args.variants.split(","):
             row = measure(name, variant, args.batch, args.size, args.steps, args.device)
