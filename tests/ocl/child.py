@@ -47,11 +47,13 @@ _live: set = set()  # the children running now (killed by stop_children)
 _stopping = False
 
 
-def run_checks(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None) -> subprocess.CompletedProcess:
-    """pytest on `checks` (or on its one test `test`, a node id within it: "test_x[name]") in a child process; the
-    child is killed past `timeout_s` (subprocess.TimeoutExpired, with what it printed so far)."""
+def run_checks(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None,
+               keyword: str | None = None) -> subprocess.CompletedProcess:
+    """pytest on `checks` (or on its one test `test`, a node id within it: "test_x[name]", or on the tests
+    `keyword` selects, a -k expression) in a child process; the child is killed past `timeout_s`
+    (subprocess.TimeoutExpired, with what it printed so far)."""
     target = f"{checks}::{test}" if test else str(checks)
-    command = [sys.executable, "-m", "pytest", "-q", *CHILD_PLUGINS, "-x", target]
+    command = [sys.executable, "-m", "pytest", "-q", *CHILD_PLUGINS, "-x", target, *(["-k", keyword] if keyword else [])]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                                env=dict(child_environment(), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
     _live.add(process)
@@ -68,19 +70,21 @@ def run_checks(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None 
     return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
-def outcome(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None) -> str | None:
+def outcome(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None,
+            keyword: str | None = None) -> str | None:
     """None when the checks pass in their child; else what the test fails with."""
     try:
-        child = run_checks(checks, timeout_s, test)
+        child = run_checks(checks, timeout_s, test, keyword)
     except subprocess.TimeoutExpired as timeout:
         output = timeout.stdout.decode(errors="replace") if isinstance(timeout.stdout, bytes) else timeout.stdout
         return f"{checks.name}::{test or ''} ran past {timeout_s} s and was killed\n{(output or '')[-4000:]}"
     return None if child.returncode == 0 else child.stdout[-6000:] + child.stderr[-2000:]
 
 
-def ocl_child(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None):
-    """The mark of a test whose body is `assert_child_passes(request)`: the child it waits for."""
-    return pytest.mark.ocl_child(checks=checks, timeout_s=timeout_s, test=test)
+def ocl_child(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = None, keyword: str | None = None):
+    """The mark of a test whose body is `assert_child_passes(request)`: the child it waits for (`test`: one node
+    of `checks`; `keyword`: a -k expression over its tests)."""
+    return pytest.mark.ocl_child(checks=checks, timeout_s=timeout_s, test=test, keyword=keyword)
 
 
 _runs: dict = {}
@@ -98,7 +102,7 @@ def start_children(items) -> None:
     pool = ThreadPoolExecutor(CHILD_PARALLEL, thread_name_prefix="ocl-child")
     for item in marked:
         mark = item.get_closest_marker("ocl_child").kwargs
-        _runs[item.nodeid] = pool.submit(outcome, mark["checks"], mark["timeout_s"], mark["test"])
+        _runs[item.nodeid] = pool.submit(outcome, mark["checks"], mark["timeout_s"], mark["test"], mark.get("keyword"))
     pool.shutdown(wait=False)
     _pools.append(pool)
 
