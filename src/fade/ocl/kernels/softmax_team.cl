@@ -3,6 +3,37 @@
    values in registers (elements lane, lane + TEAM, ...), so the row is read once and written once; the team's
    max and sum go through local memory. NaN wins the max (a row holding NaN gives NaN, as on the CPU). SAFE
    (_safe_softmax): a row of -inf only gives zeros. Defines: T, ACC, N, VALUES, TEAM, TEAMS, LOG, SAFE. */
+
+/* The max (NaN winning) and the sum of the values `v` a team's items hold, through `red`, the team's TEAM slots
+   of local memory; every item of the work-group calls them (they hold barriers), and `red` is free again when
+   they return. */
+ACC team_max(__local ACC* red, const int lane, const ACC v) {
+    red[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = TEAM / 2; h > 0; h >>= 1) {
+        if (lane < h) {
+            const ACC o = red[lane + h], w = red[lane];
+            red[lane] = (w != w) ? w : ((o != o || o > w) ? o : w);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const ACC m = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return m;
+}
+
+ACC team_sum(__local ACC* red, const int lane, const ACC v) {
+    red[lane] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = TEAM / 2; h > 0; h >>= 1) {
+        if (lane < h) red[lane] += red[lane + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const ACC s = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return s;
+}
+
 __kernel __attribute__((reqd_work_group_size(TEAM, TEAMS, 1)))
 void softmax_team(__global const T* xs, long x_off, __global T* out, long out_off, long rows) {
     const int lane = get_local_id(0), team = get_local_id(1);
@@ -18,28 +49,12 @@ void softmax_team(__global const T* xs, long x_off, __global T* out, long out_of
         v[k] = (live && j < N) ? (ACC)x[j] : -INFINITY;
         m = (m != m) ? m : ((v[k] != v[k] || v[k] > m) ? v[k] : m);
     }
-    red[team][lane] = m;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int h = TEAM / 2; h > 0; h >>= 1) {
-        if (lane < h) {
-            const ACC o = red[team][lane + h], w = red[team][lane];
-            red[team][lane] = (w != w) ? w : ((o != o || o > w) ? o : w);
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    m = red[team][0];
-    barrier(CLK_LOCAL_MEM_FENCE);
+    m = team_max(red[team], lane, m);
     ACC s = 0;
     _Pragma("unroll") for (int k = 0; k < VALUES; k++) {
         if (lane + k * TEAM < N) s += exp(v[k] - m);
     }
-    red[team][lane] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int h = TEAM / 2; h > 0; h >>= 1) {
-        if (lane < h) red[team][lane] += red[team][lane + h];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    s = red[team][0];
+    s = team_sum(red[team], lane, s);
     if (!live) return;
     _Pragma("unroll") for (int k = 0; k < VALUES; k++) {
         const int j = lane + k * TEAM;
@@ -81,13 +96,7 @@ void softmax_team_backward(__global const T* gs, long g_off, __global const T* y
         s += gv[k] * yv[k];
 #endif
     }
-    red[team][lane] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int h = TEAM / 2; h > 0; h >>= 1) {
-        if (lane < h) red[team][lane] += red[team][lane + h];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    s = red[team][0];
+    s = team_sum(red[team], lane, s);
     if (!live) return;
     _Pragma("unroll") for (int k = 0; k < VALUES; k++) {
         const int j = lane + k * TEAM;
