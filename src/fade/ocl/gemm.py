@@ -136,9 +136,7 @@ def tiled_options(dev: runtime.Device, m: int, n: int, k: int, batch: int, dtype
     gpt2's 768 x 3072 x 4096 makes 144 tiles on the H200's 132 compute units, one short wave), 128 x 128 split
     along k; each only where it fits the device (_tiling_fits)."""
     options = tuple(t for t in ("128x128t16x8", "128x64t8x8", "32x64") if _tiling_fits(dev, t, dtype))
-    tiles = -(-m // 128) * -(-n // 128) * batch
-    if options[:1] == ("128x128t16x8",) and batch == 1 and tiles < TILED_SPLIT_GROUPS * dev.info.compute_units \
-            and k >= 1024:
+    if options[:1] == ("128x128t16x8",) and batch == 1 and _few_tiles_long_k(dev, m, n, k, "128x128t16x8"):
         options += ("128x128t16x8/split",)
     return options
 
@@ -349,7 +347,7 @@ def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1
     tiling, _, split = kernel.partition("/")
     generic = split == "generic"
     if generic and batch == 1 and (source is None or beta == 0) and \
-            _generic_split(dev, a.rows, b.cols, a.cols, tiling):
+            _few_tiles_long_k(dev, a.rows, b.cols, a.cols, tiling):
         split, source = "split", None
     if split != "split" or batch > 1:
         code, grid, local, geometry = tiled_gemm_geometry(dev, out, a, b, batch, strides, tiling, source=source,
@@ -375,12 +373,12 @@ def tiled_mm(out: Mat, a: Mat, b: Mat, alpha: float, beta: float, batch: int = 1
         sum_pieces(dev, partial.buffer, slices, out, beta)
 
 
-def _generic_split(dev: runtime.Device, m: int, n: int, k: int, tiling: str) -> bool:
-    """Whether an unmeasured (generic) tiled GEMM is split along k: tiled_options' rule, fewer tiles than
-    TILED_SPLIT_GROUPS per compute unit and k of at least 1024. Unsplit, a small convolution weight gradient's
-    few tiles each walked the whole batch's pixels on one compute unit (mobilenet_v3_small's first, 16 x 27 x
-    802816: one work-group), and the H200's training step of the network went from 46 to 74 ms
-    (results/ocl-table-h200-s18)."""
+def _few_tiles_long_k(dev: runtime.Device, m: int, n: int, k: int, tiling: str) -> bool:
+    """Whether an unbatched GEMM is worth splitting along k with this tiling: fewer tiles than TILED_SPLIT_GROUPS
+    per compute unit and k of at least 1024. tiled_options offers the split then, and an unmeasured (generic)
+    GEMM takes it: unsplit, a small convolution weight gradient's few tiles each walked the whole batch's pixels
+    on one compute unit (mobilenet_v3_small's first, 16 x 27 x 802816: one work-group), and the H200's training
+    step of the network went from 46 to 74 ms (results/ocl-table-h200-s18)."""
     bm, bn = TILINGS[tiling][:2]
     return k >= 1024 and -(-m // bm) * -(-n // bn) < TILED_SPLIT_GROUPS * dev.info.compute_units
 
