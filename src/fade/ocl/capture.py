@@ -220,7 +220,9 @@ def build(rec: Recording, steps: list, dynamic: dict, needed: set, devices: list
         if index in dynamic:
             program.append(("dynamic", step, tuple(rec.resolvers.get(index, ()))))
             continue
-        made = tuple((("a", n), dev, nbytes, torch.device(NAME, dev.index), geometry.get(n))
+        # (an allocation no value is built over: a byte tensor over the whole of it, which keeps it alive)
+        made = tuple((("a", n), dev, nbytes, torch.device(NAME, dev.index),
+                      geometry.get(n, (torch.uint8, 0, (nbytes,), (1,))))
                      for n, (at, dev, _, nbytes) in enumerate(rec.allocations) if at == index and n in fresh)
         commands = [_compiled(command, concrete) for command in rec.commands.get(index, ())]
         program.append(("replay", made, tuple(commands), tuple(built.get(index, ()))))
@@ -357,16 +359,11 @@ class Replay:
                     buffers[ref] = block_of(t).buffer
             else:
                 _, made, commands, built = entry
-                for ref, dev, nbytes, device, first in made:
+                for ref, dev, nbytes, device, (dtype, offset, size, stride) in made:
                     buffer = dev.allocate(nbytes, reclaim)
                     buffers[ref] = buffer
-                    if first is None:
-                        bases[ref] = new_tensor(Block(dev.index, buffer), buffer.int_ptr, nbytes, device,
-                                                torch.uint8, 0, (nbytes,), (1,))
-                    else:  # the first value built over it
-                        dtype, offset, size, stride = first
-                        bases[ref] = new_tensor(Block(dev.index, buffer), buffer.int_ptr, nbytes, device, dtype,
-                                                offset, size, stride)
+                    bases[ref] = new_tensor(Block(dev.index, buffer), buffer.int_ptr, nbytes, device, dtype, offset,
+                                            size, stride)
                 for command in commands:
                     command(buffers)
                 for slot, shape in built:

@@ -167,12 +167,12 @@ def softmax_rows(x: torch.Tensor, out: torch.Tensor, log: bool, safe: bool = Fal
     if rows == 0 or n == 0:
         return
     dev = device_of(x)
-    t = cl_type(x.dtype)
-    acc = "double" if x.dtype == torch.float64 else "float"
-    value = "(v - m) - log(s)" if log else "exp(v - m) / s"
     if _by_teams(dev, n):
         _launch_by_teams(dev, "softmax_team", x.dtype, n, rows, log, safe, x, out)
         return
+    t = cl_type(x.dtype)
+    acc = "double" if x.dtype == torch.float64 else "float"
+    value = "(v - m) - log(s)" if log else "exp(v - m) / s"
     if safe:
         value = f"(m == -INFINITY ? 0 : {value})"
     local = row_work_group(dev, n)
