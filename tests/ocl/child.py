@@ -3,8 +3,8 @@ no device is usable here: PrivateUse1 can be named once per process, and the gua
 
 The child suites (device, zoo networks, graph mode, attention, CLBlast, plug) share one pool, started when
 collection ends (conftest.py: the tests marked `ocl_child` also run last): the child of every selected test
-marked `ocl_child`, CHILD_PARALLEL at a time, in the tests' order, while the rest of the suite runs; each of
-those tests waits for its own. A child spends much of its time building kernels on one core (PoCL compiles each
+marked `ocl_child`, CHILD_PARALLEL at a time, the longest first (start_children), while the rest of the suite
+runs; each of those tests waits for its own. A child spends much of its time building kernels on one core (PoCL compiles each
 new kernel source with LLVM) while its kernels run on every core, so they overlap well with each other and with
 the other tests on the 2-core CI machine (the children were ~70% of the suite's time, and nothing else ran
 beside them). Children still running when the session ends (a -x stop, Ctrl-C) are killed."""
@@ -77,7 +77,8 @@ def outcome(checks: Path, timeout_s: int = CHILD_TIMEOUT_S, test: str | None = N
         child = run_checks(checks, timeout_s, test, keyword)
     except subprocess.TimeoutExpired as timeout:
         output = timeout.stdout.decode(errors="replace") if isinstance(timeout.stdout, bytes) else timeout.stdout
-        return f"{checks.name}::{test or ''} ran past {timeout_s} s and was killed\n{(output or '')[-4000:]}"
+        selected = test or (f"-k '{keyword}'" if keyword else "")
+        return f"{checks.name}::{selected} ran past {timeout_s} s and was killed\n{(output or '')[-4000:]}"
     return None if child.returncode == 0 else child.stdout[-6000:] + child.stderr[-2000:]
 
 
@@ -124,7 +125,7 @@ def assert_child_passes(request) -> None:
     if reason:
         pytest.skip(reason)
     node = request.node
-    if node.nodeid not in _runs:
-        start_children([node] + list(request.session.items))
+    if node.nodeid not in _runs:  # (the node is among the session's items: started once, with the others)
+        start_children(request.session.items)
     failure = _runs[node.nodeid].result()
     assert failure is None, failure
