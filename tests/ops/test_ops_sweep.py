@@ -108,10 +108,11 @@ def test_timing_on_ocl_makes_one_more_untimed_call_first(monkeypatch):
     from fade.measure.suites.ops import probe
 
     monkeypatch.setattr(probe, "synchronize", lambda device: None)
+    monkeypatch.setattr(probe, "TIMING_BUDGET_S", 100.0)  # any call under 20 s allows every rep: no clock race
     calls = []
     for device, ocl in (("ocl:0", True), ("cpu", False)):
         monkeypatch.setattr(probe.ocldevice, "is_ocl", lambda d, ocl=ocl: ocl)
         calls.clear()
-        _, reps = probe._median_call_s(lambda: calls.append(1), device, first_call_s=10.0)
-        # the correctness call took 10 s (a build): alone it would allow one timed call
+        _, reps = probe._median_call_s(lambda: calls.append(1), device, first_call_s=1000.0)
+        # the correctness call took 1000 s (a build): alone it would allow one timed call
         assert (len(calls), reps) == ((1 + probe.TIMING_REPS, probe.TIMING_REPS) if ocl else (1, 1))
