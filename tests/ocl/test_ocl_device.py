@@ -18,7 +18,7 @@ ZOO_CHILD_TIMEOUT_S = 280  # a network's child (the slowest cold, densenet161: 9
 
 # device_checks.py in two children of about equal time (cold on PoCL, 2 cores: ~150 s each alone): its GEMM,
 # convolution and generation checks, whose kernels take longest to build, and the rest. Whole, it took ~300 s
-# alone and ran past 540 s beside the rest of the suite and another child
+# alone and ran past 540 s in a CI rehearsal beside the rest of the suite and another child
 HEAVY_CHECKS = "gemm or conv or winograd or clblast or llama"
 
 
