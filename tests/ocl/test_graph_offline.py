@@ -86,3 +86,14 @@ def test_contiguous_operands_collapse_to_one_dimension_and_double_drops_float_li
     member = Member("0.5f * a", (("input", 0),), (), torch.float64, torch.float64)
     source = fused_source([member], [torch.float64], [], [0], sizes, strides)
     assert "0.5 * a" in source and "0.5f" not in source and "double x0 = in0[off_i0 + i0 * 1];" in source
+
+
+def test_a_channels_last_result_is_visited_in_its_memory_order():
+    # neighbouring work items write neighbouring addresses: [n, c, h, w] stored channels-last runs as [n*h*w, c]
+    out = torch.empty(2, 8, 4, 4).to(memory_format=torch.channels_last)
+    bias = torch.empty(8, 1, 1)
+    sizes, strides = geometry(out.shape, [out.stride()], [out, bias])
+    assert sizes == [32, 8] and strides == [[8, 1], [8, 1], [0, 1]]
+    nchw = torch.empty(2, 8, 4, 4)  # an input in the logical order is read 8 apart, the output still written in order
+    sizes, strides = geometry(out.shape, [out.stride()], [nchw])
+    assert sizes == [2, 16, 8] and strides == [[128, 8, 1], [128, 1, 16]]

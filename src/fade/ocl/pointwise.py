@@ -204,9 +204,18 @@ def _operand_args(operands, scalars: dict, np_ct) -> list:
 
 
 def collapse(shape, stride_lists) -> tuple:
-    """(shape, stride lists) with size-1 dimensions dropped and neighbours merged where every tensor steps
-    through them as one (a permuted copy of [n, c, l] stays 3-D, an expanded row becomes 2-D)."""
+    """(shape, stride lists) with size-1 dimensions dropped, the rest ordered by the first tensor's (the
+    output's) strides, largest first, and neighbours merged where every tensor steps through them as one (a
+    permuted copy of [n, c, l] stays 3-D, an expanded row becomes 2-D).
+
+    The order is the work items' order: an elementwise kernel may visit elements in any order, and following
+    the output's memory order makes neighbouring work items write neighbouring addresses. A channels-last
+    [n, c, h, w] result, visited in its logical order, had neighbours c elements apart: the H200's graph-mode
+    convnext_small spent ~150 us on residual adds that move ~25 MB, ~10x their bytes."""
     kept = [d for d, size in enumerate(shape) if size != 1]
+    if stride_lists:
+        first = stride_lists[0]
+        kept.sort(key=lambda d: -abs(first[d]))  # stable: equal strides keep their logical order
     sizes = [shape[d] for d in kept]
     strides = [[st[d] for d in kept] for st in stride_lists]
     d = len(sizes) - 1
