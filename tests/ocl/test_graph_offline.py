@@ -36,6 +36,14 @@ def test_a_reader_outside_the_group_before_its_end_stops_the_group():
     assert group_elementwise(nodes) == [[1], [3]]
 
 
+def test_a_node_joins_the_groups_it_can_when_another_had_an_early_reader():
+    # a residual block's end: 1 (the last block's output) is read by the convolution 2 before the add 4; the bias
+    # add 3 is read only by 4, so 4 joins 3's group and 1's stays apart
+    nodes = _chain([(False, S, []), (True, S, [0]), (False, S, [1]), (True, S, [2]), (True, S, [3, 1]),
+                    (True, S, [4])])
+    assert group_elementwise(nodes) == [[1], [3, 4, 5]]
+
+
 def test_other_shapes_do_not_join_but_broadcast_inputs_do():
     nodes = _chain([(False, S, []), (False, T, []),
                     (True, T, [1]),        # 2 on the (2, 1) shape

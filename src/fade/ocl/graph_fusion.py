@@ -35,21 +35,35 @@ class NodeInfo:
 def group_elementwise(nodes: list[NodeInfo]) -> list[list[int]]:
     """Groups of fusible nodes, each one kernel run where its last member stands: every fusible node is in
     exactly one group (alone if nothing joins it). A node joins the groups of the fusible nodes it reads that
-    have its shape, merging them, unless a node outside them already read one of their members before it (that
-    reader runs before the kernel, so the value must exist by then) or the kernel would grow past MAX_MEMBERS
-    members or MAX_INPUTS inputs."""
+    have its shape, merging them; where not all of them can, those that can, in graph order. A group cannot
+    where a node outside the merged kernel already read one of its members before it (that reader runs before
+    the kernel, so the value must exist by then) or the kernel would grow past MAX_MEMBERS members or MAX_INPUTS
+    inputs."""
     group_of: dict[int, int] = {}
     groups: dict[int, list[int]] = {}
+
+    def joinable(chosen: list[int], position: int) -> bool:
+        merged = [m for g in chosen for m in groups[g]] + [position]
+        members = set(merged)
+        early_reader = any(user < position and user not in members for m in merged for user in nodes[m].users)
+        inputs = {i for m in merged for i in nodes[m].inputs if i not in members}
+        return not early_reader and len(merged) <= MAX_MEMBERS and len(inputs) <= MAX_INPUTS
+
     for position, node in enumerate(nodes):
         if not node.fusible:
             continue
         candidates = sorted({group_of[i] for i in node.inputs
                              if i in group_of and nodes[i].shape == node.shape})
+        if candidates and not joinable(candidates, position):
+            # the groups that can join, one at a time: a residual add reads the block's last value, which the
+            # next block's convolution read first, and the bias add before it, which only the add reads
+            chosen: list[int] = []
+            for g in candidates:
+                if joinable(chosen + [g], position):
+                    chosen.append(g)
+            candidates = chosen
         merged = [m for g in candidates for m in groups[g]] + [position]
-        members = set(merged)
-        early_reader = any(user < position and user not in members for m in merged for user in nodes[m].users)
-        inputs = {i for m in merged for i in nodes[m].inputs if i not in members}
-        if candidates and not early_reader and len(merged) <= MAX_MEMBERS and len(inputs) <= MAX_INPUTS:
+        if candidates:
             target = candidates[0]
             for g in candidates[1:]:
                 for m in groups.pop(g):
