@@ -148,6 +148,63 @@ def test_fusion_launches_fewer_elementwise_kernels_than_eager():
     assert graph[0] < eager[0] and graph[1] < eager[1], (graph, eager)  # elementwise and all commands
 
 
+class _ConvNorms(torch.nn.Module):
+    """Convolutions each followed by a batch norm: with and without a bias, affine and not, a residual add and a
+    branch whose convolution output is read twice (that batch norm cannot be folded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.na = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.b, self.nb = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8, affine=False)
+        self.c, self.nc = torch.nn.Conv2d(8, 8, 1, bias=False), torch.nn.BatchNorm2d(8)
+        for norm in (self.na, self.nb, self.nc):  # statistics and affine parameters away from 0 and 1
+            norm.running_mean.uniform_(-1, 1)
+            norm.running_var.uniform_(0.5, 2)
+            if norm.affine:
+                norm.weight.data.uniform_(0.5, 1.5)
+                norm.bias.data.uniform_(-1, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.na(self.a(x)))
+        z = self.b(y)
+        return torch.relu(self.nb(z) + y) + self.nc(self.c(y)) + z.mean()
+
+
+def test_eval_batch_norms_after_convolutions_fold_into_their_weights():
+    """Inference graphs: each batch norm whose convolution nothing else reads is folded (no bn_eval kernel
+    runs), the output matches the CPU's, a change to the running statistics between calls is seen, and a
+    training call of the same eval-mode network (frozen statistics) keeps its gradients right."""
+    torch.manual_seed(0)
+    model = _ConvNorms().eval()
+    x = torch.randn(2, 3, 6, 6)
+    net = _ConvNorms().eval()
+    net.load_state_dict(model.state_dict())
+    net = net.to(DEV)
+    compiled = torch.compile(net, backend="fade_ocl")
+    before = ocl.graph_stats().get("folded_batch_norms", 0)
+    with torch.no_grad():
+        for _ in range(3):  # step by step, recorded, replayed
+            got = compiled(x.to(DEV))
+        with ocl.profile() as times:
+            got = compiled(x.to(DEV))
+        assert ocl.graph_stats()["folded_batch_norms"] - before == 2  # a and c; b's output is read twice
+        labels = [label for label, _ in times.commands]
+        assert sum(label.startswith("bn_fold") for label in labels) == 2 and \
+            sum(label.startswith("bn_eval") for label in labels) == 1, labels
+        torch.testing.assert_close(got.cpu(), model(x), rtol=1e-5, atol=1e-5)
+        for norm in ("na", "nc"):  # new statistics in place, as a running-stat update or load_state_dict makes
+            getattr(model, norm).running_var.mul_(3)
+            getattr(net, norm).running_var.mul_(3)
+        torch.testing.assert_close(compiled(x.to(DEV)).cpu(), model(x), rtol=1e-5, atol=1e-5)
+    xg = x.clone().requires_grad_()
+    model(xg).square().sum().backward()
+    xo = x.to(DEV).requires_grad_()
+    compiled(xo).square().sum().backward()
+    torch.testing.assert_close(xo.grad.cpu(), xg.grad, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(model.named_parameters(), net.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 def test_a_chain_of_elementwise_ops_is_one_kernel_with_eager_results():
     def f(x, y, b):
         return torch.relu(x * y + b).sigmoid() * 2 - torch.nn.functional.hardswish(x)

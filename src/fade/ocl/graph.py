@@ -25,8 +25,10 @@ import torch.fx
 from fade.ocl import capture, dispatch, runtime
 from fade.ocl.graph_fusion import compute_type, fused_source, geometry, group_elementwise, Member, NodeInfo, \
     release_after
+from fade.ocl.graph_rewrite import BN_FOLD_OP, fold_batch_norms
 from fade.ocl.memory import block_of, contiguous_strides, empty, NAME, storage_table
 from fade.ocl.meta import base_name, bind_arguments, is_view_op, schema_of
+from fade.ocl.normalization import bn_fold
 from fade.ocl.pointwise import numpy_scalar, pointwise, POINTWISE, typed_expression, variant_expression
 from fade.ocl.settings import setting
 from fade.ocl.sources import CL_TYPES, NoKernel
@@ -45,8 +47,8 @@ _stats: collections.Counter = collections.Counter()
 def graph_stats() -> dict:
     """What the graph mode compiled and ran in this process: graphs, nodes, op_steps (nodes calling a kernel
     directly), elementwise_kernels (generated kernels, fused or of one op), fused_kernels and fused_nodes (those
-    computing two or more nodes, and how many), replays, eager_runs (node runs through eager dispatch), and
-    graph_breaks (dynamo's count, by reason)."""
+    computing two or more nodes, and how many), folded_batch_norms (graph_rewrite.py), replays, eager_runs (node
+    runs through eager dispatch), and graph_breaks (dynamo's count, by reason)."""
     with _lock:
         found = dict(_stats)
     breaks = _dynamo_breaks()
@@ -429,6 +431,10 @@ def _batch_norm_no_training(op, args, kwargs):
         bound["momentum"], bound["eps"]))
 
 
+def _bn_fold(op, args, kwargs):
+    return bn_fold(*args, **kwargs)
+
+
 def _filled(size, stride, dtype, device, value):
     out = empty(size, stride, dtype, device.index or 0 if device is not None else 0)
     if out.numel():
@@ -489,6 +495,7 @@ LOWERINGS = {  # ops with no kernel of their own that the plan runs by other ops
     aten.select_scatter.default: _scatter,
     aten.as_strided_scatter.default: _scatter,
     aten.empty_permuted.default: _empty_permuted,
+    BN_FOLD_OP: _bn_fold,
 }
 
 
@@ -566,6 +573,7 @@ class GraphPlan:
 
     def __init__(self, gm: torch.fx.GraphModule):
         self._boxed_call = True  # an instance attribute: the wrappers AOTAutograd puts around it copy __dict__
+        folded = fold_batch_norms(gm)
         nodes = list(gm.graph.nodes)
         slots = {node: position for position, node in enumerate(nodes)}
         self.size = len(nodes)
@@ -644,6 +652,7 @@ class GraphPlan:
             _stats["elementwise_kernels"] += len(groups)
             _stats["fused_kernels"] += len(fused)
             _stats["fused_nodes"] += sum(len(g) for g in fused)
+            _stats["folded_batch_norms"] += folded
         self.groups = groups
 
     @staticmethod

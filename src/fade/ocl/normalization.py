@@ -316,6 +316,35 @@ def _bn_partials(dev, source: str, local: int, scratch: Scratch, wide, x: torch.
     return out, np.int64(parts)
 
 
+def bn_fold(weight: torch.Tensor, bias, bn_weight, bn_bias, running_mean: torch.Tensor, running_var: torch.Tensor,
+            eps: float) -> tuple:
+    """(weight', bias') of a convolution with the eval-mode batch norm after it folded in: weight' is weight scaled
+    per output channel by bn_weight / sqrt(running_var + eps) (bn_eval's scale), bias' (C, 1, 1) is
+    bn_bias + (bias - running_mean) * that scale, so conv(x, weight') + bias' is the batch norm of conv(x, weight,
+    bias). One launch (graph_rewrite.py puts it where the batch norm's was)."""
+    tensors = [t for t in (weight, bias, bn_weight, bn_bias, running_mean, running_var) if t is not None]
+    if weight.dtype not in (torch.float32, torch.float64) or weight.dim() < 1 or \
+            any(t.dtype != weight.dtype or t.device != weight.device for t in tensors) or \
+            any(t.dim() != 1 or t.numel() != weight.shape[0] or not t.is_contiguous() for t in tensors[1:]):
+        raise NoKernel("batch norm fold: parameters of another dtype, device or shape")
+    weight = contiguous(weight)
+    c = weight.shape[0]
+    dev = device_of(weight)
+    index = weight.device.index
+    out_w = empty(list(weight.shape), contiguous_strides(weight.shape), weight.dtype, index)
+    out_b = empty([c, 1, 1], [1, 1, 1], weight.dtype, index)
+    if weight.numel():
+        source, _, wide = _bn_setup(dev, weight.dtype)
+        np_wide = np.float64 if wide == torch.float64 else np.float32
+        arg = functools.partial(_place, stand_in=weight)
+        dev.launch(dev.kernel("bn_fold", source), (weight.numel(),), None, *arg(weight), *arg(bias),
+                   np.int32(bias is not None), *arg(running_mean), *arg(running_var), *arg(bn_weight), *arg(bn_bias),
+                   np.int32(bn_weight is not None), np.int32(bn_bias is not None), np_wide(eps),
+                   block_of(out_w).buffer, block_of(out_b).buffer, np.int64(weight.numel() // max(c, 1)),
+                   np.int64(weight.numel()))
+    return out_w, out_b
+
+
 def _bn_setup(dev, dtype) -> tuple:
     """(kernel source, work-group size, accumulation dtype) of the batch-norm kernels for `dtype` on `dev`."""
     wide = torch.float64 if dtype == torch.float64 or dev.info.fp64 else torch.float32

@@ -57,6 +57,10 @@ SETTINGS = (
     Setting("FADE_OCL_GRAPH_REPLAY", "on", ("on", "off"),
             "The graph mode's capture and replay (fade/ocl/capture.py): a graph's second call is recorded and "
             "later calls issue its commands again with no per-node Python. off: every call runs node by node."),
+    Setting("FADE_OCL_BN_FOLD", "on", ("on", "off"),
+            "Inference graphs (graph mode): an eval-mode batch norm after a convolution folded into its weights at "
+            "each call (one launch where the batch norm's was), its bias added in the kernel fused with what "
+            "follows: the batch norm's pass over the activation is gone. off: the batch norm runs as it is."),
     Setting("FADE_OCL_CLBLAST_TUNED", "1", ("0", "1"),
             "1: when a device opens, apply the CLBlast parameters `fade tune MODEL --device ocl --pretune` "
             "persisted for it (fade.ocl.clblast_tuning(N) says what happened). 0: CLBlast's own parameters."),

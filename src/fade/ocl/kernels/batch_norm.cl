@@ -82,6 +82,22 @@ __kernel void bn_eval(__global const T* x, long x_off, __global const T* rmean, 
     T scale = (T)1 / sqrt(rvar[rv_off + c] + (T)eps) * (affine_w ? w[w_off + c] : (T)1);
     out[i] = (x[x_off + i] - rmean[rm_off + c]) * scale + (affine_b ? b[b_off + c] : (T)0);
 }
+/* an inference graph's convolution with the eval-mode batch norm after it folded in (graph_rewrite.py): per output
+   channel o, scale = bn_w[o] / sqrt(rvar[o] + eps) as bn_eval computes it; w_out[o, ...] = w[o, ...] * scale and
+   b_out[o] = bn_b[o] + (cb[o] - rmean[o]) * scale (cb: the convolution's own bias, where it has one). One work
+   item per weight; the first of each channel writes its bias. */
+__kernel void bn_fold(__global const T* w, long w_off, __global const T* cb, long cb_off, int has_cb,
+                      __global const T* rmean, long rm_off, __global const T* rvar, long rv_off,
+                      __global const T* bw, long bw_off, __global const T* bb, long bb_off, int affine_w,
+                      int affine_b, ACC eps, __global T* w_out, __global T* b_out, long per, long n) {
+    long i = get_global_id(0);
+    if (i >= n) return;
+    long o = i / per;
+    T scale = (T)1 / sqrt(rvar[rv_off + o] + (T)eps) * (affine_w ? bw[bw_off + o] : (T)1);
+    w_out[i] = w[w_off + i] * scale;
+    if (i % per == 0)
+        b_out[o] = (affine_b ? bb[bb_off + o] : (T)0) + ((has_cb ? cb[cb_off + o] : (T)0) - rmean[rm_off + o]) * scale;
+}
 __kernel void bn_apply(__global const T* x, long x_off, __global const ACC* coef, __global T* out, long C, long HW,
                        long n) {
     long i = get_global_id(0);
