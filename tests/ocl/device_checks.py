@@ -1069,6 +1069,25 @@ def test_logical_reductions_and_inf_tests():
         close(function(values.to(DEV)), function(values))
 
 
+def test_reductions_over_nothing_give_their_identity():
+    """Over zero elements a sum is 0, a mean NaN, any false and all true, written into the output even though
+    no element is read: the outputs came from the pool holding an earlier tensor's values (sum() of an empty
+    tensor read 1.0 or 5e30, and any() true, so linalg.cholesky of an empty batch checked its errors past the
+    end of the info tensor and crashed, in fade ops' cholesky_solve samples)."""
+    for _ in range(2):
+        (torch.ones(1024, device=DEV) * 7).sum()  # the pool holds sevens
+        for shape, dim in (((0,), None), ((0, 3), 0), ((3, 0), 1), ((2, 0, 3), 1)):
+            for dtype in (torch.float32, torch.int64, torch.int32):
+                x = torch.zeros(shape, dtype=dtype)
+                for function in ((torch.sum, torch.any, torch.all) if dtype != torch.float32 else
+                                 (torch.sum, torch.mean, torch.any, torch.all)):
+                    got = function(x.to(DEV)) if dim is None else function(x.to(DEV), dim)
+                    want = function(x) if dim is None else function(x, dim)
+                    torch.testing.assert_close(got.cpu(), want, equal_nan=True, msg=f"{function} {shape} {dtype}")
+    batch = torch.zeros(0, 2, 2, device=DEV)
+    assert torch.linalg.cholesky(batch).shape == (0, 2, 2)
+
+
 def test_transformer_encoder_layer_trains_like_the_cpu_with_zero_fallbacks():
     """Attention's dropout draws its mask differently on the CPU (a fused attention kernel) and on ocl (the
     math path), so the comparison runs without dropout; dropout itself is compared above."""

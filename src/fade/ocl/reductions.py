@@ -117,8 +117,8 @@ def _reduce_groups(kind: str, x: torch.Tensor, out: torch.Tensor, n: int, part_l
 def _reduce_strided(kind: str, x: torch.Tensor, out: torch.Tensor, n: int, inner: int, parts: int, part_len: int,
                     divisor: int, wide) -> None:
     """One work item per (part, output): out[p * width + o * inner + i] = reduce over the part's j of
-    x[o, j, i]."""
-    width = x.numel() // max(n, 1)
+    x[o, j, i]; over nothing (n 0), the reduction's identity (a sum's 0, any's false, all's true; a mean's NaN)."""
+    width = out.numel() // parts  # not x.numel() // n: an empty x still has outputs to write
     dev = device_of(x)
     floating = x.dtype.is_floating_point
     acc_type = cl_type(wide) if floating else "long"
