@@ -1069,6 +1069,17 @@ def test_logical_reductions_and_inf_tests():
         close(function(values.to(DEV)), function(values))
 
 
+def test_casts_to_bool_test_the_value_not_its_integer_part():
+    """x.bool() is x != 0 in x's own type: converted to an integer first, -0.5 and 0.25 became 0 (False) and NaN
+    undefined (fade ops' `bool` mismatched on the H200)."""
+    x = torch.tensor([[-0.5, 0.25, 0.0], [-0.0, 2.5, float("nan")]])
+    for dtype in (torch.float32, torch.float64):
+        y = x.to(dtype)
+        close(y.to(DEV).bool(), y.bool())
+        close(y.to(DEV).t().bool(), y.t().bool())  # the strided kernel
+        close(y.to(DEV).to(torch.bool), y.to(torch.bool))
+
+
 def test_reductions_over_nothing_give_their_identity():
     """Over zero elements a sum is 0, a mean NaN, any false and all true, written into the output even though
     no element is read: the outputs came from the pool holding an earlier tensor's values (sum() of an empty

@@ -36,6 +36,9 @@ def pointwise(expr: str, out: torch.Tensor, operands: list, compute=None, scalar
         out, operands = out.view(torch.int16), [operands[0].view(torch.int16)]  # a copy of the bits
     if out.dim() > MAX_DIMS:
         raise NoKernel(f"more than {MAX_DIMS} dims")
+    if compute is None and expr == "a" and out.dtype == torch.bool and isinstance(operands[0], torch.Tensor):
+        compute = operands[0].dtype  # a cast to bool tests the value != 0 in its own type: (uchar)-1.7f is
+        # undefined in OpenCL C (NVIDIA's gave 0, so False, where torch gives True)
     compute = compute or out.dtype
     ct = "float" if compute == torch.float16 else cl_type(compute)
     ot = cl_type(out.dtype)
