@@ -3,13 +3,16 @@ against CUDA fp32 with TF32 off, in one process, with the CPU fallback count and
 
     python benchmarks/ocl_zoo.py OUT                                  # GPU machine, NVIDIA ICD registered
     python benchmarks/ocl_zoo.py OUT --models resnet18 --batch 2 --image-size 64 --seq-len 16   # CPU smoke (PoCL)
+    python benchmarks/ocl_zoo.py OUT --variants eager,graph --models ...   # issue 27: the graph mode judged too
 
 Method, per network (the zoo's builders, default sizes: 224 px images, 512-token sequences; batch 64):
 - weights from seed 0 and one synthetic batch from seed 1, built on the CPU, copied to each device. Dropout
   is set to 0 on both sides, because CUDA and ocl draw their masks from different generators.
 - the reference in a child process (torch has one accelerator per process; docs/ocl.md): CUDA fp32
   (`allow_tf32 = False` for matmul and cuDNN, float32_matmul_precision "highest", cudnn.benchmark on), then
-  CUDA fp64 as the exact reference (the CPU where there is no CUDA); then ocl fp32 in this process.
+  CUDA fp64 as the exact reference (the CPU where there is no CUDA); then ocl fp32 in this process, per
+  `--variants`: eager, and graph (`torch.compile(model, backend="fade_ocl")`, the forward of every call), each
+  from the same weights and judged alike.
 - infer: eval mode, no_grad, logits of the batch; one call to warm up, then INFER_REPEATS timed calls.
 - train: train mode, TRAIN_STEPS steps of the zoo's optimizer (SGD lr 0.01 momentum 0.9 for the CNNs, AdamW
   lr 1e-4 weight decay 0.01 for the transformers) and loss; every step's loss.
@@ -75,10 +78,14 @@ def loss_of(name, out, target):
     return F.cross_entropy(out, target)
 
 
-def run_side(name, device, dtype, sync, parts):
+def run_side(name, device, dtype, sync, parts, graph: bool = False):
     entry, state, model, x, target = parts
     model.load_state_dict(state)
     model = model.to(device, dtype)
+    net = model
+    if graph:  # fade.ocl's graph mode: inference and training graphs, captured and replayed
+        torch._dynamo.reset()
+        net = torch.compile(model, backend="fade_ocl")
     x = x.to(device)
     x = x.to(dtype) if x.is_floating_point() else x
     target = target.to(device)
@@ -89,7 +96,7 @@ def run_side(name, device, dtype, sync, parts):
     with torch.no_grad():
         for _ in range(1 + INFER_REPEATS):
             t0 = time.perf_counter()
-            logits = model(x)
+            logits = net(x)
             sync()
             times.append(time.perf_counter() - t0)
     result["infer"] = {"first_s": times[0], "median_s": statistics.median(times[1:]), "wall_s": time.perf_counter() - start}
@@ -101,7 +108,7 @@ def run_side(name, device, dtype, sync, parts):
     for _ in range(TRAIN_STEPS):
         t0 = time.perf_counter()
         optimizer.zero_grad()
-        loss = loss_of(name, model(x), target)
+        loss = loss_of(name, net(x), target)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
@@ -109,7 +116,7 @@ def run_side(name, device, dtype, sync, parts):
         times.append(time.perf_counter() - t0)
     result["train"] = {"first_s": times[0], "median_s": statistics.median(times[1:]) if len(times) > 1 else times[0],
                        "wall_s": time.perf_counter() - start, "losses": losses}
-    del model, optimizer
+    del model, net, optimizer
     return result
 
 
@@ -184,12 +191,17 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--variants", default="eager", help="ocl runs to judge: eager, graph or both (eager,graph)")
     parser.add_argument("--reference-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rejudge", action="store_true", help="judge OUT/summary.json again; run nothing")
     args = parser.parse_args(argv)
     if args.rejudge:
         return rejudge(args.out)
     names = [n for n in args.models.split(",") if n]
+    variants = [v for v in args.variants.split(",") if v]
+    if not variants or any(v not in ("eager", "graph") for v in variants):
+        print(f"ocl_zoo: --variants takes eager, graph or both, not {args.variants!r}", file=sys.stderr)
+        return 2
     unknown = [n for n in names if n not in ZOO]
     if unknown:
         print(f"ocl_zoo: unknown model(s) {unknown}; the zoo has {list(ZOO)}", file=sys.stderr)
@@ -220,14 +232,15 @@ def main(argv=None) -> int:
     reference = torch.load(args.out / "reference.pt")
     parts = {n: build(n, args.batch, args.image_size, args.seq_len) for n in names}
     cases, all_passed = [], True
-    for name in names:
+    for name, variant in [(n, v) for n in names for v in variants]:
         ocl.reset_fallback_counts()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                side = run_side(name, "ocl:0", torch.float32, ocl.synchronize, parts[name])
+                side = run_side(name, "ocl:0", torch.float32, ocl.synchronize, parts[name], variant == "graph")
             except Exception as error:  # noqa: BLE001 - one case failing must not lose the others
                 side = {"model": name, "device": "ocl:0", "error": f"{type(error).__name__}: {error}"[:500]}
+        side["variant"] = variant
         side["fallbacks"] = dict(ocl.fallback_counts())
         ocl.empty_cache()
         record(side)
@@ -235,7 +248,8 @@ def main(argv=None) -> int:
         fp64 = reference.get((name, "float64"), fp32)  # no fp64 reference (out of memory): fp32's own is 0
         if fp32 is None:
             side.setdefault("error", "no reference run")
-        case = {"model": name, "batch": args.batch, "fallbacks": side["fallbacks"], "error": side.get("error")}
+        case = {"model": name, "variant": variant, "batch": args.batch, "fallbacks": side["fallbacks"],
+                "error": side.get("error")}
         if "error" not in side:
             ocl_err, ref_err = rel_rms(side["logits"], fp64["logits"]), rel_rms(fp32["logits"], fp64["logits"])
             loss_diffs = [abs(a - b) / abs(b) for a, b in zip(side["train"]["losses"], fp32["train"]["losses"])]
@@ -258,7 +272,8 @@ def main(argv=None) -> int:
                "reference_device": "cuda" if torch.cuda.is_available() else "cpu",
                "ocl_device": ocl.devices()[0].as_dict(), "torch": torch.__version__,
                "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-               "batch": args.batch, "image_size": args.image_size, "seq_len": args.seq_len, "cases": cases,
+               "batch": args.batch, "image_size": args.image_size, "seq_len": args.seq_len, "variants": variants,
+               "cases": cases,
                "passed": all_passed}
     atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=1, default=str))
     return 0 if all_passed else 1
