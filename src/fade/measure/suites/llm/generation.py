@@ -18,6 +18,14 @@ fade-loop
     `fade-loop+compile` and `fade-loop+eager` force either. Each run starts with StaticCache.reset() (the
     cache counts the tokens it has taken, transformers 5: a run must start it at 0; the reset also zeroes the
     cache, a memset that lands in the time to first token, as hf-static's own reset does).
+
+FadeLoop's decode options (what `fade tune --generate` searches; the bench's fade-loop is their first column):
+    cache    "static" (the above) or "dynamic": a DynamicCache made per run, growing a token a step, as
+             model.generate() keeps it by default; a compiled step needs the static cache (its shapes are fixed)
+    compile  off, or a torch.compile mode for the step: "reduce-overhead" (CUDA graphs), "default",
+             "max-autotune-no-cudagraphs"
+    sdpa     None (torch picks per call) or one SDPA backend forced around every forward: flash, efficient,
+             cudnn, math (torch.nn.attention.sdpa_kernel)
 """
 
 from __future__ import annotations
@@ -86,21 +94,71 @@ def hf_generator(model, *, static: bool) -> Callable:
     return generate
 
 
-class FadeLoop:
-    """The fade-loop variant (module docstring) for one prompt length and new-token count; the cache takes its
-    batch size from the prefill."""
+CACHES = ("static", "dynamic")
+STEP_COMPILE_MODES = ("reduce-overhead", "default", "max-autotune-no-cudagraphs")
 
-    def __init__(self, model, *, prompt_tokens: int, new_tokens: int, device: str, compile: bool):
+
+class FadeLoop:
+    """The fade-loop variant (module docstring) for one prompt length and new-token count, with its decode
+    options; the cache takes its batch size from the prefill. `compile`: False (eager), True (COMPILE_MODE) or
+    one of STEP_COMPILE_MODES."""
+
+    def __init__(self, model, *, prompt_tokens: int, new_tokens: int, device: str, compile=False,
+                 cache: str = "static", sdpa: str | None = None):
         import torch
         from transformers import StaticCache
 
+        from fade.measure.step.runner import SDPA_BACKENDS
+
+        mode = COMPILE_MODE if compile is True else (compile or None)
+        if cache not in CACHES:
+            raise ValueError(f"cache {cache!r}: one of {', '.join(CACHES)}")
+        if mode is not None and mode not in STEP_COMPILE_MODES:
+            raise ValueError(f"compile mode {mode!r}: one of {', '.join(STEP_COMPILE_MODES)}")
+        if mode is not None and cache != "static":
+            raise ValueError("a compiled decode step needs the static cache (a dynamic one changes shape every token)")
+        if sdpa is not None and sdpa not in SDPA_BACKENDS:
+            raise ValueError(f"SDPA backend {sdpa!r}: one of {', '.join(SDPA_BACKENDS)}")
         self.model = model
-        self.cache = StaticCache(config=model.config, max_cache_len=prompt_tokens + new_tokens)
+        self.cache_kind, self.sdpa, self.compile_mode = cache, sdpa, mode
+        self.cache = StaticCache(config=model.config, max_cache_len=prompt_tokens + new_tokens) \
+            if cache == "static" else None
         self.prefill_positions = torch.arange(prompt_tokens, device=device)
         self.step_positions = [torch.tensor([prompt_tokens + index], device=device) for index in range(new_tokens - 1)]
-        self.compiled = compile
-        self.step = torch.compile(self.eager_step, mode=COMPILE_MODE) if compile else self.eager_step
+        self.compiled = mode is not None
+        self.step = torch.compile(self.eager_step, mode=mode) if mode else self.eager_step
         self._logits_step = None  # built by the first forced() call: the timed path never compiles it
+
+    def facts(self) -> dict:
+        """How this loop decodes: its cache, compile mode and SDPA backend."""
+        facts = {"cache": "StaticCache" if self.cache_kind == "static" else "DynamicCache", "compiled": self.compiled,
+                 "sdpa_backend": self.sdpa or "default"}
+        if self.compiled:
+            facts["compile_mode"] = self.compile_mode
+        return facts
+
+    def _start(self) -> None:
+        """A run's cache: the static one reset (module docstring), or a new dynamic one."""
+        if self.cache_kind == "static":
+            self.cache.reset()
+        else:
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache(config=self.model.config)
+
+    def _context(self, device: str):
+        """inference_context, and the forced SDPA backend where one is set."""
+        import contextlib
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(inference_context(device))
+        if self.sdpa is not None:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            from fade.measure.step.runner import SDPA_BACKENDS
+
+            stack.enter_context(sdpa_kernel(getattr(SDPBackend, SDPA_BACKENDS[self.sdpa])))
+        return stack
 
     def eager_logits_step(self, token, position):
         """One decode step's forward: the logits (batch x vocab) of the next token after `token` at `position`."""
@@ -117,17 +175,16 @@ class FadeLoop:
         if self._logits_step is None:
             import torch
 
-            self._logits_step = torch.compile(self.eager_logits_step, mode=COMPILE_MODE) if self.compiled else self.eager_logits_step
+            self._logits_step = torch.compile(self.eager_logits_step, mode=self.compile_mode) if self.compiled else \
+                self.eager_logits_step
         return self._logits_step
 
     def forced(self, ids, tokens, observe) -> None:
         """The numerics check's run (numerics.py): the prefill as generate() runs it, then the step fed tokens[:, i]
         (the reference's) in place of its own argmax, for tokens.shape[1] - 1 steps; observe(i, logits) hears each
         new token's logits (i = 0: the prefill's) before the next step runs (a graph replay overwrites them)."""
-        import torch
-
-        with inference_context(str(ids.device)):
-            self.cache.reset()
+        with self._context(str(ids.device)):
+            self._start()
             logits = self.model(ids, past_key_values=self.cache, cache_position=self.prefill_positions, use_cache=True,
                                 logits_to_keep=1).logits  # fmt: skip
             observe(0, logits[:, -1])
@@ -137,8 +194,8 @@ class FadeLoop:
     def generate(self, ids, new_tokens: int):
         import torch
 
-        with inference_context(str(ids.device)):
-            self.cache.reset()
+        with self._context(str(ids.device)):
+            self._start()
             logits = self.model(ids, past_key_values=self.cache, cache_position=self.prefill_positions, use_cache=True,
                                 logits_to_keep=1).logits  # fmt: skip
             token = logits[:, -1].argmax(dim=-1, keepdim=True)

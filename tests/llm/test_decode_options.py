@@ -1,0 +1,59 @@
+"""FadeLoop's decode options (the knobs `fade tune --generate` will search) on tiny-llama on the CPU: a dynamic
+cache and each SDPA backend the CPU has give the static cache's greedy tokens in fp32 and pass the generation gate
+in bf16; a compiled step over a dynamic cache, an unknown cache, compile mode or backend are refused."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from fade.analyze.llm_table import resolve_config  # noqa: E402
+from fade.measure.suites.llm import gate, generation  # noqa: E402
+
+PROMPT, NEW = 12, 10
+
+
+@pytest.fixture(scope="module")
+def shape():
+    return resolve_config("tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def model(shape):
+    return generation.build_model(shape, "cpu")
+
+
+def _loop(model, **options):
+    return generation.FadeLoop(model, prompt_tokens=PROMPT, new_tokens=NEW, device="cpu", **options)
+
+
+@pytest.mark.parametrize("options", [{"cache": "dynamic"}, {"sdpa": "math"}, {"cache": "dynamic", "sdpa": "math"}])
+def test_decode_options_give_the_static_caches_tokens(shape, model, options):
+    ids = generation.prompt_ids(shape.vocab_size, 2, PROMPT, "cpu")
+    expected = _loop(model).generate(ids, NEW)
+    loop = _loop(model, **options)
+    assert loop.generate(ids, NEW).tolist() == expected.tolist()
+    assert loop.generate(ids, NEW).tolist() == expected.tolist()  # a second run starts from an empty cache
+    facts = loop.facts()
+    assert facts["cache"] == ("DynamicCache" if options.get("cache") == "dynamic" else "StaticCache")
+    assert facts["sdpa_backend"] == options.get("sdpa", "default") and facts["compiled"] is False
+
+
+def test_a_dynamic_cache_loop_passes_the_generation_gate_in_bf16(shape):
+    reference = generation.cast_model(generation.build_model(shape, "cpu"), "bf16")
+    candidate = generation.cast_model(generation.build_model(shape, "cpu"), "bf16")
+    ids, _ = gate.gate_tokens(shape, 40)
+    loop = generation.FadeLoop(candidate, prompt_tokens=16, new_tokens=24, device="cpu", cache="dynamic")
+    record = gate.gate(reference, loop.forced, torch.tensor([ids]), prompt=16)
+    assert record["verdict"] == "ok", record["failed"]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"cache": "dynamic", "compile": "reduce-overhead"}, "needs the static cache"),
+    ({"cache": "paged"}, "cache 'paged'"),
+    ({"compile": "max-autotune"}, "compile mode 'max-autotune'"),
+    ({"sdpa": "fast"}, "SDPA backend 'fast'"),
+])
+def test_unknown_or_impossible_options_are_refused(model, options, message):
+    with pytest.raises(ValueError, match=message):
+        _loop(model, **options)
