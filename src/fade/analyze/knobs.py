@@ -22,7 +22,7 @@ KNOBS_FILE = Path(__file__).resolve().parents[1] / "data" / "knobs.toml"
 GROUP_ORDER = ("precision", "layout", "backend", "optimizer", "compile")  # the table's order; fade.analyze.tuneplan orders the search
 WHERE = ("any", "gpu", "cuda", "rocm")
 KINDS = ("torch", "env", "model")
-MODES = ("train", "infer")
+MODES = ("train", "infer", "generate")  # generate: a causal LM's decode (fade tune --generate)
 BACKENDS = ("cpu", "cuda", "rocm")
 # the verdict rules of fade.analyze.profile.decide that a knob value can answer ("one_kernel_dominates:gemm" names
 # the top kernel's class too); tests/tune/test_plan.py checks that decide emits each of them

@@ -57,9 +57,13 @@ def table_knobs() -> dict:
     return {knob.id: knob for knob in load_knobs()}
 
 
+STEP_MODES = ("train", "infer")  # a training or inference step; the generate rows are a decode loop's (llm.generation)
+
+
 def step_knobs() -> dict:
     """knob id -> Knob, for the knobs a step applies."""
-    return {knob_id: knob for knob_id, knob in table_knobs().items() if knob.kind in STEP_KNOB_KINDS}
+    return {knob_id: knob for knob_id, knob in table_knobs().items()
+            if knob.kind in STEP_KNOB_KINDS and set(knob.modes) & set(STEP_MODES)}
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,21 @@ def check(numerics: Optional[dict], reference: Optional[dict]) -> Optional[str]:
         if reference is None:
             return "no fp32 reference to compare the loss with"
         return check_training(numerics, reference)
+    if numerics.get("mode") == "generate":
+        return check_generation(numerics)
     return check_inference(numerics)
+
+
+def check_generation(numerics: dict) -> Optional[str]:
+    """None if a decode configuration passed the generation gate (fade.measure.suites.llm.gate), else the reason.
+
+    numerics: the gate's record, with "verdict" ("ok" or "differ") and "failed" (what did not hold)."""
+    verdict = numerics.get("verdict")
+    if verdict == "ok":
+        return None
+    if verdict == "differ":
+        return "the generation gate: " + "; ".join(numerics.get("failed") or ["differs from the reference"])
+    return f"the generation gate gave no verdict ({verdict!r})"
 
 
 def output_math_dtype(precision: str, compiled: bool, device: str) -> str:

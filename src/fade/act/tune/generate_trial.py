@@ -1,0 +1,78 @@
+"""One `fade tune --generate` trial in the benchmark worker (issue 29): a causal LM's greedy decode under one
+configuration of the `generate` knobs of data/knobs.toml, timed and checked by the generation gate.
+
+Build
+    The model of an LLM config (fade.analyze.llm_table.resolve_config: a bundled shape with random weights, a
+    config.json, or a local model folder), from the weight seed, in `dtype`; its decode loop
+    (fade.measure.suites.llm.generation.FadeLoop) with the knobs as options: kv_cache -> cache, decode_compile ->
+    compile mode, sdpa_backend -> a forced SDPA backend.
+Timing
+    A whole greedy run (prefill of `prompt_tokens` random tokens, then `new_tokens` decoded) per call, timed by
+    fade.measure.timing.measure with the run's settings after a warm-up run (compile, cache set-up); the value is
+    batch x new_tokens / the median run: generated tokens per second, as a user's generate() call sees them.
+Numerics
+    The generation gate (fade.measure.suites.llm.gate) at batch 1 over the shipped text: the same weights'
+    plain forward, no cache, is the reference; the trial's own loop (the same options, a loop of the gate's
+    length) is fed the text. The record goes to the search as {"mode": "generate", ...};
+    fade.measure.step.numerics.check_generation rejects a "differ".
+"""
+
+from __future__ import annotations
+
+from fade.measure.case import CaseResult
+
+GENERATE_KNOBS = ("kv_cache", "decode_compile", "sdpa_backend")
+
+
+def decode_options(knobs: dict) -> dict:
+    """FadeLoop's options for a configuration of the generate knobs (knob id -> value; a knob left out is at
+    its baseline)."""
+    unknown = sorted(set(knobs) - set(GENERATE_KNOBS))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not a knob of a decode loop ({', '.join(GENERATE_KNOBS)})")
+    compile_mode = knobs.get("decode_compile", "off")
+    backend = knobs.get("sdpa_backend", "default")
+    return {"cache": knobs.get("kv_cache", "dynamic"), "compile": None if compile_mode == "off" else compile_mode,
+            "sdpa": None if backend == "default" else backend}
+
+
+def tune_generate_trial(ctx, *, config: str, batch: int, knobs: dict, prompt_tokens: int = 128,
+                        new_tokens: int = 64, dtype: str = "bf16") -> CaseResult:
+    """The trial (module docstring) of the LLM config `config` under `knobs`."""
+    from fade.analyze.llm_table import resolve_config
+
+    return measure_generate_trial(resolve_config(config), knobs, batch=batch, prompt_tokens=prompt_tokens,
+                                  new_tokens=new_tokens, dtype=dtype, device=ctx.device, timing_settings=ctx.timing)
+
+
+def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,
+                           device: str, timing_settings: dict) -> CaseResult:
+    import torch
+
+    from fade.measure.suites.llm import gate, generation
+    from fade.measure.timing import measure
+
+    options = decode_options(knobs)
+    torch._dynamo.reset()
+    model = generation.cast_model(generation.build_model(shape, device), dtype)
+    loop = generation.FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=new_tokens, device=device, **options)
+    ids = generation.prompt_ids(shape.vocab_size, batch, prompt_tokens, device)
+    loop.generate(ids, new_tokens)  # the warm-up run: compile, the cache's first allocation
+    timing = measure(lambda: loop.generate(ids, new_tokens), device=device, **timing_settings)
+    tokens, source = gate.gate_tokens(shape)
+    checked = generation.FadeLoop(model, prompt_tokens=gate.GATE_PROMPT, new_tokens=len(tokens) - gate.GATE_PROMPT,
+                                  device=device, **options)
+    record = gate.gate(model, checked.forced, torch.tensor([tokens], device=device), dtype=dtype,
+                       perplexity=bool(shape.weights))
+    numerics = {"mode": "generate", "tokens": source, **record}
+    generated = batch * new_tokens
+    return CaseResult(
+        value=generated / timing.median_s,
+        unit="tokens/s",
+        formula="batch x new_tokens / the median time of a whole greedy run (prefill + decode)",
+        timing=timing,
+        work={"tokens": generated},
+        extra={"numerics": numerics, "knobs": dict(knobs), "samples_per_step": generated, "decode": loop.facts(),
+               "shape": {"config": shape.name, "batch": batch, "prompt_tokens": prompt_tokens,
+                         "new_tokens": new_tokens, "dtype": dtype}},
+    )

@@ -1,0 +1,49 @@
+"""A `fade tune --generate` trial (fade.act.tune.generate_trial) on tiny-llama on the CPU, in-process: the
+generate knobs become FadeLoop options, a trial reports tokens/s with timing samples and the generation gate's
+record, the search's numerics check accepts an `ok` gate and rejects a `differ`, and the generate rows of
+data/knobs.toml stay out of a training or inference step's knobs. ~15 s on 2 cores."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from fade.act.tune.generate_trial import decode_options, tune_generate_trial  # noqa: E402
+from fade.analyze import knobs as knob_table  # noqa: E402
+from fade.measure.case import CaseContext  # noqa: E402
+from fade.measure.step.config import step_knobs  # noqa: E402
+from fade.measure.step.numerics import check  # noqa: E402
+
+TIMING = {"warmup_s": 0.0, "min_warmup_calls": 1, "budget_s": 0.5, "min_samples": 3, "max_samples": 5,
+          "min_run_s": 0.0}
+
+
+def test_generate_knobs_become_decode_options_and_stay_out_of_steps():
+    assert decode_options({}) == {"cache": "dynamic", "compile": None, "sdpa": None}
+    assert decode_options({"kv_cache": "static", "decode_compile": "reduce-overhead", "sdpa_backend": "math"}) == \
+        {"cache": "static", "compile": "reduce-overhead", "sdpa": "math"}
+    with pytest.raises(ValueError, match="precision"):
+        decode_options({"precision": "amp-bf16"})
+    rows = {knob.id: knob for knob in knob_table.load_knobs()}
+    assert rows["kv_cache"].modes == ("generate",) and rows["decode_compile"].needs == {"kv_cache": "static"}
+    assert "generate" in rows["sdpa_backend"].modes
+    assert not {"kv_cache", "decode_compile"} & set(step_knobs())
+
+
+@pytest.mark.parametrize("knobs", [{}, {"kv_cache": "static"}])
+def test_a_trial_reports_tokens_per_second_and_passes_the_gate(knobs):
+    ctx = CaseContext(device="cpu", run_id="test", timing=dict(TIMING))
+    result = tune_generate_trial(ctx, config="tiny-llama", batch=2, knobs=knobs, prompt_tokens=8, new_tokens=6)
+    assert result.unit == "tokens/s" and result.value > 0
+    assert len(result.timing.samples_s) >= 3 and result.extra["samples_per_step"] == 12
+    numerics = result.extra["numerics"]
+    assert numerics["mode"] == "generate" and numerics["verdict"] == "ok", numerics["failed"]
+    assert "UTF-8 bytes" in numerics["tokens"] and numerics["perplexity"] is None
+    assert result.extra["decode"]["cache"] == ("StaticCache" if knobs else "DynamicCache")
+    assert check(numerics, None) is None
+
+
+def test_the_search_rejects_a_configuration_the_gate_finds_different():
+    failed = {"mode": "generate", "verdict": "differ", "failed": ["max KL 0.3 nats > bound 0.1"]}
+    assert check(failed, None) == "the generation gate: max KL 0.3 nats > bound 0.1"
+    assert "no verdict" in check({"mode": "generate"}, None)
