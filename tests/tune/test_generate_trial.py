@@ -47,3 +47,30 @@ def test_the_search_rejects_a_configuration_the_gate_finds_different():
     failed = {"mode": "generate", "verdict": "differ", "failed": ["max KL 0.3 nats > bound 0.1"]}
     assert check(failed, None) == "the generation gate: max KL 0.3 nats > bound 0.1"
     assert "no verdict" in check({"mode": "generate"}, None)
+
+
+def test_fade_tune_generate_searches_a_tiny_config_on_the_cpu_end_to_end(tmp_path):
+    """The whole pipeline through real workers: the decode trials, the search, the final check and the tuning
+    file, which reads back as a generate profile with a generate() snippet."""
+    from fade.act.tune.tuner import run_tune
+    from fade.act.tune.tuning_file import read_tuning
+
+    out = tmp_path / "gen.json"
+    result = run_tune("tiny-llama", mode="generate", batch=1, budget_min=1.0, device="cpu", quick=True, output=out)
+    profile = read_tuning(out)
+    assert profile["mode"] == "generate" and profile["batch"] == 1 and profile["model"] == "tiny-llama"
+    tried = {(row["knob"], row["value"]) for row in profile["candidates"] if row["knob"]}
+    assert ("kv_cache", "static") in tried  # the one generate knob that changes something on the CPU
+    assert profile["left_out"]["decode_compile"] and profile["left_out"]["precision"]
+    assert profile["verdict"] == result.verdict and "model.generate(" in profile["python_snippet"]
+
+
+def test_fade_tune_generate_refuses_a_config_it_cannot_build():
+    from fade.act.tune.tuner import check_request
+    from fade.errors import FadeUsageError
+
+    with pytest.raises(FadeUsageError, match="nosuch"):
+        check_request("nosuch", mode="generate", batch=1, budget_min=1.0)
+    with pytest.raises(FadeUsageError, match="batch"):
+        check_request("tiny-llama", mode="generate", batch=0, budget_min=1.0)
+    check_request("tiny-llama", mode="generate", batch=1, budget_min=1.0)  # no error

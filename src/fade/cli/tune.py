@@ -30,12 +30,19 @@ The profile is written before the resume journal is cleared: a failed write lose
 
 
 def cmd_tune(args) -> int:
+    if args.batch is None:
+        args.batch = 1 if args.generate else 64
     if args.show:
         return _show(args)
     if args.pretune:
         return _pretune(args)
     if not args.model:
         raise FadeUsageError("fade tune: give MODEL (a zoo name or module:function), or --show PROFILE")
+    mode = args.mode
+    if args.generate:  # a causal LM's greedy decode: MODEL is an LLM config, batch 1 unless given
+        if args.mode != "train":
+            raise FadeUsageError("fade tune --generate: no --mode (the decode loop is the workload)")
+        mode = "generate"
     check_output(args.output)  # before minutes of search, not after
     from fade.api import tune
 
@@ -43,7 +50,7 @@ def cmd_tune(args) -> int:
         print(f"fade tune: {message}", file=sys.stderr)
 
     try:
-        result = tune(args.model, mode=args.mode, batch=args.batch, budget_min=args.budget, device=args.device,
+        result = tune(args.model, mode=mode, batch=args.batch, budget_min=args.budget, device=args.device,
                       size=args.size, exhaustive=args.exhaustive, quick=args.quick, resume=not args.fresh,
                       progress=progress, out=args.output)  # fmt: skip
     except RuntimeError as error:  # the worker could not start here: a valid request this machine cannot run
@@ -127,7 +134,10 @@ def add_verbs(verbs) -> None:
                             epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     tune.add_argument("model", nargs="?", help="a zoo model (resnet50, ...) or module:function")
     tune.add_argument("--mode", default="train", choices=("train", "infer"))
-    tune.add_argument("--batch", type=positive_int("--batch"), default=64)
+    tune.add_argument("--batch", type=positive_int("--batch"), default=None, help="batch (default 64; 1 with --generate)")
+    tune.add_argument("--generate", action="store_true",
+                      help="tune a causal LM's greedy decode (KV cache, compiled step, SDPA backend); MODEL is an LLM "
+                           "config as `fade bench llm --config` takes it")
     tune.add_argument("--budget", type=positive_float("--budget", not_a_number="not a number of minutes",
                                                       too_small="the budget in minutes must be > 0"),
                       default=5.0, metavar="MIN", help="search time in minutes (default 5)")  # fmt: skip

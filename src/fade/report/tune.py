@@ -21,7 +21,8 @@ def render_tuning(tuning: dict) -> str:
         lines.append(f"  {_text(tuning['verdict_reason'])}")
     final = tuning.get("final_check") or {}
     if before and after and final.get("speedup"):
-        lines.append(f"  final check: baseline {before['samples_per_s']:.4g} samples/s{_iqr(before)}"
+        unit = "tokens/s" if tuning["mode"] == "generate" else "samples/s"  # a decode run's samples are its tokens
+        lines.append(f"  final check: baseline {before['samples_per_s']:.4g} {unit}{_iqr(before)}"
                      f"  candidate {after['samples_per_s']:.4g}{_iqr(after)}  x{final['speedup']:.2f}")  # fmt: skip
     chosen = ", ".join(f"{_text(knob)}={_text(value)}" for knob, value in tuning["changed"].items())
     lines.append(f"  chosen: {chosen or 'PyTorch defaults (nothing recommended)'}")

@@ -45,34 +45,85 @@ def tune_generate_trial(ctx, *, config: str, batch: int, knobs: dict, prompt_tok
                                   new_tokens=new_tokens, dtype=dtype, device=ctx.device, timing_settings=ctx.timing)
 
 
-def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,
-                           device: str, timing_settings: dict) -> CaseResult:
+class PreparedDecode:
+    """One decode configuration built and checked: `run()` is one timed greedy run; `numerics` the gate's record."""
+
+    def __init__(self, run, numerics: dict, facts: dict, generated: int):
+        self.run, self.numerics, self.facts, self.generated = run, numerics, facts, generated
+
+
+def prepare_decode(model, shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,
+                   device: str) -> PreparedDecode:
+    """The decode loop of `knobs` over `model` (already in `dtype`): a warm-up run (compile, the cache's first
+    allocation) and the generation gate (module docstring)."""
     import torch
 
     from fade.measure.suites.llm import gate, generation
-    from fade.measure.timing import measure
 
     options = decode_options(knobs)
-    torch._dynamo.reset()
-    model = generation.cast_model(generation.build_model(shape, device), dtype)
     loop = generation.FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=new_tokens, device=device, **options)
     ids = generation.prompt_ids(shape.vocab_size, batch, prompt_tokens, device)
-    loop.generate(ids, new_tokens)  # the warm-up run: compile, the cache's first allocation
-    timing = measure(lambda: loop.generate(ids, new_tokens), device=device, **timing_settings)
+    loop.generate(ids, new_tokens)
     tokens, source = gate.gate_tokens(shape)
     checked = generation.FadeLoop(model, prompt_tokens=gate.GATE_PROMPT, new_tokens=len(tokens) - gate.GATE_PROMPT,
                                   device=device, **options)
     record = gate.gate(model, checked.forced, torch.tensor([tokens], device=device), dtype=dtype,
                        perplexity=bool(shape.weights))
-    numerics = {"mode": "generate", "tokens": source, **record}
-    generated = batch * new_tokens
+    return PreparedDecode(lambda: loop.generate(ids, new_tokens), {"mode": "generate", "tokens": source, **record},
+                          loop.facts(), batch * new_tokens)
+
+
+def _model(shape, dtype: str, device: str):
+    import torch
+
+    from fade.measure.suites.llm import generation
+
+    torch._dynamo.reset()
+    return generation.cast_model(generation.build_model(shape, device), dtype)
+
+
+def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,
+                           device: str, timing_settings: dict) -> CaseResult:
+    from fade.measure.timing import measure
+
+    prepared = prepare_decode(_model(shape, dtype, device), shape, knobs, batch=batch, prompt_tokens=prompt_tokens,
+                              new_tokens=new_tokens, dtype=dtype, device=device)
+    timing = measure(prepared.run, device=device, **timing_settings)
     return CaseResult(
-        value=generated / timing.median_s,
+        value=prepared.generated / timing.median_s,
         unit="tokens/s",
         formula="batch x new_tokens / the median time of a whole greedy run (prefill + decode)",
         timing=timing,
-        work={"tokens": generated},
-        extra={"numerics": numerics, "knobs": dict(knobs), "samples_per_step": generated, "decode": loop.facts(),
-               "shape": {"config": shape.name, "batch": batch, "prompt_tokens": prompt_tokens,
-                         "new_tokens": new_tokens, "dtype": dtype}},
+        work={"tokens": prepared.generated},
+        extra={"numerics": prepared.numerics, "knobs": dict(knobs), "samples_per_step": prepared.generated,
+               "decode": prepared.facts, "shape": {"config": shape.name, "batch": batch,
+                                                   "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+                                                   "dtype": dtype}},
     )
+
+
+def tune_generate_side_by_side(ctx, *, config: str, batch: int, configs: dict, rounds: int, prompt_tokens: int = 128,
+                               new_tokens: int = 64, dtype: str = "bf16") -> CaseResult:
+    """Several decode configurations (name -> knobs) over one model in this worker, each built, warmed and checked
+    once, then timed in `rounds` rounds with the first rotating, as trial.side_by_side does for steps."""
+    from fade.analyze.llm_table import resolve_config
+    from fade.measure.timing import measure
+
+    shape = resolve_config(config)
+    model = _model(shape, dtype, ctx.device)
+    names = list(configs)
+    prepared = {name: prepare_decode(model, shape, configs[name], batch=batch, prompt_tokens=prompt_tokens,
+                                     new_tokens=new_tokens, dtype=dtype, device=ctx.device) for name in names}
+    pooled = {name: [] for name in names}
+    round_medians = {name: [] for name in names}
+    for index in range(rounds):
+        for name in names[index % len(names):] + names[: index % len(names)]:
+            timing = measure(prepared[name].run, device=ctx.device, **ctx.timing)
+            pooled[name].extend(timing.samples_s)
+            round_medians[name].append(timing.median_s)
+    sides = {name: {"samples_s": pooled[name], "round_medians_s": round_medians[name],
+                    "numerics": prepared[name].numerics, "knobs": dict(configs[name])} for name in names}
+    generated = prepared[names[0]].generated
+    return CaseResult(value=float(len(names)), unit="configurations", formula="configurations timed side by side",
+                      work={"tokens": generated}, extra={"sides": sides, "samples_per_step": generated,
+                                                         "rounds": rounds})

@@ -43,7 +43,7 @@ QUICK_TIMING = {"warmup_s": 0.0, "min_warmup_calls": 1, "min_run_s": 0.1, "budge
                 "max_samples": 10, "target_cov": 0.03, "min_block_s": 0.0, "max_settle_s": 0.0}  # fmt: skip
 TRIAL_TIMEOUT_S = 300.0  # torch.compile max-autotune of a ResNet training step takes minutes
 DEFAULT_BUDGET_MIN = 5.0  # the issue's "<= 5 min per model"
-MODES = ("train", "infer")
+MODES = ("train", "infer", "generate")  # generate: a causal LM's greedy decode (`fade tune CONFIG --generate`)
 DIAGNOSIS_TIMEOUT_S = 180.0  # the profiled window builds the model and runs ~8 eager steps; a hang must not eat the budget
 DIAGNOSIS_SHARE = 0.2  # ... nor more than this share of it (a 5-minute budget: 60 s; it took 10-20 s on an H200)
 
@@ -90,12 +90,25 @@ def check_request(model: str, *, mode: str, batch: int, budget_min: float) -> No
         raise FadeUsageError(f"--budget {budget_min}: the budget in minutes must be > 0")
     if mode not in MODES:
         raise FadeUsageError(f"--mode {mode!r}: use train or infer")
+    if mode == "generate":  # an LLM config (a bundled shape, a config.json, a .toml or a local model folder)
+        from fade.analyze.llm_table import LlmTableError, resolve_config
+
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise FadeUsageError(f"--batch {batch}: the batch must be >= 1")
+        try:
+            resolve_config(model)
+        except LlmTableError as error:
+            raise FadeUsageError(f"fade tune {model} --generate: {error}") from None
+        return
     check_models([model], batch=batch, mode=mode, image_size=None, sequence_length=None, models_flag="fade tune MODEL")
 
 
 def target_for(model: str, mode: str, fingerprint: dict) -> knob_table.Target:
     from fade.measure.zoo import ZOO
 
+    if mode == "generate":  # a causal LM: attention, no image input
+        return knob_table.Target(backend=fingerprint["backend"], torch_version=fingerprint["torch"], mode=mode,
+                                 image=False, attention=True)
     entry = ZOO.get(model)
     return knob_table.Target(
         backend=fingerprint["backend"],
@@ -138,6 +151,13 @@ def error_line(error: BaseException) -> str:
 class WorkerMeasure:
     """measure(config) -> Trial through isolated workers, one per distinct env; close() stops them."""
 
+    trial_module = "fade.act.tune.trial"  # the worker functions: tune_trial, tune_side_by_side, tune_diagnose, ...
+    trial_function, side_by_side_function = "tune_trial", "tune_side_by_side"
+
+    def _params(self) -> dict:
+        """What every worker function of this measure is called with, besides the configuration."""
+        return {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size}
+
     def __init__(self, knobs: list, *, model: str, mode: str, batch: int, size, device, cache_env: dict,
                  quick: bool = False, timeout_s: float = TRIAL_TIMEOUT_S, run_id: Optional[str] = None):  # fmt: skip
         from fade.measure.runner import new_run_id
@@ -169,7 +189,7 @@ class WorkerMeasure:
         from fade.measure.case import Case, CaseContext
 
         executor = self._executor_for(config)
-        case = Case(f"tune/{self.model}/{self.mode}/b{self.batch}/{function}", "tune", "fade.act.tune.trial", function, params)
+        case = Case(f"tune/{self.model}/{self.mode}/b{self.batch}/{function}", "tune", self.trial_module, function, params)
         ctx = CaseContext(device=executor.session["device"], run_id=self.run_id, quick=self.quick, timing=dict(self.timing))
         executor.timeout_s = min(self.timeout_s, timeout_s) if timeout_s else self.timeout_s
         return executor.run(case, ctx)
@@ -186,9 +206,10 @@ class WorkerMeasure:
         if len(envs) != 1:
             return None
         first = next(iter(configs.values()))
-        params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size,
-                  "configs": {name: dict(config) for name, config in configs.items()}, "rounds": rounds}  # fmt: skip
-        record = self._run("tune_side_by_side", params, first, timeout_s=timeout_s or self.timeout_s * len(configs))
+        params = {**self._params(), "configs": {name: dict(config) for name, config in configs.items()},
+                  "rounds": rounds}  # fmt: skip
+        record = self._run(self.side_by_side_function, params, first,
+                           timeout_s=timeout_s or self.timeout_s * len(configs))
         if record["status"] != "ok":
             self.side_by_side_failure = record_failure(record)
             return None
@@ -222,8 +243,8 @@ class WorkerMeasure:
     def __call__(self, config: dict, *, timeout_s: Optional[float] = None) -> Trial:
         self._executor_for(config)  # a worker (re)start is not the trial's cost: the reserve doubles the baseline's
         started = time.monotonic()
-        params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size, "knobs": dict(config)}
-        record = self._run("tune_trial", params, config, timeout_s=timeout_s)
+        params = {**self._params(), "knobs": dict(config)}
+        record = self._run(self.trial_function, params, config, timeout_s=timeout_s)
         cost_s = time.monotonic() - started
         if record["status"] != "ok":
             reason = record_failure(record)
@@ -242,6 +263,23 @@ class WorkerMeasure:
             self._executor.close()
             self._executor = None
             self._env_key = None
+
+
+class GenerateMeasure(WorkerMeasure):
+    """WorkerMeasure for `fade tune CONFIG --generate`: the decode trial of fade.act.tune.generate_trial (its
+    numerics are the generation gate's, so there is no fp32 reference) and no profile of the baseline yet."""
+
+    trial_module = "fade.act.tune.generate_trial"
+    trial_function, side_by_side_function = "tune_generate_trial", "tune_generate_side_by_side"
+
+    def _params(self) -> dict:
+        return {"config": self.model, "batch": self.batch}
+
+    def diagnose(self, timeout_s: float = DIAGNOSIS_TIMEOUT_S) -> dict:
+        return {"status": "skipped", "reason": "a decode loop has no step profile here yet"}
+
+    def reference(self) -> dict:
+        return {}
 
 
 def worker_fingerprint(device: Optional[str]) -> dict:
@@ -302,8 +340,9 @@ def run_tune(
             journal.clear()
         worker = None
         if measure is None:
-            worker = WorkerMeasure(searched, model=model, mode=mode, batch=batch, size=size, device=device,
-                                   cache_env=cache.env(), quick=quick)  # fmt: skip
+            kind = GenerateMeasure if mode == "generate" else WorkerMeasure
+            worker = kind(searched, model=model, mode=mode, batch=batch, size=size, device=device,
+                          cache_env=cache.env(), quick=quick)  # fmt: skip
             measure = worker
         try:
             tuning = drive(measure, searched, left_out, label=model, mode=mode, batch=batch, size=size,
@@ -479,6 +518,9 @@ def tune(model, example_inputs, loss_fn=None, *, target=None, mode: Optional[str
 
     started = clock()
     mode = mode or ("train" if loss_fn is not None else "infer")
+    if mode not in ("train", "infer"):
+        raise FadeUsageError(f"tune(module, mode={mode!r}): a module is tuned for train or infer; generation "
+                             "takes an LLM config (fade tune CONFIG --generate)")
     if mode == "train" and loss_fn is None:
         raise FadeUsageError("tune(mode='train') needs loss_fn(output) -> loss")
     if isinstance(budget_min, bool) or not isinstance(budget_min, (int, float)) or not budget_min > 0:

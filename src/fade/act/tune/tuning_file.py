@@ -123,7 +123,8 @@ def build_tuning(
         "device": dict(fingerprint),
         "model": model,
         "mode": mode,
-        "batch": result.samples_per_step or batch,
+        # a step's samples are its batch; a decode run's are batch x new tokens (its rates are tokens/s)
+        "batch": batch if mode == "generate" else (result.samples_per_step or batch),
         "size": size,
         "knobs": chosen,
         "changed": {name: value for name, value in chosen.items() if baseline.get(name) != value},
@@ -185,7 +186,10 @@ def _candidate_dict(candidate) -> dict:
 
 
 def python_snippet(chosen: dict, mode: str) -> str:
-    """Code that applies the model-level knobs in a training or inference loop."""
+    """Code that applies the model-level knobs in a training or inference loop (or, for "generate", to a
+    transformers model's generate())."""
+    if mode == "generate":
+        return _generate_snippet(chosen)
     lines = ["import torch", ""]
     precision = chosen.get("precision", "default")
     if precision == "tf32":
@@ -218,6 +222,25 @@ def python_snippet(chosen: dict, mode: str) -> str:
         lines.append("    loss = loss_fn(model(x), y)" if mode == "train" else "    y = model(x)")
         if precision == "amp-fp16" and mode == "train":
             lines += ["scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"]
+    return "\n".join(lines) + "\n"
+
+
+def _generate_snippet(chosen: dict) -> str:
+    """The generate knobs on a transformers causal LM's generate() (what fade's decode loop does, in HF's terms)."""
+    lines = ["import torch", ""]
+    if chosen.get("kv_cache") == "static":
+        lines.append("model.generation_config.cache_implementation = 'static'  # a StaticCache of fixed shapes")
+    compile_mode = chosen.get("decode_compile", "off")
+    if compile_mode != "off":
+        lines.append(f"model.forward = torch.compile(model.forward, mode={compile_mode!r})  # the decode step")
+    sdpa = chosen.get("sdpa_backend", "default")
+    call = "out = model.generate(ids, max_new_tokens=n, do_sample=False)"
+    if sdpa != "default":
+        backend = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}[sdpa]
+        lines.insert(1, "from torch.nn.attention import SDPBackend, sdpa_kernel")
+        lines += [f"with sdpa_kernel(SDPBackend.{backend}):", f"    {call}"]
+    else:
+        lines.append(call)
     return "\n".join(lines) + "\n"
 
 
@@ -355,8 +378,8 @@ def _knobs_problem(knobs: dict, where: str, table: list) -> Optional[str]:
 
 def _shape_problem(document: dict) -> Optional[str]:
     """What the JSON types allow and a tuning file never holds: a mode or a batch FADE does not run."""
-    if document["mode"] not in ("train", "infer"):
-        return f"mode must be \"train\" or \"infer\", got {document['mode'][:40]!r}"
+    if document["mode"] not in ("train", "infer", "generate"):
+        return f"mode must be \"train\", \"infer\" or \"generate\", got {document['mode'][:40]!r}"
     for name in ("batch", "size"):
         if document.get(name) is not None and document[name] < 1:
             return f"{name} must be >= 1, got {document[name]}"
