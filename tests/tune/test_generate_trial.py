@@ -74,3 +74,36 @@ def test_fade_tune_generate_refuses_a_config_it_cannot_build():
     with pytest.raises(FadeUsageError, match="batch"):
         check_request("tiny-llama", mode="generate", batch=0, budget_min=1.0)
     check_request("tiny-llama", mode="generate", batch=1, budget_min=1.0)  # no error
+
+
+def test_a_generate_profile_applies_to_a_fresh_model_and_says_what_it_did(tmp_path):
+    """load_tuning(path).apply(model) on a transformers LM: the static cache, the forced SDPA backend around
+    generate() (its tokens unchanged in fp32), and a line per change; the tuner's own CPU profile too."""
+    import json
+
+    import fade
+    from fade.act.tune.tuner import run_tune
+    from fade.analyze.llm_table import resolve_config
+    from fade.measure.suites.llm import generation
+
+    out = tmp_path / "gen.json"
+    run_tune("tiny-llama", mode="generate", batch=1, budget_min=1.0, device="cpu", quick=True, output=out)
+    shape = resolve_config("tiny-llama")
+    ids = generation.prompt_ids(shape.vocab_size, 1, 8, "cpu")
+    expected = generation.hf_generator(generation.build_model(shape, "cpu"), static=False)(ids, 6)
+
+    tuning = fade.load_tuning(out)
+    model = tuning.apply(generation.build_model(shape, "cpu"))
+    assert tuning.mode == "generate" and tuning.model_changes  # what it did, or that nothing was to change
+    assert generation.hf_generator(model, static=False)(ids, 6).tolist() == expected.tolist()
+
+    profile = json.loads(out.read_text())
+    profile["knobs"].update(kv_cache="static", sdpa_backend="math")
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(profile))
+    tuning = fade.load_tuning(edited)
+    model = tuning.apply(generation.build_model(shape, "cpu"))
+    assert model.generation_config.cache_implementation == "static"
+    assert any("cache_implementation" in line for line in tuning.model_changes)
+    assert any("SDPBackend.MATH" in line for line in tuning.model_changes)
+    assert generation.hf_generator(model, static=False)(ids, 6).tolist() == expected.tolist()

@@ -413,6 +413,27 @@ class Tuning:
     torch_flags: dict = field(default_factory=dict)  # flag -> value set
     applied: bool = True  # False when the profile belongs to another device
     warnings: list = field(default_factory=list)
+    mode: str = "train"  # the profile's: train, infer or generate
+    model_changes: list = field(default_factory=list)  # what apply(model) did, one line each
+
+    def apply(self, model):
+        """`model` with this profile's model-level knobs applied, and `model_changes` saying what was done.
+        train/infer: channels_last, then torch.compile (`tuned`; the result may be a new module). generate (a
+        transformers causal LM, changed in place and returned): the static KV cache for generate(), its forward
+        compiled with the profile's mode, generate() run under the profile's SDPA backend. A profile that
+        applied nothing (another device) changes nothing."""
+        if not self.applied:
+            self.model_changes.append("nothing applied: the profile is another device's")
+            return model
+        if self.mode != "generate":
+            changed = tuned(model, self)
+            knobs = self.model_knobs
+            if knobs.get("channels_last"):
+                self.model_changes.append("model.to(memory_format=torch.channels_last)")
+            if knobs.get("compile"):
+                self.model_changes.append(f"torch.compile(model, mode={knobs['compile']!r})")
+            return changed
+        return _apply_generate(model, self.knobs, self.model_changes)
 
 
 def model_knobs(knobs: dict) -> dict:
@@ -451,7 +472,7 @@ def load_tuning(
     if problem:
         raise TuningFileError(f"profile {path}: {problem}")
     knobs = dict(profile["knobs"])
-    tuning = Tuning(knobs=knobs, model_knobs=model_knobs(knobs))
+    tuning = Tuning(knobs=knobs, model_knobs=model_knobs(knobs), mode=profile["mode"])
     current = fingerprint if fingerprint is not None else device_facts.static_fingerprint(environ)
     try:
         stack_changes = check_device(profile, current, path=path)
@@ -516,6 +537,40 @@ def _set_torch_flags(knobs: dict) -> dict:
         torch.backends.miopen.immediate = True
         done["miopen_immediate"] = True
     return done
+
+
+def _apply_generate(model, knobs: dict, changes: list):
+    """The generate knobs on a transformers causal LM (Tuning.apply), each change said in `changes`."""
+    import functools
+
+    import torch
+
+    if knobs.get("kv_cache") == "static":
+        model.generation_config.cache_implementation = "static"
+        changes.append("model.generation_config.cache_implementation = 'static'")
+    compile_mode = knobs.get("decode_compile", "off")
+    if compile_mode != "off":
+        model.forward = torch.compile(model.forward, mode=compile_mode)
+        changes.append(f"model.forward = torch.compile(model.forward, mode={compile_mode!r})")
+    backend = knobs.get("sdpa_backend", "default")
+    if backend != "default":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        from fade.measure.step.runner import SDPA_BACKENDS
+
+        choice = getattr(SDPBackend, SDPA_BACKENDS[backend])
+        generate = model.generate
+
+        @functools.wraps(generate)
+        def generate_with_backend(*args, **kwargs):
+            with sdpa_kernel(choice):
+                return generate(*args, **kwargs)
+
+        model.generate = generate_with_backend
+        changes.append(f"model.generate runs under sdpa_kernel(SDPBackend.{SDPA_BACKENDS[backend]})")
+    if not changes:
+        changes.append("nothing to change: the profile keeps PyTorch's defaults")
+    return model
 
 
 def tuned(model, tuning: Tuning):
