@@ -1,7 +1,9 @@
-"""A `fade tune --generate` trial (fade.act.tune.generate_trial) on tiny-llama on the CPU, in-process: the
-generate knobs become FadeLoop options, a trial reports tokens/s with timing samples and the generation gate's
-record, the search's numerics check accepts an `ok` gate and rejects a `differ`, and the generate rows of
-data/knobs.toml stay out of a training or inference step's knobs. ~15 s on 2 cores."""
+"""`fade tune --generate` (fade.act.tune.generate_trial, tuner.GenerateMeasure) on tiny-llama on the CPU: the
+generate knobs become FadeLoop options and stay out of training and inference steps; a trial reports tokens/s
+with timing samples and the generation gate's record; int8 weight-only quantization (torchao) reads fewer
+weight bytes and passes the gate; the search's numerics check rejects a gate's `differ`; the whole search runs
+through real workers (int4 rejected on the CPU, with the reason) and writes a generate profile, which
+load_tuning(path).apply(model) applies to a fresh model. ~20 s on 2 cores."""
 
 import pytest
 
@@ -16,6 +18,16 @@ from fade.measure.step.numerics import check  # noqa: E402
 
 TIMING = {"warmup_s": 0.0, "min_warmup_calls": 1, "budget_s": 0.5, "min_samples": 3, "max_samples": 5,
           "min_run_s": 0.0}
+
+
+@pytest.fixture(scope="module")
+def cpu_profile(tmp_path_factory):
+    """(run_tune's result, the tuning file) of tiny-llama's whole generate search on the CPU, made once."""
+    from fade.act.tune.tuner import run_tune
+
+    out = tmp_path_factory.mktemp("generate") / "gen.json"
+    result = run_tune("tiny-llama", mode="generate", batch=1, budget_min=1.0, device="cpu", quick=True, output=out)
+    return result, out
 
 
 def test_generate_knobs_become_decode_options_and_stay_out_of_steps():
@@ -49,18 +61,18 @@ def test_the_search_rejects_a_configuration_the_gate_finds_different():
     assert "no verdict" in check({"mode": "generate"}, None)
 
 
-def test_fade_tune_generate_searches_a_tiny_config_on_the_cpu_end_to_end(tmp_path):
+def test_fade_tune_generate_searches_a_tiny_config_on_the_cpu_end_to_end(cpu_profile):
     """The whole pipeline through real workers: the decode trials, the search, the final check and the tuning
     file, which reads back as a generate profile with a generate() snippet."""
-    from fade.act.tune.tuner import run_tune
     from fade.act.tune.tuning_file import read_tuning
 
-    out = tmp_path / "gen.json"
-    result = run_tune("tiny-llama", mode="generate", batch=1, budget_min=1.0, device="cpu", quick=True, output=out)
+    result, out = cpu_profile
     profile = read_tuning(out)
     assert profile["mode"] == "generate" and profile["batch"] == 1 and profile["model"] == "tiny-llama"
     tried = {(row["knob"], row["value"]) for row in profile["candidates"] if row["knob"]}
-    assert ("kv_cache", "static") in tried  # the one generate knob that changes something on the CPU
+    assert ("kv_cache", "static") in tried and ("weight_quant", "int8") in tried  # what changes on the CPU
+    int4 = next(row for row in profile["candidates"] if (row["knob"], row["value"]) == ("weight_quant", "int4"))
+    assert int4["status"] == "rejected" and "CUDA only" in int4["reason"]
     assert profile["left_out"]["decode_compile"] and profile["left_out"]["precision"]
     assert profile["verdict"] == result.verdict and "model.generate(" in profile["python_snippet"]
 
@@ -76,18 +88,16 @@ def test_fade_tune_generate_refuses_a_config_it_cannot_build():
     check_request("tiny-llama", mode="generate", batch=1, budget_min=1.0)  # no error
 
 
-def test_a_generate_profile_applies_to_a_fresh_model_and_says_what_it_did(tmp_path):
+def test_a_generate_profile_applies_to_a_fresh_model_and_says_what_it_did(cpu_profile, tmp_path):
     """load_tuning(path).apply(model) on a transformers LM: the static cache, the forced SDPA backend around
     generate() (its tokens unchanged in fp32), and a line per change; the tuner's own CPU profile too."""
     import json
 
     import fade
-    from fade.act.tune.tuner import run_tune
     from fade.analyze.llm_table import resolve_config
     from fade.measure.suites.llm import generation
 
-    out = tmp_path / "gen.json"
-    run_tune("tiny-llama", mode="generate", batch=1, budget_min=1.0, device="cpu", quick=True, output=out)
+    _, out = cpu_profile
     shape = resolve_config("tiny-llama")
     ids = generation.prompt_ids(shape.vocab_size, 1, 8, "cpu")
     expected = generation.hf_generator(generation.build_model(shape, "cpu"), static=False)(ids, 6)
@@ -107,3 +117,34 @@ def test_a_generate_profile_applies_to_a_fresh_model_and_says_what_it_did(tmp_pa
     assert any("cache_implementation" in line for line in tuning.model_changes)
     assert any("SDPBackend.MATH" in line for line in tuning.model_changes)
     assert generation.hf_generator(model, static=False)(ids, 6).tolist() == expected.tolist()
+
+
+def test_an_int8_trial_reads_fewer_weight_bytes_and_passes_the_gate():
+    ctx = CaseContext(device="cpu", run_id="test", timing=dict(TIMING))
+    result = tune_generate_trial(ctx, config="tiny-llama", batch=1, knobs={"weight_quant": "int8"}, prompt_tokens=8,
+                                 new_tokens=6)
+    decode = result.extra["decode"]
+    assert decode["weight_quant"] == "int8" and decode["weight_bytes"] < 0.8 * decode["reference_weight_bytes"]
+    assert result.extra["numerics"]["verdict"] == "ok", result.extra["numerics"]["failed"]
+
+
+def test_applying_an_int8_profile_quantizes_the_users_model(cpu_profile, tmp_path):
+    import json
+
+    import fade
+    from fade.analyze.llm_table import resolve_config
+    from fade.measure.suites.llm import generation
+
+    profile = json.loads(cpu_profile[1].read_text())
+    profile["knobs"]["weight_quant"] = "int8"
+    out = tmp_path / "int8.json"
+    out.write_text(json.dumps(profile))
+    tuning = fade.load_tuning(out)
+    shape = resolve_config("tiny-llama")
+    model = generation.build_model(shape, "cpu")
+    before = generation.weight_bytes(model)
+    model = tuning.apply(model)
+    assert generation.weight_bytes(model) < 0.8 * before
+    assert any("int8 weight-only" in line for line in tuning.model_changes)
+    ids = generation.prompt_ids(shape.vocab_size, 1, 8, "cpu")
+    assert generation.hf_generator(model, static=False)(ids, 4).shape == (1, 4)

@@ -5,7 +5,9 @@ Build
     The model of an LLM config (fade.analyze.llm_table.resolve_config: a bundled shape with random weights, a
     config.json, or a local model folder), from the weight seed, in `dtype`; its decode loop
     (fade.measure.suites.llm.generation.FadeLoop) with the knobs as options: kv_cache -> cache, decode_compile ->
-    compile mode, sdpa_backend -> a forced SDPA backend.
+    compile mode, sdpa_backend -> a forced SDPA backend; weight_quant -> a copy of the model with its linear
+    weights quantized by torchao (generation.quantize_weights), the unquantized model kept as the gate's
+    reference; the record's `decode` facts give both models' weight bytes (the bytes-per-token cut).
 Timing
     A whole greedy run (prefill of `prompt_tokens` random tokens, then `new_tokens` decoded) per call, timed by
     fade.measure.timing.measure with the run's settings after a warm-up run (compile, cache set-up); the value is
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from fade.measure.case import CaseResult
 
-GENERATE_KNOBS = ("kv_cache", "decode_compile", "sdpa_backend")
+GENERATE_KNOBS = ("kv_cache", "decode_compile", "sdpa_backend", "weight_quant")
 
 
 def decode_options(knobs: dict) -> dict:
@@ -34,6 +36,19 @@ def decode_options(knobs: dict) -> dict:
     backend = knobs.get("sdpa_backend", "default")
     return {"cache": knobs.get("kv_cache", "dynamic"), "compile": None if compile_mode == "off" else compile_mode,
             "sdpa": None if backend == "default" else backend}
+
+
+def candidate_model(reference, knobs: dict):
+    """The model a configuration decodes with: `reference` itself, or a quantized copy (weight_quant), so the
+    gate's reference stays the unquantized model."""
+    import copy
+
+    from fade.measure.suites.llm import generation
+
+    kind = knobs.get("weight_quant", "none")
+    if kind == "none":
+        return reference
+    return generation.quantize_weights(copy.deepcopy(reference), kind)
 
 
 def tune_generate_trial(ctx, *, config: str, batch: int, knobs: dict, prompt_tokens: int = 128,
@@ -61,16 +76,20 @@ def prepare_decode(model, shape, knobs: dict, *, batch: int, prompt_tokens: int,
     from fade.measure.suites.llm import gate, generation
 
     options = decode_options(knobs)
+    reference = model
+    model = candidate_model(reference, knobs)
     loop = generation.FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=new_tokens, device=device, **options)
     ids = generation.prompt_ids(shape.vocab_size, batch, prompt_tokens, device)
     loop.generate(ids, new_tokens)
     tokens, source = gate.gate_tokens(shape)
     checked = generation.FadeLoop(model, prompt_tokens=gate.GATE_PROMPT, new_tokens=len(tokens) - gate.GATE_PROMPT,
                                   device=device, **options)
-    record = gate.gate(model, checked.forced, torch.tensor([tokens], device=device), dtype=dtype,
+    record = gate.gate(reference, checked.forced, torch.tensor([tokens], device=device), dtype=dtype,
                        perplexity=bool(shape.weights))
+    facts = {**loop.facts(), "weight_quant": knobs.get("weight_quant", "none"),
+             "weight_bytes": generation.weight_bytes(model), "reference_weight_bytes": generation.weight_bytes(reference)}
     return PreparedDecode(lambda: loop.generate(ids, new_tokens), {"mode": "generate", "tokens": source, **record},
-                          loop.facts(), batch * new_tokens)
+                          facts, batch * new_tokens)
 
 
 def _model(shape, dtype: str, device: str):

@@ -233,6 +233,11 @@ def _generate_snippet(chosen: dict) -> str:
     compile_mode = chosen.get("decode_compile", "off")
     if compile_mode != "off":
         lines.append(f"model.forward = torch.compile(model.forward, mode={compile_mode!r})  # the decode step")
+    quant = chosen.get("weight_quant", "none")
+    if quant != "none":
+        config = "Int8WeightOnlyConfig" if quant == "int8" else "Int4WeightOnlyConfig"
+        lines.insert(1, f"from torchao.quantization import {config}, quantize_")
+        lines.append(f"quantize_(model, {config}())  # {quant} weight-only")
     sdpa = chosen.get("sdpa_backend", "default")
     call = "out = model.generate(ids, max_new_tokens=n, do_sample=False)"
     if sdpa != "default":
@@ -568,6 +573,12 @@ def _apply_generate(model, knobs: dict, changes: list):
 
         model.generate = generate_with_backend
         changes.append(f"model.generate runs under sdpa_kernel(SDPBackend.{SDPA_BACKENDS[backend]})")
+    quant = knobs.get("weight_quant", "none")
+    if quant != "none":
+        from fade.measure.suites.llm.generation import quantize_weights
+
+        quantize_weights(model, quant)
+        changes.append(f"linear weights quantized by torchao ({quant} weight-only)")
     if not changes:
         changes.append("nothing to change: the profile keeps PyTorch's defaults")
     return model

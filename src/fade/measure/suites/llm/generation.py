@@ -233,3 +233,38 @@ def hf_compiled(model) -> bool:
     """Whether transformers compiled the model's forward inside generate() (it keeps the compiled call on the
     model: PreTrainedModel.get_compiled_call)."""
     return getattr(model, "_compiled_call", None) is not None
+
+
+WEIGHT_QUANT = ("none", "int8", "int4")
+
+
+def quantize_weights(model, kind: str):
+    """`model` with its linear layers' weights quantized in place by torchao (weight-only, `kind` int8 or int4;
+    "none" leaves it); RuntimeError when torchao is missing or the kind has no kernel on the model's device
+    (int4: CUDA only)."""
+    if kind not in WEIGHT_QUANT:
+        raise ValueError(f"weight quantization {kind!r}: one of {', '.join(WEIGHT_QUANT)}")
+    if kind == "none":
+        return model
+    try:
+        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+    except ImportError:
+        raise RuntimeError("weight-only quantization needs torchao (pip install torchao)") from None
+    device = next(model.parameters()).device
+    if kind == "int4" and device.type != "cuda":
+        raise RuntimeError(f"int4 weight-only quantization has no torchao kernel on {device.type} (CUDA only)")
+    quantize_(model, Int8WeightOnlyConfig() if kind == "int8" else Int4WeightOnlyConfig())
+    return model
+
+
+def weight_bytes(model) -> int:
+    """Bytes the model's parameters hold, a quantized tensor's inner tensors (data, scales) counted."""
+    import torch
+
+    def size(tensor) -> int:
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter) and hasattr(tensor, "__tensor_flatten__"):
+            names, _ = tensor.__tensor_flatten__()
+            return sum(size(getattr(tensor, name)) for name in names)
+        return tensor.numel() * tensor.element_size()
+
+    return sum(size(parameter) for parameter in model.parameters())
