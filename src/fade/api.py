@@ -386,6 +386,7 @@ def tune(
     resume: bool = True,
     out: Union[str, os.PathLike, None] = None,
     progress: Optional[Callable[[str], None]] = None,
+    latency_ms: Optional[float] = None,
 ):
     """Search the fastest numerically sound knobs for a model on this device; returns a TuneResult
     (fade.act.tune.tuner: `.tuning` is the tuning file's content, `.to_dict()` its JSON, `.recommends`,
@@ -400,6 +401,8 @@ def tune(
         from one forward pass, the file's loss_target says how).
     budget_min: the whole run in minutes (set-up, the profiled window of the baseline, the search and the final
         check). out: where to write the tuning file (atomically), or None. progress: one line per step.
+    mode "generate" (`fade tune CONFIG --generate`): `model` is an LLM config; `latency_ms` a per-token latency
+        target under which the batch is searched.
     Apply a tuning file with fade.load_tuning.
     """
     from fade.act.tune.tuner import run_tune
@@ -411,10 +414,12 @@ def tune(
             raise FadeUsageError(f"tune({model!r}): a zoo name or module:function builds its own inputs and loss; "
                                  "pass example_inputs/loss_fn only with a torch.nn.Module")  # fmt: skip
         return run_tune(model, mode=mode or "train", batch=batch, budget_min=budget_min, device=device, size=size,
-                        exhaustive=exhaustive, quick=quick, resume=resume, progress=progress, output=out)  # fmt: skip
+                        exhaustive=exhaustive, quick=quick, resume=resume, progress=progress, output=out,
+                        latency_ms=latency_ms)  # fmt: skip
     if example_inputs is None:
         raise FadeUsageError("tune(model, example_inputs, ...): a torch.nn.Module needs example_inputs")
-    worker_only = {"batch": batch != 64, "size": size is not None, "exhaustive": exhaustive, "quick": quick, "resume": not resume}
+    worker_only = {"batch": batch != 64, "size": size is not None, "exhaustive": exhaustive, "quick": quick, "resume": not resume,
+                   "latency_ms": latency_ms is not None}
     given = [name for name, set_ in worker_only.items() if set_]
     if given:
         raise FadeUsageError(f"tune(module, ...): {', '.join(given)}: only for a zoo name or module:function (trials in "

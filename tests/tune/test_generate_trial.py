@@ -148,3 +148,25 @@ def test_applying_an_int8_profile_quantizes_the_users_model(cpu_profile, tmp_pat
     assert any("int8 weight-only" in line for line in tuning.model_changes)
     ids = generation.prompt_ids(shape.vocab_size, 1, 8, "cpu")
     assert generation.hf_generator(model, static=False)(ids, 4).shape == (1, 4)
+
+
+def test_a_latency_target_searches_the_batch_and_rejects_what_is_slower_than_it():
+    """decode_batch sets a trial's batch; the per-token latency joins its numerics, over the target it is
+    rejected; the search compares rates, so a larger batch is faster by the tokens it delivers; --latency-ms
+    only with --generate."""
+    from fade.act.tune.search import Trial, compare
+    from fade.act.tune.tuner import check_request
+    from fade.errors import FadeUsageError
+
+    ctx = CaseContext(device="cpu", run_id="test", timing=dict(TIMING))
+    result = tune_generate_trial(ctx, config="tiny-llama", batch=1, knobs={"decode_batch": "2"}, prompt_tokens=8,
+                                 new_tokens=6, latency_ms=1e6)
+    numerics = result.extra["numerics"]
+    assert result.extra["samples_per_step"] == 12 and numerics["latency_target_ms"] == 1e6
+    assert numerics["latency_ms"] == pytest.approx(1e3 * result.timing.median_s / 6) and check(numerics, None) is None
+    slow = dict(numerics, latency_ms=12.5, latency_target_ms=10.0)
+    assert check(slow, None) == "per-token latency 12.5 ms, more than the 10 ms target"
+    one, two = Trial({}, (0.010, 0.010, 0.010), "ok", None, None, 64), Trial({}, (0.015,) * 3, "ok", None, None, 128)
+    assert compare(two, one)[0] == pytest.approx(4 / 3)  # twice the tokens in 1.5x the time
+    with pytest.raises(FadeUsageError, match="latency"):
+        check_request("resnet18", mode="infer", batch=1, budget_min=1.0, latency_ms=5.0)

@@ -43,6 +43,8 @@ def cmd_tune(args) -> int:
         if args.mode != "train":
             raise FadeUsageError("fade tune --generate: no --mode (the decode loop is the workload)")
         mode = "generate"
+    elif args.latency_ms is not None:
+        raise FadeUsageError("fade tune --latency-ms: only with --generate")
     check_output(args.output)  # before minutes of search, not after
     from fade.api import tune
 
@@ -52,7 +54,7 @@ def cmd_tune(args) -> int:
     try:
         result = tune(args.model, mode=mode, batch=args.batch, budget_min=args.budget, device=args.device,
                       size=args.size, exhaustive=args.exhaustive, quick=args.quick, resume=not args.fresh,
-                      progress=progress, out=args.output)  # fmt: skip
+                      progress=progress, out=args.output, latency_ms=args.latency_ms)  # fmt: skip
     except RuntimeError as error:  # the worker could not start here: a valid request this machine cannot run
         print(f"fade: cannot run here: {error}", file=sys.stderr)
         return ExitCode.CANNOT_RUN
@@ -135,6 +137,8 @@ def add_verbs(verbs) -> None:
     tune.add_argument("model", nargs="?", help="a zoo model (resnet50, ...) or module:function")
     tune.add_argument("--mode", default="train", choices=("train", "infer"))
     tune.add_argument("--batch", type=positive_int("--batch"), default=None, help="batch (default 64; 1 with --generate)")
+    tune.add_argument("--latency-ms", type=positive_float("--latency-ms", not_a_number="not a number of milliseconds"),
+                      default=None, help="with --generate: a per-token latency target; the batch is searched under it")
     tune.add_argument("--generate", action="store_true",
                       help="tune a causal LM's greedy decode (KV cache, compiled step, SDPA backend); MODEL is an LLM "
                            "config as `fade bench llm --config` takes it")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from fade.measure.case import CaseResult
 
-GENERATE_KNOBS = ("kv_cache", "decode_compile", "sdpa_backend", "weight_quant")
+GENERATE_KNOBS = ("kv_cache", "decode_compile", "sdpa_backend", "weight_quant", "decode_batch")
 
 
 def decode_options(knobs: dict) -> dict:
@@ -51,13 +51,30 @@ def candidate_model(reference, knobs: dict):
     return generation.quantize_weights(copy.deepcopy(reference), kind)
 
 
+def batch_of(knobs: dict, batch: int) -> int:
+    """The batch a configuration decodes: its decode_batch knob (a latency-target search), else `batch`."""
+    return int(knobs["decode_batch"]) if "decode_batch" in knobs else batch
+
+
+def latency_numerics(numerics: dict, median_run_s: float, new_tokens: int, latency_ms) -> dict:
+    """The gate's record with the per-token latency (a run's median time over its new tokens) and the target."""
+    if latency_ms is None:
+        return numerics
+    return {**numerics, "latency_ms": 1e3 * median_run_s / new_tokens, "latency_target_ms": float(latency_ms)}
+
+
 def tune_generate_trial(ctx, *, config: str, batch: int, knobs: dict, prompt_tokens: int = 128,
-                        new_tokens: int = 64, dtype: str = "bf16") -> CaseResult:
-    """The trial (module docstring) of the LLM config `config` under `knobs`."""
+                        new_tokens: int = 64, dtype: str = "bf16", latency_ms=None) -> CaseResult:
+    """The trial (module docstring) of the LLM config `config` under `knobs`; with `latency_ms`, the per-token
+    latency joins its numerics (numerics.check_generation rejects a configuration slower than the target)."""
     from fade.analyze.llm_table import resolve_config
 
-    return measure_generate_trial(resolve_config(config), knobs, batch=batch, prompt_tokens=prompt_tokens,
-                                  new_tokens=new_tokens, dtype=dtype, device=ctx.device, timing_settings=ctx.timing)
+    result = measure_generate_trial(resolve_config(config), knobs, batch=batch_of(knobs, batch),
+                                    prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
+                                    device=ctx.device, timing_settings=ctx.timing)
+    result.extra["numerics"] = latency_numerics(result.extra["numerics"], result.timing.median_s, new_tokens,
+                                                latency_ms)
+    return result
 
 
 class PreparedDecode:
@@ -76,6 +93,7 @@ def prepare_decode(model, shape, knobs: dict, *, batch: int, prompt_tokens: int,
     from fade.measure.suites.llm import gate, generation
 
     options = decode_options(knobs)
+    knobs = {name: value for name, value in knobs.items() if name != "decode_batch"}  # the caller's batch has it
     reference = model
     model = candidate_model(reference, knobs)
     loop = generation.FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=new_tokens, device=device, **options)
@@ -122,7 +140,7 @@ def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int
 
 
 def tune_generate_side_by_side(ctx, *, config: str, batch: int, configs: dict, rounds: int, prompt_tokens: int = 128,
-                               new_tokens: int = 64, dtype: str = "bf16") -> CaseResult:
+                               new_tokens: int = 64, dtype: str = "bf16", latency_ms=None) -> CaseResult:
     """Several decode configurations (name -> knobs) over one model in this worker, each built, warmed and checked
     once, then timed in `rounds` rounds with the first rotating, as trial.side_by_side does for steps."""
     from fade.analyze.llm_table import resolve_config
@@ -131,8 +149,9 @@ def tune_generate_side_by_side(ctx, *, config: str, batch: int, configs: dict, r
     shape = resolve_config(config)
     model = _model(shape, dtype, ctx.device)
     names = list(configs)
-    prepared = {name: prepare_decode(model, shape, configs[name], batch=batch, prompt_tokens=prompt_tokens,
-                                     new_tokens=new_tokens, dtype=dtype, device=ctx.device) for name in names}
+    prepared = {name: prepare_decode(model, shape, configs[name], batch=batch_of(configs[name], batch),
+                                     prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
+                                     device=ctx.device) for name in names}
     pooled = {name: [] for name in names}
     round_medians = {name: [] for name in names}
     for index in range(rounds):
@@ -140,8 +159,12 @@ def tune_generate_side_by_side(ctx, *, config: str, batch: int, configs: dict, r
             timing = measure(prepared[name].run, device=ctx.device, **ctx.timing)
             pooled[name].extend(timing.samples_s)
             round_medians[name].append(timing.median_s)
+    import statistics
+
     sides = {name: {"samples_s": pooled[name], "round_medians_s": round_medians[name],
-                    "numerics": prepared[name].numerics, "knobs": dict(configs[name])} for name in names}
+                    "numerics": latency_numerics(prepared[name].numerics, statistics.median(pooled[name]),
+                                                 new_tokens, latency_ms),
+                    "knobs": dict(configs[name]), "samples_per_step": prepared[name].generated} for name in names}
     generated = prepared[names[0]].generated
     return CaseResult(value=float(len(names)), unit="configurations", formula="configurations timed side by side",
                       work={"tokens": generated}, extra={"sides": sides, "samples_per_step": generated,

@@ -223,8 +223,10 @@ def noise_bar(first: Trial, second: Trial) -> float:
 
 
 def compare(candidate: Trial, best: Trial) -> tuple:
-    """(speed-up of candidate over best as best_median / candidate_median, the noise bar)."""
-    return best.median_s / candidate.median_s, noise_bar(candidate, best)
+    """(speed-up of candidate over best as the ratio of their rates, samples per step / median step time, which
+    is best_median / candidate_median when they take the same samples a step; the noise bar). A knob that
+    changes the samples per step (fade tune --generate's decode_batch) is compared by what it delivers."""
+    return _rate(candidate) / _rate(best), noise_bar(candidate, best)
 
 
 def search(
@@ -471,7 +473,7 @@ class _State:
             self.say(f"{knob.id}={value}: rejected: {failure}")
             return row
         speedup, bar = compare(trial, start)
-        if speedup > 1 + bar and trial.median_s >= best.median_s:  # beats the start, not the value kept
+        if speedup > 1 + bar and _rate(trial) <= _rate(best):  # beats the start, not the value kept
             status = "slower"
             reason = (f"{100 * (speedup - 1):.1f}% faster than without {knob.id}, beyond the {100 * bar:.1f}% noise bar, "
                       f"but {knob.id}={best.config[knob.id]} is faster still")  # fmt: skip
@@ -738,7 +740,7 @@ def _exhaustive(knobs, baseline_trial: Trial, run, reason_rejected, candidates: 
         speedup, bar = compare(trial, baseline_trial)
         status = "accepted" if speedup > 1 + bar else ("within-noise" if speedup >= 1 else "slower")
         candidates.append(_row(None, None, trial, status, "against the baseline", speedup, bar))
-        if status == "accepted" and trial.median_s < fastest.median_s:
+        if status == "accepted" and _rate(trial) > _rate(fastest):
             fastest = trial
     return fastest
 

@@ -82,7 +82,7 @@ class TuneResult:
         return dict(self.tuning)
 
 
-def check_request(model: str, *, mode: str, batch: int, budget_min: float) -> None:
+def check_request(model: str, *, mode: str, batch: int, budget_min: float, latency_ms=None) -> None:
     """FadeUsageError (one line) for anything that cannot run anywhere."""
     from fade.measure.suites.models.suite import check_request as check_models
 
@@ -90,6 +90,9 @@ def check_request(model: str, *, mode: str, batch: int, budget_min: float) -> No
         raise FadeUsageError(f"--budget {budget_min}: the budget in minutes must be > 0")
     if mode not in MODES:
         raise FadeUsageError(f"--mode {mode!r}: use train or infer")
+    if latency_ms is not None and (mode != "generate" or isinstance(latency_ms, bool) or
+                                   not isinstance(latency_ms, (int, float)) or not latency_ms > 0):
+        raise FadeUsageError(f"--latency-ms {latency_ms}: a per-token latency target > 0, with --generate")
     if mode == "generate":  # an LLM config (a bundled shape, a config.json, a .toml or a local model folder)
         from fade.analyze.llm_table import LlmTableError, resolve_config
 
@@ -215,7 +218,8 @@ class WorkerMeasure:
             return None
         extra = record["extra"]
         per_step = extra.get("samples_per_step", self.batch)
-        return {name: Trial(dict(configs[name]), tuple(side["samples_s"]), "ok", None, side["numerics"], per_step,
+        return {name: Trial(dict(configs[name]), tuple(side["samples_s"]), "ok", None, side["numerics"],
+                            side.get("samples_per_step", per_step),
                             extra={"round_medians_s": list(side["round_medians_s"])})
                 for name, side in extra["sides"].items()}  # fmt: skip
 
@@ -271,9 +275,13 @@ class GenerateMeasure(WorkerMeasure):
 
     trial_module = "fade.act.tune.generate_trial"
     trial_function, side_by_side_function = "tune_generate_trial", "tune_generate_side_by_side"
+    latency_ms: Optional[float] = None  # a per-token latency target: the decode_batch search's bound
 
     def _params(self) -> dict:
-        return {"config": self.model, "batch": self.batch}
+        params = {"config": self.model, "batch": self.batch}
+        if self.latency_ms is not None:
+            params["latency_ms"] = self.latency_ms
+        return params
 
     def diagnose(self, timeout_s: float = DIAGNOSIS_TIMEOUT_S) -> dict:
         return {"status": "skipped", "reason": "a decode loop has no step profile here yet"}
@@ -315,6 +323,7 @@ def run_tune(
     progress: Optional[Callable[[str], None]] = None,
     output=None,
     host_probe=None,
+    latency_ms: Optional[float] = None,
 ) -> TuneResult:
     """Tune `model` (a zoo name or module:function) in isolated workers on `device`.
 
@@ -325,7 +334,7 @@ def run_tune(
     atomically before the journal is cleared: a file that cannot be written (OSError) leaves the journal, and the
     next run resumes instead of searching again.
     """
-    check_request(model, mode=mode, batch=batch, budget_min=budget_min)
+    check_request(model, mode=mode, batch=batch, budget_min=budget_min, latency_ms=latency_ms)
     started = clock()  # the budget covers the set-up below too: "<= budget" is the whole run
     host_probe = host_probe or HostLoadProbe()
     host_probe.start()
@@ -335,7 +344,11 @@ def run_tune(
         (progress or (lambda text: None))(message)
     try:
         searched, left_out = knob_table.searched_knobs(knob_table.load_knobs(), target_for(model, mode, fingerprint))
-        journal = cache.journal(journal_key(model, mode, batch, size, exhaustive))
+        if latency_ms is None and any(knob.id == "decode_batch" for knob in searched):
+            searched = [knob for knob in searched if knob.id != "decode_batch"]
+            left_out["decode_batch"] = "only with a per-token latency target (--latency-ms); the batch is --batch"
+        journal = cache.journal(journal_key(model, mode, batch, size, exhaustive) +
+                                ("" if latency_ms is None else f"-latency{latency_ms:g}"))
         if not resume:
             journal.clear()
         worker = None
@@ -343,6 +356,7 @@ def run_tune(
             kind = GenerateMeasure if mode == "generate" else WorkerMeasure
             worker = kind(searched, model=model, mode=mode, batch=batch, size=size, device=device,
                           cache_env=cache.env(), quick=quick)  # fmt: skip
+            worker.latency_ms = latency_ms
             measure = worker
         try:
             tuning = drive(measure, searched, left_out, label=model, mode=mode, batch=batch, size=size,

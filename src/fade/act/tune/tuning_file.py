@@ -124,7 +124,7 @@ def build_tuning(
         "model": model,
         "mode": mode,
         # a step's samples are its batch; a decode run's are batch x new tokens (its rates are tokens/s)
-        "batch": batch if mode == "generate" else (result.samples_per_step or batch),
+        "batch": int(chosen.get("decode_batch", batch)) if mode == "generate" else (result.samples_per_step or batch),
         "size": size,
         "knobs": chosen,
         "changed": {name: value for name, value in chosen.items() if baseline.get(name) != value},

@@ -172,7 +172,11 @@ def check(numerics: Optional[dict], reference: Optional[dict]) -> Optional[str]:
 def check_generation(numerics: dict) -> Optional[str]:
     """None if a decode configuration passed the generation gate (fade.measure.suites.llm.gate), else the reason.
 
-    numerics: the gate's record, with "verdict" ("ok" or "differ") and "failed" (what did not hold)."""
+    numerics: the gate's record, with "verdict" ("ok" or "differ") and "failed" (what did not hold); with a
+    latency target, "latency_ms" and "latency_target_ms" (a configuration slower than the target is rejected)."""
+    latency, target = numerics.get("latency_ms"), numerics.get("latency_target_ms")
+    if latency is not None and target is not None and latency > target:
+        return f"per-token latency {latency:.4g} ms, more than the {target:g} ms target"
     verdict = numerics.get("verdict")
     if verdict == "ok":
         return None
