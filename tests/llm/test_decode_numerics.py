@@ -8,15 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from fade.analyze.llm_table import resolve_config  # noqa: E402
 from fade.measure.suites.llm import generation, numerics  # noqa: E402
 
 BATCH, PROMPT, NEW = 2, 12, 10
-
-
-@pytest.fixture(scope="module")
-def shape():
-    return resolve_config("tiny-llama")
 
 
 def _case(shape, dtype: str, variant: str, *, break_model=None, break_loop=None) -> dict:

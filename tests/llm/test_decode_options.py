@@ -7,15 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from fade.analyze.llm_table import resolve_config  # noqa: E402
 from fade.measure.suites.llm import gate, generation  # noqa: E402
 
 PROMPT, NEW = 12, 10
-
-
-@pytest.fixture(scope="module")
-def shape():
-    return resolve_config("tiny-llama")
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,6 @@ from fade.measure.suites.llm import gate, generation  # noqa: E402
 TOKENS, PROMPT = 48, 16
 
 
-@pytest.fixture(scope="module")
-def shape():
-    return resolve_config("tiny-llama")
-
-
 def _ids(shape):
     ids, _ = gate.gate_tokens(shape, TOKENS)
     return torch.tensor([ids])

@@ -21,6 +21,9 @@ Numerics
 
 from __future__ import annotations
 
+import statistics
+
+from fade.act.tune.trial import in_rounds
 from fade.measure.case import CaseResult
 
 GENERATE_KNOBS = ("kv_cache", "decode_compile", "sdpa_backend", "weight_quant", "decode_batch")
@@ -93,7 +96,6 @@ def prepare_decode(model, shape, knobs: dict, *, batch: int, prompt_tokens: int,
     from fade.measure.suites.llm import gate, generation
 
     options = decode_options(knobs)
-    knobs = {name: value for name, value in knobs.items() if name != "decode_batch"}  # the caller's batch has it
     reference = model
     model = candidate_model(reference, knobs)
     loop = generation.FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=new_tokens, device=device, **options)
@@ -152,15 +154,8 @@ def tune_generate_side_by_side(ctx, *, config: str, batch: int, configs: dict, r
     prepared = {name: prepare_decode(model, shape, configs[name], batch=batch_of(configs[name], batch),
                                      prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
                                      device=ctx.device) for name in names}
-    pooled = {name: [] for name in names}
-    round_medians = {name: [] for name in names}
-    for index in range(rounds):
-        for name in names[index % len(names):] + names[: index % len(names)]:
-            timing = measure(prepared[name].run, device=ctx.device, **ctx.timing)
-            pooled[name].extend(timing.samples_s)
-            round_medians[name].append(timing.median_s)
-    import statistics
-
+    pooled, round_medians = in_rounds(names, rounds,
+                                      lambda name: measure(prepared[name].run, device=ctx.device, **ctx.timing))
     sides = {name: {"samples_s": pooled[name], "round_medians_s": round_medians[name],
                     "numerics": latency_numerics(prepared[name].numerics, statistics.median(pooled[name]),
                                                  new_tokens, latency_ms),

@@ -154,6 +154,20 @@ def tune_side_by_side(ctx, *, model: str, mode: str, batch: int, configs: dict, 
                         rounds=rounds, quick=ctx.quick)  # fmt: skip
 
 
+def in_rounds(names: list, rounds: int, timed) -> tuple:
+    """({name: samples_s pooled over the rounds}, {name: each round's median_s}) of `timed(name)` (a Timing),
+    every name once a round and the first one rotating (ABC, BCA, CAB, ...): side_by_side's order, and
+    fade tune --generate's (generate_trial.tune_generate_side_by_side)."""
+    pooled = {name: [] for name in names}
+    round_medians = {name: [] for name in names}
+    for index in range(rounds):
+        for name in names[index % len(names):] + names[: index % len(names)]:
+            timing = timed(name)
+            pooled[name].extend(timing.samples_s)
+            round_medians[name].append(timing.median_s)
+    return pooled, round_medians
+
+
 def side_by_side(make_workload, mode: str, configs: dict, device: str, timing_settings: dict, *, rounds: int,
                  quick: bool = False) -> CaseResult:  # fmt: skip
     """Build, compile and check every configuration once, then time them in `rounds` rounds, each round
@@ -173,14 +187,12 @@ def side_by_side(make_workload, mode: str, configs: dict, device: str, timing_se
     try:
         for name in names:
             prepared[name] = prepare(make_workload, mode, configs[name], device, quick=quick, reset_compiler=False)
-        pooled = {name: [] for name in names}
-        round_medians = {name: [] for name in names}
-        for index in range(rounds):
-            for name in names[index % len(names):] + names[: index % len(names)]:
-                with pinned(StepConfig.from_knobs(configs[name])), gc_frozen():
-                    timing = measure(prepared[name].step, device=device, **timing_settings)
-                pooled[name].extend(timing.samples_s)
-                round_medians[name].append(timing.median_s)
+
+        def timed(name: str):
+            with pinned(StepConfig.from_knobs(configs[name])), gc_frozen():
+                return measure(prepared[name].step, device=device, **timing_settings)
+
+        pooled, round_medians = in_rounds(names, rounds, timed)
     finally:
         for item in prepared.values():
             item.release()

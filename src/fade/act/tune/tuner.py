@@ -275,7 +275,10 @@ class GenerateMeasure(WorkerMeasure):
 
     trial_module = "fade.act.tune.generate_trial"
     trial_function, side_by_side_function = "tune_generate_trial", "tune_generate_side_by_side"
-    latency_ms: Optional[float] = None  # a per-token latency target: the decode_batch search's bound
+
+    def __init__(self, knobs: list, *, latency_ms: Optional[float] = None, **options):
+        super().__init__(knobs, **options)
+        self.latency_ms = latency_ms  # a per-token latency target: the decode_batch search's bound
 
     def _params(self) -> dict:
         params = {"config": self.model, "batch": self.batch}
@@ -353,10 +356,10 @@ def run_tune(
             journal.clear()
         worker = None
         if measure is None:
-            kind = GenerateMeasure if mode == "generate" else WorkerMeasure
-            worker = kind(searched, model=model, mode=mode, batch=batch, size=size, device=device,
-                          cache_env=cache.env(), quick=quick)  # fmt: skip
-            worker.latency_ms = latency_ms
+            options = dict(model=model, mode=mode, batch=batch, size=size, device=device, cache_env=cache.env(),
+                           quick=quick)
+            worker = GenerateMeasure(searched, latency_ms=latency_ms, **options) if mode == "generate" else \
+                WorkerMeasure(searched, **options)
             measure = worker
         try:
             tuning = drive(measure, searched, left_out, label=model, mode=mode, batch=batch, size=size,

@@ -214,7 +214,9 @@ def python_snippet(chosen: dict, mode: str) -> str:
         contexts.append(f"torch.autocast('cuda', dtype=torch.{AUTOCAST[precision]})")
     sdpa = chosen.get("sdpa_backend", "default")
     if sdpa != "default":
-        backend = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}[sdpa]
+        from fade.measure.step.runner import SDPA_BACKENDS
+
+        backend = SDPA_BACKENDS[sdpa]
         lines.insert(1, "from torch.nn.attention import SDPBackend, sdpa_kernel")
         contexts.append(f"sdpa_kernel(SDPBackend.{backend})")
     if contexts:
@@ -241,7 +243,9 @@ def _generate_snippet(chosen: dict) -> str:
     sdpa = chosen.get("sdpa_backend", "default")
     call = "out = model.generate(ids, max_new_tokens=n, do_sample=False)"
     if sdpa != "default":
-        backend = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}[sdpa]
+        from fade.measure.step.runner import SDPA_BACKENDS
+
+        backend = SDPA_BACKENDS[sdpa]
         lines.insert(1, "from torch.nn.attention import SDPBackend, sdpa_kernel")
         lines += [f"with sdpa_kernel(SDPBackend.{backend}):", f"    {call}"]
     else:
