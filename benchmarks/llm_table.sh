@@ -15,6 +15,10 @@
 # DEVICE=cpu switches the defaults to MODELS=tiny-llama, BATCHES="1 2", fp32, p16+n16, PREFILL=16 and --quick.
 #
 # A job is one (model, batch): fade bench llm for the three variants, then llm_reference.py for the same case.
+# With GPUS > 1 each job runs pinned to its GPU's share of the host's cores (taskset; cores/GPUS each, inductor's
+# compile threads as many), so one job's compiles do not take the cores of another's timed host-bound loop
+# (session 12's table: FADE's eager hf-generate rows ran beside three compiling jobs and read 74-87% of their
+# reference). The jobs still share the host's memory bandwidth and caches.
 # Jobs run in MODELS x BATCHES order (put the model you need most first); with GPUS > 1 each GPU takes the next
 # job left. Everything is appended as it finishes: OUT/fade-<model>-b<batch>.jsonl (FADE records),
 # OUT/ref-<model>-b<batch>.jsonl (reference rows), OUT/*.log; progress lines go to stderr and OUT/progress.log.
@@ -102,9 +106,19 @@ if [ -n "${TABLES_ONLY:-}" ]; then
 fi
 trap 'tables; exit 130' INT TERM
 
+pin() {  # SLOT: with several GPUs, the slot's share of the host's cores (taskset) and inductor's compile threads
+  local cores share first
+  if [ "$GPUS" -le 1 ] || ! command -v taskset >/dev/null; then return; fi
+  cores=$(nproc); share=$(( cores / GPUS )); first=$(( $1 * share ))
+  [ "$share" -ge 1 ] || return
+  echo taskset -c "$first-$(( first + share - 1 ))" env TORCHINDUCTOR_COMPILE_THREADS="$share"
+}
+
 one_job() {  # MODEL BATCH GPU: FADE's three variants, then the reference's, for one model and batch
   local model=$1 batch=$2 gpu=$3 tag="$1-b$2" env_gpu=()
   [ "$DEVICE" != cpu ] && env_gpu=(env CUDA_VISIBLE_DEVICES="$gpu")
+  # shellcheck disable=SC2207
+  env_gpu+=($(pin "$gpu"))
   progress "$tag: fade bench llm (hf-generate, hf-static, fade-loop) on GPU $gpu -> $OUT/fade-$tag.log"
   "${env_gpu[@]}" "$PYTHON" -m fade bench llm --config "$model" --device "$DEVICE" --dtype "$DTYPE" --batch "$batch" \
     --prompt-tokens "$PROMPT" --new-tokens "$NEW" --prefill-tokens "$PREFILL" \
