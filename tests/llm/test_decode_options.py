@@ -51,3 +51,23 @@ def test_a_dynamic_cache_loop_passes_the_generation_gate_in_bf16(shape):
 def test_unknown_or_impossible_options_are_refused(model, options, message):
     with pytest.raises(ValueError, match=message):
         _loop(model, **options)
+
+
+def test_each_compile_mode_is_one_set_of_torch_compile_arguments_and_its_text():
+    """generation.STEP_COMPILE_MODES is the one table of the decode step's compile modes: FadeLoop, the tuning
+    file's snippet and Tuning.apply read it. gpt-fast's setting is reduce-overhead's options plus coordinate
+    descent (torch.compile takes a mode or options, not both)."""
+    import torch._inductor
+
+    from fade.analyze.knobs import load_knobs
+    from fade.measure.suites.llm.generation import STEP_COMPILE_MODES, compile_arguments, compile_call_text
+
+    gpt_fast = compile_arguments("reduce-overhead+coordinate-descent")
+    assert gpt_fast == {"options": {**torch._inductor.list_mode_options("reduce-overhead"),
+                                    "coordinate_descent_tuning": True}}  # fmt: skip
+    assert compile_call_text("model.forward", "reduce-overhead") == "torch.compile(model.forward, mode='reduce-overhead')"
+    assert "coordinate_descent_tuning" in compile_call_text("step", "reduce-overhead+coordinate-descent")
+    decode_compile = next(knob for knob in load_knobs() if knob.id == "decode_compile")
+    assert set(decode_compile.values[1:]) == set(STEP_COMPILE_MODES)
+    with pytest.raises(ValueError, match="compile mode 'max-autotune'"):
+        compile_arguments("max-autotune")

@@ -170,3 +170,25 @@ def test_a_latency_target_searches_the_batch_and_rejects_what_is_slower_than_it(
     assert compare(two, one)[0] == pytest.approx(4 / 3)  # twice the tokens in 1.5x the time
     with pytest.raises(FadeUsageError, match="latency"):
         check_request("resnet18", mode="infer", batch=1, budget_min=1.0, latency_ms=5.0)
+
+
+def test_the_baseline_decode_is_profiled_as_a_step_is_and_orders_nothing_on_the_cpu():
+    """tuner.GenerateMeasure.diagnose runs generate_trial.tune_generate_diagnose in its worker: greedy runs of the
+    baseline (dynamic cache, eager) under torch.profiler, summarized by the same rules as `fade profile`. On the
+    CPU the profile has no device timeline: the verdict is cpu_only, and the plan keeps the default order."""
+    import importlib
+
+    from fade.act.tune import generate_trial
+    from fade.act.tune.tuner import GenerateMeasure, plan_for
+
+    assert callable(getattr(importlib.import_module(GenerateMeasure.trial_module), GenerateMeasure.diagnose_function))
+    ctx = CaseContext(device="cpu", run_id="test", timing=dict(TIMING))
+    result = generate_trial.tune_generate_diagnose(ctx, config="tiny-llama", batch=1, prompt_tokens=8, dtype="fp32")
+    diagnosis = result.extra["diagnosis"]
+    assert [verdict["rule"] for verdict in diagnosis["verdicts"]] == ["cpu_only"]
+    assert diagnosis["device_timeline"] is False and diagnosis["calls_sdpa"] is True
+    assert diagnosis["step_ms"] is None or diagnosis["step_ms"] > 0
+    knobs, _ = knob_table.searched_knobs(knob_table.load_knobs(), knob_table.Target("cpu", "2.13.0+cpu", "generate",
+                                                                                    attention=True))  # fmt: skip
+    plan = plan_for(knobs, {"status": "ok", **diagnosis}, "generate")
+    assert "CPU-only profile" in plan.note and not plan.named

@@ -69,3 +69,16 @@ def test_the_compile_modes_are_tried_graphs_first_and_half_precision_first_under
     assert tried_order(knobs["compile"]) == ["reduce-overhead", "default", "max-autotune"]
     assert knobs["precision"].alternatives == ("tf32", "amp-bf16", "amp-fp16")  # eager: the table's order
     assert knobs["precision"].compiled_order["train"] == ("amp-bf16", "amp-fp16", "tf32")
+
+
+def test_a_value_brings_what_it_needs_unless_the_judged_knob_or_another_value_holds_it():
+    from fade.analyze.knobs import with_needs
+
+    knobs = [knob for knob in load_knobs() if knob.id in ("kv_cache", "decode_compile", "channels_last", "miopen_suggest_nhwc")]
+    base = {knob.id: knob.baseline for knob in knobs}
+    assert with_needs(knobs, {**base, "decode_compile": "reduce-overhead"})["kv_cache"] == "static"
+    judged = with_needs(knobs, {**base, "decode_compile": "reduce-overhead"}, keep="kv_cache")
+    assert judged["kv_cache"] == "dynamic"
+    assert unmet_needs(knobs, judged) == "decode_compile=reduce-overhead needs kv_cache=static"
+    assert with_needs(knobs, {**base, "miopen_suggest_nhwc": "on"})["channels_last"] == "on"
+    assert with_needs(knobs[:1], {"decode_compile": "reduce-overhead"}) == {"decode_compile": "reduce-overhead"}

@@ -144,3 +144,32 @@ def test_the_fix_line_names_only_the_knobs_of_the_platform():
     on_rocm = decide(top, platform="rocm", device_timeline=True)[0]["tune_first"]
     assert "miopen_find_mode=hybrid" in on_rocm and not any(name.startswith("miopen") for name in on_cuda)
     assert "cudnn_benchmark=on" in on_cuda
+
+
+CUDA_GENERATE = Target("cuda", "2.11.0+cu130", "generate", image=False, attention=True)
+
+
+def test_a_launch_bound_decode_compiles_first_with_the_static_cache_it_needs():
+    """`fade tune --generate`: an eager batch-1 decode is launch-bound on a fast GPU, and an eager decode trial is
+    not cheap (whole greedy runs), so the compile mode the verdict names is the first trial, judged with the static
+    cache it needs (the knob table's `needs` comes with the value); the knobs that need no compile follow under
+    it. Without that verdict the decode's plan keeps the compile modes last."""
+    knobs, _ = searched_knobs(load_knobs(), CUDA_GENERATE)
+    verdicts = decide(CASES["launch_bound"], platform="cuda", device_timeline=True)
+    plan = plan_search(knobs, verdicts, mode="generate")
+    assert (plan.visits[0].knob, plan.visits[0].values) == ("decode_compile", ("reduce-overhead",))
+    assert "launch_bound" in plan.visits[0].why
+    timer = FakeTimer({("decode_compile", "reduce-overhead"): 0.25, ("weight_quant", "int8"): 0.7})
+    result = search(knobs, timer, reference=REFERENCE, budget_s=10_000, clock=timer.clock, plan=plan)
+    baseline = timer.calls[0]
+    assert baseline["decode_compile"] == "off" and baseline["kv_cache"] == "dynamic"
+    assert timer.calls[1] == {**baseline, "decode_compile": "reduce-overhead", "kv_cache": "static"}
+    searched = [row for row in result.candidates if row.knob]
+    assert all(row.config["decode_compile"] != "off" for row in searched)
+    assert "under the compile mode" in next(row.why for row in searched if row.knob == "weight_quant")
+    assert result.chosen["decode_compile"] == "reduce-overhead" and result.chosen["kv_cache"] == "static"
+    assert result.chosen["weight_quant"] == "int8"
+
+    quiet = plan_search(knobs, [], mode="generate")
+    compiled_at = [index for index, visit in enumerate(quiet.visits) if visit.knob == "decode_compile"]
+    assert compiled_at == [len(quiet.visits) - 1]

@@ -226,6 +226,28 @@ def config_env(knobs: list, config: dict) -> dict:
     return env
 
 
+def with_needs(knobs: list, config: dict, *, keep: Optional[str] = None) -> dict:
+    """`config` with what its values need set, where the needed knob is one of `knobs` (decode_compile=
+    reduce-overhead brings kv_cache=static: a trial of a value is a trial of it with its needs). The knob `keep`
+    (the one being judged) is never changed, nor a value another one needs; such a need stays unmet
+    (unmet_needs says which)."""
+    searched = {knob.id for knob in knobs} - {keep}
+    filled = dict(config)
+    for knob in knobs:
+        if filled.get(knob.id, knob.baseline) == knob.baseline:
+            continue
+        for other, wanted in knob.needs.items():
+            if other in searched and filled.get(other) != wanted and not _needed_elsewhere(knobs, filled, other, knob.id):
+                filled[other] = wanted
+    return filled
+
+
+def _needed_elsewhere(knobs: list, config: dict, knob_id: str, besides: str) -> bool:
+    """Whether a value in `config` other than `besides`' needs `knob_id` at its current value."""
+    return any(other.id != besides and config.get(other.id, other.baseline) != other.baseline
+               and other.needs.get(knob_id) == config.get(knob_id) for other in knobs)  # fmt: skip
+
+
 def unmet_needs(knobs: list, config: dict) -> Optional[str]:
     """'miopen_suggest_nhwc=on needs channels_last=on' when `config` turns a knob on without its partner."""
     for knob in knobs:

@@ -509,7 +509,8 @@ def _add_tune_first(verdicts: list, platform: str) -> None:
     from fade.analyze.tuneplan import answering_values, verdict_key
 
     places = {"cuda": ("any", "gpu", "cuda"), "rocm": ("any", "gpu", "rocm")}.get(platform, ("any",))
-    knobs = [knob for knob in load_knobs() if knob.where in places]  # a ROCm knob is no fix on CUDA
+    # a ROCm knob is no fix on CUDA; a decode loop's knobs (modes ["generate"]) none for a step's profile
+    knobs = [knob for knob in load_knobs() if knob.where in places and set(knob.modes) != {"generate"}]
     compiled = {knob.id for knob in knobs if knob.group == "compile"}
     for verdict in verdicts:
         values = answering_values(knobs, verdict_key(verdict))

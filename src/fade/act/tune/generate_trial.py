@@ -121,6 +121,36 @@ def _model(shape, dtype: str, device: str):
     return generation.cast_model(generation.build_model(shape, device), dtype)
 
 
+DIAGNOSIS_TOKENS = 8  # new tokens of each profiled greedy run: a decode step's pattern shows in a few
+
+
+def tune_generate_diagnose(ctx, *, config: str, batch: int, prompt_tokens: int = 128, dtype: str = "bf16") -> CaseResult:
+    """The baseline decode (every generate knob at its first value: model.generate()'s dynamic cache, eager)
+    profiled as `fade profile` profiles a step: a greedy run of DIAGNOSIS_TOKENS new tokens is the step, one
+    unprofiled and one warm-up run before DIAGNOSIS_STEPS profiled ones, summarized by fade.analyze.profile (the
+    same rules). An eager batch-1 decode is launch-bound on a fast GPU (the verdict launch_bound, which
+    decode_compile=reduce-overhead answers in data/knobs.toml); the plan then compiles first
+    (fade.analyze.tuneplan). The gate is not run: the diagnosis only orders the search."""
+    from fade.act.tune.trial import DIAGNOSIS_STEPS, diagnosis_record
+    from fade.analyze.llm_table import resolve_config
+    from fade.measure.profile import device_peak, profile_steps, summarize_capture
+    from fade.measure.suites.llm import generation
+
+    shape = resolve_config(config)
+    model = _model(shape, dtype, ctx.device)
+    loop = generation.FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=DIAGNOSIS_TOKENS, device=ctx.device,
+                               **decode_options({}))  # fmt: skip
+    ids = generation.prompt_ids(shape.vocab_size, batch, prompt_tokens, ctx.device)
+    capture = profile_steps(lambda: loop.generate(ids, DIAGNOSIS_TOKENS), device=ctx.device, wait=1, warmup=1,
+                            active=DIAGNOSIS_STEPS, measure_overhead=False)  # fmt: skip
+    summary = summarize_capture(capture, peak=device_peak(ctx.device, dtype),
+                                context={"workload": {"config": shape.name, "batch": batch, "prompt_tokens": prompt_tokens,
+                                                      "new_tokens": DIAGNOSIS_TOKENS, "dtype": dtype}})  # fmt: skip
+    diagnosis = diagnosis_record(summary, capture.trace)
+    return CaseResult(value=float(len(diagnosis["verdicts"])), unit="verdicts",
+                      formula="verdicts of the baseline decode's profile", extra={"diagnosis": diagnosis})
+
+
 def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,
                            device: str, timing_settings: dict) -> CaseResult:
     from fade.measure.timing import measure

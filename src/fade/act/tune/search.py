@@ -53,7 +53,8 @@ Statuses
                       knob so far; it becomes the current best (an earlier accepted value of the knob is then
                       marked slower, with the reason);
         within-noise  faster by less than the bar;   slower  otherwise;
-        skipped       it needs another knob value the current best lacks (knob table `needs`);
+        skipped       it needs another knob value that cannot be set with it (knob table `needs`: a needed value
+                      is set with the candidate where no other value of the configuration needs the old one);
         not-tried     the budget ran out before it, its expected cost did not fit what was left of the budget
                       (half of it for a compile of unproven cost), or it outran its limit and was stopped.
     Every row says why it was tried in its place (`why`: the verdict that names it, or its knob's place in the
@@ -96,7 +97,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from fade.act.tune import numerics
-from fade.analyze.knobs import baseline_config, unmet_needs
+from fade.analyze.knobs import baseline_config, unmet_needs, with_needs
 from fade.analyze.tuneplan import Plan, plan_search
 from fade.measure.timing import quantile
 
@@ -407,7 +408,9 @@ class _State:
     # -- judging one candidate
     def judge(self, knob, value: str, config: dict, start: Trial, best: Trial, *, why: str, record_unstarted: bool):
         """Measure `config` (knob=value on top of `best`) and append its row; the row, or None when the
-        configuration was judged before or was not started and `record_unstarted` is False."""
+        configuration was judged before or was not started and `record_unstarted` is False. What `value` needs
+        (the knob table's `needs`) comes with it: decode_compile=reduce-overhead is judged with kv_cache=static."""
+        config = with_needs(self.knobs, config, keep=knob.id)
         key = config_key(config)
         if key in self.judged:
             return None

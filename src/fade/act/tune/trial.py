@@ -85,6 +85,12 @@ def diagnose_step(make_workload, label: str, mode: str, batch: int, size: Option
                                 warmup=1, active=DIAGNOSIS_STEPS, quick=True, build=make_workload)  # fmt: skip
     summary = summarize_capture(profiled["capture"], lines=profiled["lines"], peak=profiled["peak"],
                                 context={"workload": profiled["workload"], "variant": profiled["variant"]})  # fmt: skip
+    return diagnosis_record(summary, profiled["capture"].trace)
+
+
+def diagnosis_record(summary: dict, trace: dict) -> dict:
+    """The tuner's diagnosis (diagnose_step's keys) from a profile summary (fade.measure.profile.summarize_capture)
+    and its trace: shared by a step's diagnosis and a decode loop's (generate_trial.tune_generate_diagnose)."""
     total = summary["total"]
     window = total.get("window_us") or 0.0
     busy = total.get("busy_us")
@@ -100,7 +106,7 @@ def diagnose_step(make_workload, label: str, mode: str, batch: int, size: Option
         "gemm_conv_share": (classes.get("gemm", 0.0) + classes.get("convolution", 0.0)) / busy if busy else None,
         "mfu_gemm_conv": (total.get("flops") or {}).get("mfu_gemm_conv"),
         "peak_dtype": (summary.get("peak") or {}).get("dtype"),
-        "calls_sdpa": calls_sdpa(profiled["capture"].trace),
+        "calls_sdpa": calls_sdpa(trace),
     }
 
 

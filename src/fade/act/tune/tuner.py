@@ -155,7 +155,7 @@ class WorkerMeasure:
     """measure(config) -> Trial through isolated workers, one per distinct env; close() stops them."""
 
     trial_module = "fade.act.tune.trial"  # the worker functions: tune_trial, tune_side_by_side, tune_diagnose, ...
-    trial_function, side_by_side_function = "tune_trial", "tune_side_by_side"
+    trial_function, side_by_side_function, diagnose_function = "tune_trial", "tune_side_by_side", "tune_diagnose"
 
     def _params(self) -> dict:
         """What every worker function of this measure is called with, besides the configuration."""
@@ -226,9 +226,9 @@ class WorkerMeasure:
     def diagnose(self, timeout_s: float = DIAGNOSIS_TIMEOUT_S) -> dict:
         """What `fade profile` says of the baseline step (trial.diagnose_step), with "status": "ok"; or
         {"status": "failed", "reason"}: the search then runs in its default order."""
-        params = {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size}
         try:
-            record = self._run("tune_diagnose", params, knob_table.baseline_config(self.knobs), timeout_s=timeout_s)
+            record = self._run(self.diagnose_function, self._diagnose_params(), knob_table.baseline_config(self.knobs),
+                               timeout_s=timeout_s)  # fmt: skip
         finally:
             # the trials get a fresh worker: a launch-bound step timed after a torch.profiler session in the same
             # process ran 34.3 ms against 25.4 ms in a fresh one on the H100 (fade.measure.profile.profile_steps)
@@ -236,6 +236,9 @@ class WorkerMeasure:
         if record["status"] != "ok":
             return {"status": "failed", "reason": record_failure(record)}
         return {"status": "ok", **record["extra"]["diagnosis"]}
+
+    def _diagnose_params(self) -> dict:
+        return {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size}
 
     def reference(self) -> dict:
         record = self._run("tune_reference", {"model": self.model, "mode": self.mode, "batch": self.batch, "size": self.size},
@@ -271,10 +274,12 @@ class WorkerMeasure:
 
 class GenerateMeasure(WorkerMeasure):
     """WorkerMeasure for `fade tune CONFIG --generate`: the decode trial of fade.act.tune.generate_trial (its
-    numerics are the generation gate's, so there is no fp32 reference) and no profile of the baseline yet."""
+    numerics are the generation gate's, so there is no fp32 reference) and the profile of the baseline's decode
+    (generate_trial.tune_generate_diagnose)."""
 
     trial_module = "fade.act.tune.generate_trial"
     trial_function, side_by_side_function = "tune_generate_trial", "tune_generate_side_by_side"
+    diagnose_function = "tune_generate_diagnose"
 
     def __init__(self, knobs: list, *, latency_ms: Optional[float] = None, **options):
         super().__init__(knobs, **options)
@@ -286,8 +291,8 @@ class GenerateMeasure(WorkerMeasure):
             params["latency_ms"] = self.latency_ms
         return params
 
-    def diagnose(self, timeout_s: float = DIAGNOSIS_TIMEOUT_S) -> dict:
-        return {"status": "skipped", "reason": "a decode loop has no step profile here yet"}
+    def _diagnose_params(self) -> dict:
+        return {"config": self.model, "batch": self.batch}
 
     def reference(self) -> dict:
         return {}

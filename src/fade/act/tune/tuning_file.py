@@ -234,7 +234,9 @@ def _generate_snippet(chosen: dict) -> str:
         lines.append("model.generation_config.cache_implementation = 'static'  # a StaticCache of fixed shapes")
     compile_mode = chosen.get("decode_compile", "off")
     if compile_mode != "off":
-        lines.append(f"model.forward = torch.compile(model.forward, mode={compile_mode!r})  # the decode step")
+        from fade.measure.suites.llm.generation import compile_call_text
+
+        lines.append(f"model.forward = {compile_call_text('model.forward', compile_mode)}  # the decode step")
     quant = chosen.get("weight_quant", "none")
     if quant != "none":
         config = "Int8WeightOnlyConfig" if quant == "int8" else "Int4WeightOnlyConfig"
@@ -559,8 +561,10 @@ def _apply_generate(model, knobs: dict, changes: list):
         changes.append("model.generation_config.cache_implementation = 'static'")
     compile_mode = knobs.get("decode_compile", "off")
     if compile_mode != "off":
-        model.forward = torch.compile(model.forward, mode=compile_mode)
-        changes.append(f"model.forward = torch.compile(model.forward, mode={compile_mode!r})")
+        from fade.measure.suites.llm.generation import compile_arguments, compile_call_text
+
+        model.forward = torch.compile(model.forward, **compile_arguments(compile_mode))
+        changes.append(f"model.forward = {compile_call_text('model.forward', compile_mode)}")
     backend = knobs.get("sdpa_backend", "default")
     if backend != "default":
         from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -22,8 +22,8 @@ fade-loop
 FadeLoop's decode options (what `fade tune --generate` searches; the bench's fade-loop is their first column):
     cache    "static" (the above) or "dynamic": a DynamicCache made per run, growing a token a step, as
              model.generate() keeps it by default; a compiled step needs the static cache (its shapes are fixed)
-    compile  off, or a torch.compile mode for the step: "reduce-overhead" (CUDA graphs), "default",
-             "max-autotune-no-cudagraphs"
+    compile  off, or a compile mode for the step (STEP_COMPILE_MODES): "reduce-overhead" (CUDA graphs),
+             "reduce-overhead+coordinate-descent" (gpt-fast's), "default", "max-autotune-no-cudagraphs"
     sdpa     None (torch picks per call) or one SDPA backend forced around every forward: flash, efficient,
              cudnn, math (torch.nn.attention.sdpa_kernel)
 """
@@ -95,7 +95,30 @@ def hf_generator(model, *, static: bool) -> Callable:
 
 
 CACHES = ("static", "dynamic")
-STEP_COMPILE_MODES = ("reduce-overhead", "default", "max-autotune-no-cudagraphs")
+# The decode step's compile modes: name -> torch.compile's keyword arguments. "reduce-overhead+coordinate-descent"
+# is gpt-fast's setting (generate.py: torch._inductor.config.coordinate_descent_tuning = True, then
+# mode="reduce-overhead"): CUDA graphs, and Inductor's generated kernels tuned by a coordinate descent over their
+# block sizes. torch.compile takes a mode or options, not both, so it is spelled as the options
+# reduce-overhead stands for (torch._inductor.list_mode_options: {"triton.cudagraphs": True}) plus that one.
+STEP_COMPILE_MODES = {
+    "reduce-overhead": {"mode": "reduce-overhead"},
+    "reduce-overhead+coordinate-descent": {"options": {"triton.cudagraphs": True, "coordinate_descent_tuning": True}},
+    "default": {"mode": "default"},
+    "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"},
+}
+
+
+def compile_arguments(mode: str) -> dict:
+    """torch.compile's keyword arguments for the decode step's compile `mode` (STEP_COMPILE_MODES)."""
+    if mode not in STEP_COMPILE_MODES:
+        raise ValueError(f"compile mode {mode!r}: one of {', '.join(STEP_COMPILE_MODES)}")
+    return {key: dict(value) if isinstance(value, dict) else value for key, value in STEP_COMPILE_MODES[mode].items()}
+
+
+def compile_call_text(target: str, mode: str) -> str:
+    """The Python text of compiling `target` in `mode`: "torch.compile(model.forward, mode='reduce-overhead')"."""
+    arguments = ", ".join(f"{key}={value!r}" for key, value in compile_arguments(mode).items())
+    return f"torch.compile({target}, {arguments})"
 
 
 class FadeLoop:
@@ -113,8 +136,8 @@ class FadeLoop:
         mode = COMPILE_MODE if compile is True else (compile or None)
         if cache not in CACHES:
             raise ValueError(f"cache {cache!r}: one of {', '.join(CACHES)}")
-        if mode is not None and mode not in STEP_COMPILE_MODES:
-            raise ValueError(f"compile mode {mode!r}: one of {', '.join(STEP_COMPILE_MODES)}")
+        if mode is not None:
+            compile_arguments(mode)  # a ValueError for an unknown mode
         if mode is not None and cache != "static":
             raise ValueError("a compiled decode step needs the static cache (a dynamic one changes shape every token)")
         if sdpa is not None and sdpa not in SDPA_BACKENDS:
@@ -126,7 +149,7 @@ class FadeLoop:
         self.prefill_positions = torch.arange(prompt_tokens, device=device)
         self.step_positions = [torch.tensor([prompt_tokens + index], device=device) for index in range(new_tokens - 1)]
         self.compiled = mode is not None
-        self.step = torch.compile(self.eager_step, mode=mode) if mode else self.eager_step
+        self.step = torch.compile(self.eager_step, **compile_arguments(mode)) if mode else self.eager_step
         self._logits_step = None  # built by the first forced() call: the timed path never compiles it
 
     def facts(self) -> dict:
@@ -175,7 +198,8 @@ class FadeLoop:
         if self._logits_step is None:
             import torch
 
-            self._logits_step = torch.compile(self.eager_logits_step, mode=self.compile_mode) if self.compiled else \
+            self._logits_step = torch.compile(self.eager_logits_step, **compile_arguments(self.compile_mode)) \
+                if self.compiled else \
                 self.eager_logits_step
         return self._logits_step
 
