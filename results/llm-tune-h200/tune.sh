@@ -4,7 +4,8 @@
 #   GPU 1: issue 29, `fade tune llama-3.2-1b --generate` (BUDGET1, default 5)
 #   GPU 2: issue 27, benchmarks/ocl_kernels.py: resnet50 eager inference per kernel at b46c1a6 and at this commit
 #          (the eager inference row fell from 78% to 49% of CUDA between them), then ocl_zoo.py's loss rows for
-#          the networks session 20's first call left (group 3: cut by its time limit)
+#          regnet_y_400mf (its third loss left CUDA fp32 by 1.4e-3 in the first call: judged now against the
+#          spread of rounding-perturbed fp64 runs) and the networks the first call left (group 3: cut by time)
 #   GPU 3: `fade bench llm` hf-static and fade-loop at the tune's own shape (128-token prompt, 64 new tokens,
 #          batch 1) for both models: the HF static-cache row issue 29 compares with, on the same machine
 # Run from the repository root with .gpu/ carried (b46.tar: git archive b46c1a6; the pyopencl, expecttest and
@@ -30,7 +31,7 @@ job 1 16-31 tune-1b python3 -m fade tune llama-3.2-1b --generate --device cuda:0
      --models resnet50 --modes infer --batch 64
  done
  job 2 32-47 loss-g3 python3 benchmarks/ocl_zoo.py $R/loss-g3 --variants eager,graph \
-   --models alexnet,efficientnet_b0,resnext50_32x4d,convnext_small,densenet161 --batch 32 --seq-len 512) &
+   --models regnet_y_400mf,alexnet,efficientnet_b0,resnext50_32x4d,convnext_small,densenet161 --batch 32 --seq-len 512) &
 (for config in llama-3.1-8b llama-3.2-1b; do
    job 3 48-63 bench-$config python3 -m fade bench llm --device cuda:0 --config $config --variants hf-static,fade-loop \
      --batch 1 --dtype bf16 --prompt-tokens 128 --new-tokens 64 --prefill-tokens 128 -o $R/bench-$config.jsonl
