@@ -103,3 +103,27 @@ def test_an_unknown_setting_value_warns_and_keeps_the_default():
         assert settings.setting("FADE_OCL_CLBLAST_TUNED", {"FADE_OCL_CLBLAST_TUNED": "yes"}) == "1"
     assert settings.setting("FADE_OCL_CLBLAST_TUNED", {"FADE_OCL_CLBLAST_TUNED": "0"}) == "0"
     assert settings.setting("FADE_OCL_CONV_WINOGRAD", {}) == "auto"
+
+
+def test_the_queue_is_flushed_every_few_commands_so_the_device_starts_while_the_host_enqueues():
+    """Device.enqueued (FADE_OCL_FLUSH_EVERY): a clFlush after every FLUSH_EVERY commands, none with 0."""
+    from fade.ocl import runtime
+
+    class Queue:
+        flushes = 0
+
+        def flush(self):
+            Queue.flushes += 1
+
+    dev = runtime.Device.__new__(runtime.Device)
+    dev.queue, dev.unflushed = Queue(), 0
+    for every, commands, flushes in ((8, 20, 2), (1, 3, 3), (0, 50, 0)):
+        Queue.flushes, dev.unflushed = 0, 0
+        original = runtime.FLUSH_EVERY
+        runtime.FLUSH_EVERY = every
+        try:
+            for _ in range(commands):
+                dev.enqueued()
+        finally:
+            runtime.FLUSH_EVERY = original
+        assert Queue.flushes == flushes

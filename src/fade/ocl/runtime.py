@@ -19,7 +19,10 @@ import threading
 
 import torch
 
+from fade.ocl.settings import setting
+
 FP16 = "cl_khr_fp16"
+FLUSH_EVERY = int(setting("FADE_OCL_FLUSH_EVERY"))  # commands between clFlush calls (Device.enqueued); 0: never
 FP64 = "cl_khr_fp64"
 
 
@@ -134,6 +137,7 @@ class Device:
         self.typed_kernels: set = set()  # id(kernel) of those whose scalar argument types pyopencl knows
         self.recording: list | None = None  # (label, event) per command while a profile records
         self.pending_writes: collections.deque = collections.deque()  # events of writes not known complete
+        self.unflushed = 0  # commands enqueued since the last clFlush (enqueued())
         self.max_work_group_size = self.cl_device.max_work_group_size  # (pyopencl asks the driver each time)
         self._null_buffer = None
         # the graph mode's capture (fade.ocl.capture.Recording) while one records this device's commands, else None
@@ -151,6 +155,7 @@ class Device:
                                           for arg in args])
             self.typed_kernels.add(id(kernel))
         event = kernel(self.queue, global_size, local_size, *args)
+        self.enqueued()
         if self.capture is not None:
             self.capture.launch(self, kernel, global_size, local_size, args, label)
         if self.recording is not None:
@@ -160,13 +165,26 @@ class Device:
     def launch_set(self, kernel, global_size, local_size):
         """Enqueue a kernel whose arguments are already set (the graph mode's replayed launches; not recorded
         by a profile or a capture: those take `launch`)."""
-        return self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+        event = self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+        self.enqueued()
+        return event
+
+    def enqueued(self) -> None:
+        """Count a command; every FLUSH_EVERY (settings: FADE_OCL_FLUSH_EVERY) flush the queue, so the device
+        starts on what is queued while the host goes on enqueueing (clFlush returns once the commands are
+        submitted; it waits for none of them)."""
+        if FLUSH_EVERY:
+            self.unflushed += 1
+            if self.unflushed >= FLUSH_EVERY:
+                self.queue.flush()
+                self.unflushed = 0
 
     def write(self, buffer, data, offset_bytes: int) -> None:
         """Copy a host array into a buffer without waiting: a blocking write waits for every queued command
         first (a sync per dropout mask). `data` must not change afterwards (callers pass arrays they own); the
         event keeps it alive until the copy is done, and the oldest are dropped once complete."""
         event = self.cl.enqueue_copy(self.queue, buffer, data, dst_offset=offset_bytes, is_blocking=False)
+        self.enqueued()
         self.record("copy host-to-device", event)
         if self.capture is not None:
             self.capture.host("a write from the host")
@@ -181,6 +199,7 @@ class Device:
         """clEnqueueCopyBuffer: `nbytes` from `source` (at byte `source_offset`) to `target` (at `target_offset`)."""
         self.record("copy device-to-device", self.cl.enqueue_copy(self.queue, target, source, byte_count=nbytes,
                                                                   src_offset=source_offset, dst_offset=target_offset))
+        self.enqueued()
         if self.capture is not None:
             self.capture.copy(self, target, source, nbytes, target_offset, source_offset)
 
@@ -467,6 +486,7 @@ def gemm(dev: Device, dtype, trans_a: bool, trans_b: bool, m: int, n: int, k: in
 
     if status != 0:
         raise OclError(f"CLBlast {name} failed with status {status} on ocl:{dev.index} ({dev.info.name})")
+    dev.enqueued()
     if event is not None and event.value:
         shape = f"{'T' if trans_a else 'N'}{'T' if trans_b else 'N'} {m}x{n}x{k}" + (f" x{batch}" if batch > 1 else "")
         dev.record(f"{name[7:].removesuffix('WithTempBuffer')} {shape}",

@@ -61,6 +61,12 @@ SETTINGS = (
             "Inference graphs (graph mode): an eval-mode batch norm after a convolution folded into its weights at "
             "each call (one launch where the batch norm's was), its bias added in the kernel fused with what "
             "follows: the batch norm's pass over the activation is gone. off: the batch norm runs as it is."),
+    Setting("FADE_OCL_FLUSH_EVERY", "8", ("0", "1", "2", "4", "8", "16", "32", "64"),
+            "clFlush after this many enqueued commands (0: never; the queue is flushed when it is finished). An "
+            "OpenCL driver may hold commands until a flush: the H200's eager resnet50 inference at 232 commands a "
+            "step had its device busy 27.5 of 53.5 ms, as if the host's enqueueing and the kernels did not overlap "
+            "(b46c1a6, with 54 CLBlast calls a step, kept it busy 26.3 of 27.1 ms). Not yet measured with the "
+            "flush on a GPU."),
     Setting("FADE_OCL_CLBLAST_TUNED", "1", ("0", "1"),
             "1: when a device opens, apply the CLBlast parameters `fade tune MODEL --device ocl --pretune` "
             "persisted for it (fade.ocl.clblast_tuning(N) says what happened). 0: CLBlast's own parameters."),
