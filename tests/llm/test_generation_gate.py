@@ -55,3 +55,25 @@ def test_a_model_from_a_folder_gets_its_perplexity(shape, tmp_path):
     record = _record(folder, candidate, reference, perplexity=True)
     ppl = record["perplexity"]
     assert ppl["reference"] > 1 and ppl["candidate"] > 1 and abs(ppl["change"]) < 0.05, ppl
+
+
+def test_the_floor_measures_what_the_dtype_does_and_still_fails_a_broken_weight(shape):
+    """The gate's floor (the same weights in fp32 over the text) is recorded beside the verdict and widens the
+    bounds only to what bf16 itself does: a correct bf16 loop passes, one over a weight scaled 4x still fails."""
+    fp32 = generation.build_model(shape, "cpu")
+    floor = gate.reference_of(fp32, _ids(shape), PROMPT)
+    reference = generation.cast_model(generation.build_model(shape, "cpu"), "bf16")
+    candidate = generation.cast_model(generation.build_model(shape, "cpu"), "bf16")
+
+    def judged(model):
+        loop = generation.FadeLoop(model, prompt_tokens=PROMPT, new_tokens=TOKENS - PROMPT, device="cpu")
+        return gate.gate(reference, loop.forced, _ids(shape), prompt=PROMPT, dtype="bf16", floor=floor)
+
+    record = judged(candidate)
+    assert record["verdict"] == "ok", record["failed"]
+    assert record["floor"]["checked"] == TOKENS - PROMPT and 0 < record["floor"]["kl_max"] < gate.MAX_KL
+    assert record["floor"]["error_std_max"] > 0 and record["bounds"]["max_kl_nats"] == gate.MAX_KL
+    with torch.no_grad():
+        candidate.model.layers[-1].mlp.down_proj.weight.mul_(4.0)
+    broken = judged(candidate)
+    assert broken["verdict"] == "differ" and broken["kl_max"] > record["kl_max"]

@@ -14,8 +14,8 @@ Timing
     batch x new_tokens / the median run: generated tokens per second, as a user's generate() call sees them.
 Numerics
     The generation gate (fade.measure.suites.llm.gate) at batch 1 over the shipped text: the same weights'
-    plain forward, no cache, is the reference; the trial's own loop (the same options, a loop of the gate's
-    length) is fed the text. The record goes to the search as {"mode": "generate", ...};
+    plain forward, no cache, is the reference, and their fp32 forward (taken before the cast) the floor; the
+    trial's own loop (the same options, a loop of the gate's length) is fed the text. The record goes to the search as {"mode": "generate", ...};
     fade.measure.step.numerics.check_generation rejects a "differ".
 """
 
@@ -88,9 +88,9 @@ class PreparedDecode:
 
 
 def prepare_decode(model, shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,
-                   device: str) -> PreparedDecode:
+                   device: str, floor=None) -> PreparedDecode:
     """The decode loop of `knobs` over `model` (already in `dtype`): a warm-up run (compile, the cache's first
-    allocation) and the generation gate (module docstring)."""
+    allocation) and the generation gate (module docstring) with `floor` (the fp32 reference: _model)."""
     import torch
 
     from fade.measure.suites.llm import gate, generation
@@ -105,20 +105,27 @@ def prepare_decode(model, shape, knobs: dict, *, batch: int, prompt_tokens: int,
     checked = generation.FadeLoop(model, prompt_tokens=gate.GATE_PROMPT, new_tokens=len(tokens) - gate.GATE_PROMPT,
                                   device=device, **options)
     record = gate.gate(reference, checked.forced, torch.tensor([tokens], device=device), dtype=dtype,
-                       perplexity=bool(shape.weights))
+                       perplexity=bool(shape.weights), floor=floor)
     facts = {**loop.facts(), "weight_quant": knobs.get("weight_quant", "none"),
              "weight_bytes": generation.weight_bytes(model), "reference_weight_bytes": generation.weight_bytes(reference)}
     return PreparedDecode(lambda: loop.generate(ids, new_tokens), {"mode": "generate", "tokens": source, **record},
                           facts, batch * new_tokens)
 
 
-def _model(shape, dtype: str, device: str):
+def _model(shape, dtype: str, device: str, *, with_floor: bool = True) -> tuple:
+    """(the model in `dtype`, the gate's floor: the fp32 weights' reference over the gate text, taken before the
+    cast; None when `dtype` is fp32 or not `with_floor`)."""
     import torch
 
-    from fade.measure.suites.llm import generation
+    from fade.measure.suites.llm import gate, generation
 
     torch._dynamo.reset()
-    return generation.cast_model(generation.build_model(shape, device), dtype)
+    model = generation.build_model(shape, device)
+    floor = None
+    if with_floor and dtype != "fp32":
+        tokens, _ = gate.gate_tokens(shape)
+        floor = gate.reference_of(model, torch.tensor([tokens], device=device), gate.GATE_PROMPT)
+    return generation.cast_model(model, dtype), floor
 
 
 DIAGNOSIS_TOKENS = 8  # new tokens of each profiled greedy run: a decode step's pattern shows in a few
@@ -137,7 +144,7 @@ def tune_generate_diagnose(ctx, *, config: str, batch: int, prompt_tokens: int =
     from fade.measure.suites.llm import generation
 
     shape = resolve_config(config)
-    model = _model(shape, dtype, ctx.device)
+    model, _ = _model(shape, dtype, ctx.device, with_floor=False)
     loop = generation.FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=DIAGNOSIS_TOKENS, device=ctx.device,
                                **decode_options({}))  # fmt: skip
     ids = generation.prompt_ids(shape.vocab_size, batch, prompt_tokens, ctx.device)
@@ -155,8 +162,9 @@ def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int
                            device: str, timing_settings: dict) -> CaseResult:
     from fade.measure.timing import measure
 
-    prepared = prepare_decode(_model(shape, dtype, device), shape, knobs, batch=batch, prompt_tokens=prompt_tokens,
-                              new_tokens=new_tokens, dtype=dtype, device=device)
+    model, floor = _model(shape, dtype, device)
+    prepared = prepare_decode(model, shape, knobs, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens,
+                              dtype=dtype, device=device, floor=floor)
     timing = measure(prepared.run, device=device, **timing_settings)
     return CaseResult(
         value=prepared.generated / timing.median_s,
@@ -179,11 +187,11 @@ def tune_generate_side_by_side(ctx, *, config: str, batch: int, configs: dict, r
     from fade.measure.timing import measure
 
     shape = resolve_config(config)
-    model = _model(shape, dtype, ctx.device)
+    model, floor = _model(shape, dtype, ctx.device)
     names = list(configs)
     prepared = {name: prepare_decode(model, shape, configs[name], batch=batch_of(configs[name], batch),
                                      prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
-                                     device=ctx.device) for name in names}
+                                     device=ctx.device, floor=floor) for name in names}
     pooled, round_medians = in_rounds(names, rounds,
                                       lambda name: measure(prepared[name].run, device=ctx.device, **ctx.timing))
     sides = {name: {"samples_s": pooled[name], "round_medians_s": round_medians[name],

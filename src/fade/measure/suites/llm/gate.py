@@ -8,10 +8,20 @@ candidate predicts. The reference is the unquantized model in the same dtype (bf
 forward over the whole text with no cache: transformers' reference kernels. Per position, on the device
 (numerics.compare_step): KL(reference || candidate) over the vocabulary, whether the top-1 tokens agree, the
 reference's logit gap to the candidate's top-1. fade.analyze.llm_numerics.judge gives the verdict against the
-gate's stated bounds, no floor:
+gate's stated bounds:
     MAX_KL          the largest per-position KL, nats
     MIN_AGREEMENT   top-1 agreement with the reference, near-ties counted (a disagreement whose reference
-                    logit gap is below NEAR_TIE_Z x the dtype's unit roundoff x the logit std)
+                    logit gap is below NEAR_TIE_Z x the larger of the dtype's unit roundoff x the logit std and
+                    the floor's logit error)
+Floor
+    What the dtype alone does to this model: the reference's log-probs against the same weights' in fp32 over
+    the same text (the tuner computes the fp32 ones before casting the model). Its logit error widens the
+    near-tie tolerance, and the KL bound is the larger of MAX_KL and llm_numerics.kl_bound of the floor's
+    largest KL. With trained weights the floor is small and the stated bounds decide; with random ones it is
+    not: on an H200 (session 20) llama-3.1-8b's random weights failed the bounds without a floor in the
+    baseline itself, its eager dynamic-cache decode at 93.0% top-1 agreement against the no-cache forward in
+    the same dtype (a random 32-layer stack amplifies rounding ~200-fold: fade.analyze.llm_numerics). There
+    the gate says only "no worse than the dtype", and the record's `floor` shows how much that is.
 With real weights (a local model folder) the text is tokenized by the folder's tokenizer where it has one, and
 the perplexity of the text's tokens under the reference and under the candidate is reported beside the verdict
 (the gate does not judge it: its bounds are the two above). Random-weight shapes have no tokenizer; their text
@@ -79,16 +89,32 @@ def reference_of(model, ids, prompt: int) -> Reference:
                                                                  range(log_probs.shape[1])])
 
 
+def floor_of(reference: Reference, floor: Reference, device) -> dict:
+    """What the dtype alone does to this model over the gate text: Collector.rows of the reference's log-probs
+    (the unquantized model in the gate's dtype) against `floor`'s (the same weights in fp32, reference_of before
+    the cast)."""
+    collector = Collector(floor)
+    for step, log_probs in enumerate(reference.log_probs):
+        collector(step, log_probs.to(device))
+    return collector.rows()
+
+
 def gate(reference_model, forced: Callable, ids, *, prompt: int = GATE_PROMPT, dtype: str = "bf16",
-         perplexity: bool = False, max_kl: float = MAX_KL, min_agreement: float = MIN_AGREEMENT) -> dict:
+         perplexity: bool = False, max_kl: float = MAX_KL, min_agreement: float = MIN_AGREEMENT,
+         floor: Optional[Reference] = None) -> dict:
     """The gate's record for one candidate: `forced(prompt_ids, tokens, observe)` runs its decode path over `ids`
     (1 x n, on the device) after `prompt` tokens, teacher-forced; `reference_model` is the unquantized model in
-    `dtype`. With `perplexity`, the text's perplexity under both is added (real weights)."""
+    `dtype`. With `perplexity`, the text's perplexity under both is added (real weights). `floor`: the same
+    weights' fp32 reference_of over `ids` (module docstring, "Floor"): the dtype's own effect widens the
+    near-tie tolerance and the KL bound to what the dtype alone does, never below the stated bounds."""
     steps = ids.shape[1] - prompt
     if prompt < 1 or steps < 1:
         raise ValueError(f"the gate needs a prompt and at least one token after it ({ids.shape[1]} tokens, "
                          f"prompt {prompt})")
     reference = reference_of(reference_model, ids, prompt)
+    floor_rows = floor_of(reference, floor, ids.device) if floor is not None else None
+    if floor_rows is not None:
+        max_kl = max(max_kl, llm_numerics.kl_bound(max(value for row in floor_rows["kl"] for value in row)))
     collector = Collector(reference)
     nll: list = []
     text_next = ids[0, prompt:]
@@ -102,11 +128,17 @@ def gate(reference_model, forced: Callable, ids, *, prompt: int = GATE_PROMPT, d
     forced(ids[:, :prompt], ids[:, prompt:], observe)
     rows = collector.rows()
     judged = llm_numerics.judge(dtype, agree=rows["agree"], gap=rows["gap"], kl=rows["kl"],
-                                logit_std=rows["logit_std"], min_agreement=min_agreement, max_kl=max_kl)
+                                logit_std=rows["logit_std"], min_agreement=min_agreement, max_kl=max_kl,
+                                floor_std=None if floor_rows is None else floor_rows["error_std"])  # fmt: skip
     record = {"reference": f"the unquantized model in {dtype}, one forward over the text, no cache",
               "method": "teacher-forced over the gate text: the candidate's decode path fed the text's tokens",
               "positions": steps, "prompt": prompt, **judged, "bounds": dict(BOUNDS, max_kl_nats=max_kl,
                                                                              min_agreement=min_agreement)}
+    if floor_rows is not None:
+        errors = [value for row in floor_rows["error_std"] for value in row]
+        record["floor"] = {"what": f"the reference ({dtype}) against the same weights in fp32",
+                           **llm_numerics.summarize(floor_rows["agree"], floor_rows["kl"]),
+                           "error_std_max": max(errors)}
     if perplexity:
         reference_nll = [-float(reference.log_probs[step][0, text_next[step]]) for step in range(steps)]
         ppl_reference = math.exp(sum(reference_nll) / steps)
