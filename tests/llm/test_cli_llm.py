@@ -134,3 +134,15 @@ def test_a_folder_without_config_or_weights_is_one_line_and_exit_2(fade, tmp_pat
                 vocab_size=512).to_json_file(tmp_path / "bare" / "config.json")
     code, _, err = fade("bench", "llm", "--config", tmp_path / "bare", "-o", tmp_path / "out.jsonl")
     assert code == ExitCode.USAGE and "no weights in the folder" in one_line(err)
+
+
+def test_decode_cases_run_before_the_prefill_cases_and_their_profiled_attention_probe():
+    """The cases share one worker; the prefill cases' attention probe records under torch.profiler, which slowed
+    a host-bound step timed after it in the same process (suite.build_cases)."""
+    from fade.analyze.llm_table import resolve_config
+    from fade.measure.suites.llm.suite import build_cases
+
+    cases = build_cases(resolve_config("tiny-llama"), dtype="fp32", variants=["hf-generate", "fade-loop"],
+                        batches=[1, 2], prompt_tokens=8, new_tokens=4, prefill_tokens=[8, 16])
+    functions = [case.function for case in cases]
+    assert functions == ["decode_case"] * 4 + ["prefill_case"] * 2
