@@ -294,6 +294,25 @@ def test_a_baseline_that_moved_between_search_and_final_check_means_a_noisy_host
     assert "noisy" in result.verdict_reason
 
 
+def test_a_speedup_far_beyond_the_hosts_drift_is_still_proven():
+    """A decode's eager baseline moved 1.32x between search and final check (llama-3.2-1b on an H200 beside three
+    other jobs) while CUDA graphs made it 8x faster in the interleaved check: the drift cannot explain the
+    speedup, so it is recommended, and the reason says the host moved."""
+    timer = FakeTimer({("channels_last", "on"): 0.1})
+    first = []
+
+    def measure(config):
+        trial = timer(config)
+        if config == {"precision": "default", "channels_last": "off", "compile": "off", "optimizer_impl": "default"} and not first:
+            first.append(1)
+            return type(trial)(trial.config, tuple(s * 1.32 for s in trial.samples_s), "ok", None, trial.numerics, 64)
+        return trial
+
+    result = search(KNOBS, measure, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    assert result.verdict == "faster" and result.chosen["channels_last"] == "on"
+    assert "1.32x" in result.verdict_reason and "far less than the speedup" in result.verdict_reason
+
+
 def test_a_steady_faster_value_is_not_lost_to_a_wandering_one():
     """Two values of one knob both beat its start beyond the bar: the fastest median is kept, not the first
     accepted, so a steady value is not lost to a wandering one whose spread would hide the difference (H100,
