@@ -373,7 +373,8 @@ def compare_devices(path, records: Sequence[dict], devices: Sequence[str], *, ca
 
 
 # -- the LLM roofline view ---------------------------------------------------------------------------------
-LLM_VARIANT_ORDER = ("hf-generate", "hf-static", "fade-loop", "fade-loop+compile", "fade-loop+eager")  # the bench's
+LLM_VARIANT_ORDER = ("hf-generate", "hf-static", "fade-loop", "fade-loop+compile", "fade-loop+eager",
+                     "fade-loop+coordinate-descent", "fade-loop+max-autotune")  # the bench's
 DECODE_CASE = re.compile(r"^llm/(?P<model>[^/]+)/(?P<dtype>[^/]+)/(?P<variant>[^/]+)/b(?P<batch>\d+)/p(?P<prompt>\d+)\+n(?P<new>\d+)$")
 PREFILL_CASE = re.compile(r"^llm/(?P<model>[^/]+)/(?P<dtype>[^/]+)/prefill/s(?P<tokens>\d+)/b(?P<batch>\d+)$")
 

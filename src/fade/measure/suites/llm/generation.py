@@ -15,7 +15,8 @@ fade-loop
     (forward + argmax) called new_tokens - 1 times with precomputed position tensors: no Python work per token
     beyond the step call and a clone of its output token (a CUDA-graph replay overwrites its outputs). The
     step is compiled with torch.compile(mode="reduce-overhead") on CUDA/ROCm and left eager elsewhere;
-    `fade-loop+compile` and `fade-loop+eager` force either. Each run starts with StaticCache.reset() (the
+    `fade-loop+compile` and `fade-loop+eager` force either; `fade-loop+coordinate-descent` (gpt-fast's setting)
+    and `fade-loop+max-autotune` compile it in those modes (STEP_COMPILE_MODES) anywhere. Each run starts with StaticCache.reset() (the
     cache counts the tokens it has taken, transformers 5: a run must start it at 0; the reset also zeroes the
     cache, a memset that lands in the time to first token, as hf-static's own reset does).
 
@@ -35,7 +36,10 @@ from typing import Callable
 from fade.measure.case import torch_dtype
 from fade.measure.step.runner import WEIGHT_SEED, inference_context
 
-VARIANTS = ("hf-generate", "hf-static", "fade-loop", "fade-loop+compile", "fade-loop+eager")
+VARIANTS = ("hf-generate", "hf-static", "fade-loop", "fade-loop+compile", "fade-loop+eager",
+            "fade-loop+coordinate-descent", "fade-loop+max-autotune")
+# fade-loop spellings whose step compiles in a mode of STEP_COMPILE_MODES other than COMPILE_MODE, on any device
+LOOP_MODES = {"fade-loop+coordinate-descent": "reduce-overhead+coordinate-descent", "fade-loop+max-autotune": "max-autotune"}
 COMPILE_MODE = "reduce-overhead"  # gpt-fast's: CUDA graphs remove the per-kernel launch cost of a decode step
 AUTO_COMPILE_DEVICE_TYPES = ("cuda",)  # fade-loop compiles itself there (CUDA and ROCm builds); elsewhere eager
 PROMPT_SEED = 1  # the prompt's token ids: a different stream from the weights'
@@ -104,6 +108,7 @@ STEP_COMPILE_MODES = {
     "reduce-overhead": {"mode": "reduce-overhead"},
     "reduce-overhead+coordinate-descent": {"options": {"triton.cudagraphs": True, "coordinate_descent_tuning": True}},
     "default": {"mode": "default"},
+    "max-autotune": {"mode": "max-autotune"},
     "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"},
 }
 
@@ -246,10 +251,10 @@ def variant_generator(variant: str, model, *, batch: int, prompt_tokens: int, ne
     if variant == "hf-static":
         return hf_generator(model, static=True), {"cache": "StaticCache"}  # `compiled` is read after a run
     loop = FadeLoop(model, prompt_tokens=prompt_tokens, new_tokens=new_tokens, device=device,
-                    compile=fade_loop_compiles(variant, device))  # fmt: skip
+                    compile=LOOP_MODES.get(variant) or fade_loop_compiles(variant, device))  # fmt: skip
     facts = {"cache": "StaticCache", "compiled": loop.compiled}
     if loop.compiled:
-        facts["compile_mode"] = COMPILE_MODE
+        facts["compile_mode"] = loop.compile_mode
     return loop.generate, facts
 
 
