@@ -38,6 +38,21 @@ def test_round_trip(dtype):
     assert torch.equal(device.t().contiguous().cpu(), host.t())
 
 
+def test_a_conjugate_and_the_complex_ffts_that_make_one_give_the_cpus_values():
+    """Tensor.conj() of a complex ocl tensor is materialized (transfers.conjugate_copy): as a lazy view torch's
+    conjugate fallback looped until the process died (fft.ifft and fft.ihfft of a real input did, through it).
+    A view with a math bit that reaches the CPU fallback keeps it (host_fallback)."""
+    values = torch.randn(6, dtype=torch.complex64)
+    assert torch.equal(values.to(DEV).conj().cpu(), values.conj().resolve_conj())
+    assert torch.equal(values.to(DEV).conj().conj().cpu(), values)
+    real = torch.randn(16)
+    for fft in (torch.fft.ifft, torch.fft.ihfft, torch.fft.fft):
+        assert torch.allclose(fft(real.to(DEV)).cpu(), fft(real), atol=1e-5), fft.__name__
+    assert torch.equal(torch.randn(3).to(DEV).conj().cpu().shape and real[:3].to(DEV).conj().cpu(), real[:3])
+    negated = values.to(DEV)._neg_view()
+    assert torch.equal(torch.sgn(negated).cpu(), torch.sgn(-values))  # sgn on complex: the CPU fallback
+
+
 def test_views_and_inplace_ops_alias():
     base = torch.zeros(4, 6).to(DEV)
     base.view(6, 4).fill_(1.0)

@@ -115,6 +115,10 @@ def run_on_host(op, args, kwargs, memory: HostMemory):
                 device_by_host_storage[host_storage._cdata] = value
             host = set_geometry(torch.empty(0, dtype=value.dtype), host_storage, value.storage_offset(), value.size(),
                                 value.stride())
+            if value.is_conj():  # the lazy math bits travel with the view: the host tensor stands for the same values
+                host = host.conj()
+            if value.is_neg():
+                host = host._neg_view()
             host_to_device[id(host)] = (host, value)
             devices.append(value.device)
             return host

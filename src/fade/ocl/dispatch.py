@@ -37,7 +37,8 @@ from fade.ocl.pooling import adaptive_avg_pool, adaptive_max_pool, avg_pool, max
 from fade.ocl.reductions import nll_loss, reduce_op, softmax, softmax_backward
 from fade.ocl.runtime import OclError
 from fade.ocl.sources import NoKernel
-from fade.ocl.transfers import copy_from, local_scalar_dense, restore_storage, storage_from_host, storage_to_host
+from fade.ocl.transfers import (copy_from, local_scalar_dense, math_bit_copy, restore_storage, storage_from_host,
+                                storage_to_host)
 from fade.ocl.views import cat, empty_op, GEOMETRY_INPLACE, geometry_inplace, roll, view_op
 
 aten = torch.ops.aten
@@ -69,7 +70,9 @@ def register() -> None:
         extra_ops=("native_layer_norm.default", "native_layer_norm_backward.default", "native_group_norm.default",
                    # these have a composite per-tensor kernel that would win over the fallback: registered, they
                    # reach foreach as one call (multi-tensor kernels, _foreach_fused)
-                   *[f"_foreach_{key}" for key in FOREACH_FUSED_EXPRESSIONS], *_structured_ops()))
+                   *[f"_foreach_{key}" for key in FOREACH_FUSED_EXPRESSIONS], *_structured_ops(),
+                   # a view with a math bit would loop in torch's fallbacks here: transfers.math_bit_copy
+                   "_conj.default", "_neg_view.default"))
     # torch.load restores a storage with torch.UntypedStorage(n, device="ocl"), which needs a C++ allocator
     # (PrivateUse1 from Python has none: it crashes). Restore "ocl:N" storages through this allocator instead.
     torch.serialization.register_package(1, lambda obj: None, restore_storage)
@@ -181,6 +184,8 @@ def route_of(op):
 
     if op in (aten.empty.memory_format, aten.empty_strided.default):
         return bound(empty_op)
+    if op in (aten._conj.default, aten._neg_view.default):
+        return bound(math_bit_copy)
     if name.split("::")[1] in GEOMETRY_INPLACE:
         return bound(geometry_inplace)
     if is_view_op(op):
