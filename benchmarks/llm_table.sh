@@ -106,12 +106,14 @@ if [ -n "${TABLES_ONLY:-}" ]; then
 fi
 trap 'tables; exit 130' INT TERM
 
-pin() {  # SLOT: with several GPUs, the slot's share of the host's cores (taskset) and inductor's compile threads
-  local cores share first
+pin() {  # SLOT: with several GPUs, the slot's share of the cores this process may use (taskset) and inductor's
+  # compile threads; the share is cut from the allowed core ids (a container or a caller's taskset may allow 64-127)
+  local share list
   if [ "$GPUS" -le 1 ] || ! command -v taskset >/dev/null; then return; fi
-  cores=$(nproc); share=$(( cores / GPUS )); first=$(( $1 * share ))
-  [ "$share" -ge 1 ] || return
-  echo taskset -c "$first-$(( first + share - 1 ))" env TORCHINDUCTOR_COMPILE_THREADS="$share"
+  list=$("$PYTHON" -c "import os, sys; cores = sorted(os.sched_getaffinity(0)); share = len(cores) // int(sys.argv[2]); slot = int(sys.argv[1]); print(','.join(map(str, cores[slot * share:(slot + 1) * share])), share)" "$1" "$GPUS")
+  share=${list##* }; list=${list% *}
+  [ "${share:-0}" -ge 1 ] || return
+  echo taskset -c "$list" env TORCHINDUCTOR_COMPILE_THREADS="$share"
 }
 
 one_job() {  # MODEL BATCH GPU: FADE's three variants, then the reference's, for one model and batch

@@ -82,3 +82,11 @@ def test_a_value_brings_what_it_needs_unless_the_judged_knob_or_another_value_ho
     assert unmet_needs(knobs, judged) == "decode_compile=reduce-overhead needs kv_cache=static"
     assert with_needs(knobs, {**base, "miopen_suggest_nhwc": "on"})["channels_last"] == "on"
     assert with_needs(knobs[:1], {"decode_compile": "reduce-overhead"}) == {"decode_compile": "reduce-overhead"}
+
+
+def test_a_need_is_filled_when_the_config_leaves_the_needed_knob_out():
+    from fade.analyze.knobs import with_needs
+
+    knobs = [knob for knob in load_knobs() if knob.id in ("kv_cache", "decode_compile", "weight_quant")]
+    filled = with_needs(knobs, {"decode_compile": "reduce-overhead", "weight_quant": "int8"})
+    assert filled["kv_cache"] == "static"

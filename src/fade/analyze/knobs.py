@@ -244,8 +244,8 @@ def with_needs(knobs: list, config: dict, *, keep: Optional[str] = None) -> dict
 
 def _needed_elsewhere(knobs: list, config: dict, knob_id: str, besides: str) -> bool:
     """Whether a value in `config` other than `besides`' needs `knob_id` at its current value."""
-    return any(other.id != besides and config.get(other.id, other.baseline) != other.baseline
-               and other.needs.get(knob_id) == config.get(knob_id) for other in knobs)  # fmt: skip
+    return any(other.id != besides and knob_id in other.needs and config.get(other.id, other.baseline) != other.baseline
+               and other.needs[knob_id] == config.get(knob_id) for other in knobs)  # fmt: skip
 
 
 def unmet_needs(knobs: list, config: dict) -> Optional[str]:

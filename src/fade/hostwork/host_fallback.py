@@ -160,6 +160,11 @@ def run_on_host(op, args, kwargs, memory: HostMemory):
             device = (devices or named or [torch.device(name, 0)])[0]
             base = memory.adopt(host_storage, device, value.dtype, owned=False)
             device_by_host_storage[host_storage._cdata] = base
-        return memory.table.view_of(base, value.dtype, value.storage_offset(), value.size(), value.stride())
+        view = memory.table.view_of(base, value.dtype, value.storage_offset(), value.size(), value.stride())
+        if value.is_conj():  # a view result keeps the lazy math bits its host tensor has
+            torch._C._set_conj(view, True)
+        if value.is_neg():
+            torch._C._set_neg(view, True)
+        return view
 
     return map_nested(wrap, result)
