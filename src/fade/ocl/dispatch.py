@@ -37,8 +37,7 @@ from fade.ocl.pooling import adaptive_avg_pool, adaptive_max_pool, avg_pool, max
 from fade.ocl.reductions import nll_loss, reduce_op, softmax, softmax_backward
 from fade.ocl.runtime import OclError
 from fade.ocl.sources import NoKernel
-from fade.ocl.transfers import (copy_from, local_scalar_dense, math_bit_copy, restore_storage, storage_from_host,
-                                storage_to_host)
+from fade.ocl.transfers import copy_from, local_scalar_dense, restore_storage, storage_from_host, storage_to_host
 from fade.ocl.views import cat, empty_op, GEOMETRY_INPLACE, geometry_inplace, roll, view_op
 
 aten = torch.ops.aten
@@ -71,7 +70,7 @@ def register() -> None:
                    # these have a composite per-tensor kernel that would win over the fallback: registered, they
                    # reach foreach as one call (multi-tensor kernels, _foreach_fused)
                    *[f"_foreach_{key}" for key in FOREACH_FUSED_EXPRESSIONS], *_structured_ops(),
-                   # a view with a math bit would loop in torch's fallbacks here: transfers.math_bit_copy
+                   # a view with a math bit would loop in torch's fallbacks here: _materialized_math_bit
                    "_conj.default", "_neg_view.default"))
     # torch.load restores a storage with torch.UntypedStorage(n, device="ocl"), which needs a C++ allocator
     # (PrivateUse1 from Python has none: it crashes). Restore "ocl:N" storages through this allocator instead.
@@ -185,7 +184,7 @@ def route_of(op):
     if op in (aten.empty.memory_format, aten.empty_strided.default):
         return bound(empty_op)
     if op in (aten._conj.default, aten._neg_view.default):
-        return bound(math_bit_copy)
+        return _materialized_math_bit
     if name.split("::")[1] in GEOMETRY_INPLACE:
         return bound(geometry_inplace)
     if is_view_op(op):
@@ -199,6 +198,22 @@ def route_of(op):
             raise NoKernel(op.name())
         return no_kernel
     return bound(handler)
+
+
+def _materialized_math_bit(op, args, kwargs):
+    """aten._conj (Tensor.conj() of a complex tensor) and aten._neg_view on ocl: a new tensor of the conjugate or
+    negated values, not a view with torch's lazy math bit. With the bit, torch's conjugate and negative fallbacks
+    resolve such a view for any op outside their fallthrough lists (`.cpu()`, torch.fft's results) through
+    resolve_conj / resolve_neg -> copy_, and copy_ on this backend resolves the source again: a loop in C++ until
+    the stack overflows (a segfault, session 20). neg runs as the device's own op; the conjugate through the CPU
+    fallback (ocl has no complex kernels), counted as one. What is lost is the view: writing into the result does
+    not change the original, as it would on the CPU."""
+    tensor = args[0]
+    if op is aten._neg_view.default:
+        return aten.neg.default(tensor)
+    if not tensor.is_complex():
+        return tensor
+    return _cpu_fallback(aten._conj_physical.default, (tensor,), {})
 
 
 def _dispatch(op, *args, **kwargs):

@@ -96,22 +96,3 @@ def copy_from(op, args, kwargs):
 
 def local_scalar_dense(op, args, kwargs):
     return download(args[0]).item()
-
-
-def math_bit_copy(op, args, kwargs, bound):
-    """aten._conj (Tensor.conj() of a complex tensor) and aten._neg_view on ocl: a new tensor of the conjugate or
-    negated values, not a view with torch's lazy math bit. With the bit, torch's conjugate and negative fallbacks
-    resolve such a view for any op outside their fallthrough lists (`.cpu()`, torch.fft's results) through
-    resolve_conj / resolve_neg -> copy_, and copy_ on this backend resolves the source again: a loop in C++ until
-    the stack overflows (a segfault, session 20). The values are computed on the host (ocl has no complex
-    kernels: their ops run on the CPU). What is lost is the view: writing into the result does not change the
-    original, as it would on the CPU."""
-    tensor = bound["self"]
-    if op is aten._conj.default and not tensor.is_complex():
-        return tensor
-    host = torch.empty(0, dtype=tensor.dtype).set_(storage_to_host(tensor), tensor.storage_offset(), tensor.size(),
-                                                   tensor.stride())
-    values = (host.conj().resolve_conj() if op is aten._conj.default else torch.neg(host)).contiguous().clone()
-    out = empty(list(tensor.size()), list(values.stride()), tensor.dtype, tensor.device.index or 0)
-    storage_from_host(values.untyped_storage(), out, owned=True)
-    return out
