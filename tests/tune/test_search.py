@@ -276,19 +276,25 @@ def test_a_speedup_that_vanishes_in_the_final_check_recommends_nothing():
     assert result.candidates[-1].status == "rejected"
 
 
-def test_a_baseline_that_moved_between_search_and_final_check_means_a_noisy_host():
-    """The search's baseline ran 8x slower than the final check's (a busy host, issue 14): nothing recommended."""
-    timer = FakeTimer({("channels_last", "on"): 0.5})
+def baseline_slower_at_first(timer, factor: float):
+    """`timer` as a measure whose first baseline trial (the search's) ran `factor` times slower than the later
+    ones (the final check's): a host that changed under the run."""
     first = []
 
     def measure(config):
         trial = timer(config)
         if config == {"precision": "default", "channels_last": "off", "compile": "off", "optimizer_impl": "default"} and not first:
             first.append(1)
-            return type(trial)(trial.config, tuple(s * 8 for s in trial.samples_s), "ok", None, trial.numerics, 64)
+            return type(trial)(trial.config, tuple(s * factor for s in trial.samples_s), "ok", None, trial.numerics, 64)
         return trial
 
-    result = search(KNOBS, measure, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    return measure
+
+
+def test_a_baseline_that_moved_between_search_and_final_check_means_a_noisy_host():
+    """The search's baseline ran 8x slower than the final check's (a busy host, issue 14): nothing recommended."""
+    timer = FakeTimer({("channels_last", "on"): 0.5})
+    result = search(KNOBS, baseline_slower_at_first(timer, 8), reference=REFERENCE, budget_s=1000, clock=timer.clock)
     assert result.verdict == "noisy-host"
     assert result.chosen == result.baseline
     assert "noisy" in result.verdict_reason
@@ -299,16 +305,7 @@ def test_a_speedup_far_beyond_the_hosts_drift_is_still_proven():
     other jobs) while CUDA graphs made it 8x faster in the interleaved check: the drift cannot explain the
     speedup, so it is recommended, and the reason says the host moved."""
     timer = FakeTimer({("channels_last", "on"): 0.1})
-    first = []
-
-    def measure(config):
-        trial = timer(config)
-        if config == {"precision": "default", "channels_last": "off", "compile": "off", "optimizer_impl": "default"} and not first:
-            first.append(1)
-            return type(trial)(trial.config, tuple(s * 1.32 for s in trial.samples_s), "ok", None, trial.numerics, 64)
-        return trial
-
-    result = search(KNOBS, measure, reference=REFERENCE, budget_s=1000, clock=timer.clock)
+    result = search(KNOBS, baseline_slower_at_first(timer, 1.32), reference=REFERENCE, budget_s=1000, clock=timer.clock)
     assert result.verdict == "faster" and result.chosen["channels_last"] == "on"
     assert "1.32x" in result.verdict_reason and "far less than the speedup" in result.verdict_reason
 
