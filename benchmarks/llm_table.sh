@@ -10,7 +10,8 @@
 # Environment (defaults for a GPU): MODELS="llama-3.2-1b llama-3.1-8b" (names in src/fade/data/llm.toml),
 # BATCHES="1 8 32", DEVICE=cuda:0 (each job sees only its GPU, as cuda:0), DTYPE=bf16, PROMPT=512, NEW=128 (fade
 # bench llm's defaults), PREFILL=512 (one prefill length: the bench needs at least one, and each costs a model
-# build), REPEATS=5 (reference rounds), PYTHON=python3, GPUS=1 (jobs run at once, job k on GPU k mod GPUS), DEADLINE_S=540 (no job or reference starts
+# build), REPEATS=5 (reference rounds), PYTHON=python3, GPUS=1 (jobs run at once, job k on GPU k mod GPUS; a set
+# CUDA_VISIBLE_DEVICES=3,5 maps those to the GPUs it names), DEADLINE_S=540 (no job or reference starts
 # after that many seconds), CASE_TIMEOUT=600 (fade bench llm --timeout), TABLES_ONLY=1 (only write the tables).
 # DEVICE=cpu switches the defaults to MODELS=tiny-llama, BATCHES="1 2", fp32, p16+n16, PREFILL=16 and --quick.
 #
@@ -118,7 +119,12 @@ pin() {  # SLOT: with several GPUs, the slot's share of the cores this process m
 
 one_job() {  # MODEL BATCH GPU: FADE's three variants, then the reference's, for one model and batch
   local model=$1 batch=$2 gpu=$3 tag="$1-b$2" env_gpu=()
-  [ "$DEVICE" != cpu ] && env_gpu=(env CUDA_VISIBLE_DEVICES="$gpu")
+  local visible=$gpu allowed=()
+  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # the caller's own choice of GPUs: slot k takes the k-th of them
+    IFS=, read -r -a allowed <<<"$CUDA_VISIBLE_DEVICES"
+    visible=${allowed[$gpu]:-$gpu}
+  fi
+  [ "$DEVICE" != cpu ] && env_gpu=(env CUDA_VISIBLE_DEVICES="$visible")
   # shellcheck disable=SC2207
   env_gpu+=($(pin "$gpu"))
   progress "$tag: fade bench llm (hf-generate, hf-static, fade-loop) on GPU $gpu -> $OUT/fade-$tag.log"

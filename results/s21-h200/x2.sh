@@ -9,8 +9,10 @@
 #   B, GPU 0: issue 27, eager resnet50 inference per kernel with FADE_OCL_FLUSH_EVERY 8, 0, 32 (GPU 1 busy with
 #             its own jobs on other cores), then issue 28/29's 8B bench at the tune's shape
 #   B, GPU 1: issue 29, `fade tune llama-3.2-1b --generate` (BUDGET1, default 5), then the 1B bench
+#   C, GPU 0: the 8B tune again after the final check's reserve fix (BUDGET8 6.5); GPU 1: issue 28's missing table
+#             rows, resumed from results/llm-h200-s20/llm28 (benchmarks/llm_table.sh)
 SRC=$PWD source $PWD/results/ocl-setup-h200/env.sh
-PART=${PART:?PART=A or B}
+PART=${PART:?PART=A, B or C}
 R=/tmp/s21-$PART; mkdir -p $R; cp .gpu/commit.txt $R/
 nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv > $R/gpu.txt
 if [ -f .gpu/cl-cache.tgz ]; then mkdir -p $XDG_CACHE_HOME && tar xzf .gpu/cl-cache.tgz -C $XDG_CACHE_HOME; fi
@@ -31,6 +33,14 @@ if [ $PART = A ]; then
     job 1 $lo-$(( lo + 3 )) loss-$net python3 benchmarks/ocl_zoo.py $R/loss-$net --variants eager,graph \
       --models $net --batch 32 --seq-len 512 &
   done
+elif [ $PART = C ]; then  # after the final check's reserve fix: the 8B tune again on call A's compiler cache; the
+  # table's missing rows (1B b8 reference, 1B b32, 8B b32 reference) resumed from session 20's OUT on GPU 1
+  job 0 0-15 tune-8b python3 -m fade tune llama-3.1-8b --generate --device cuda:0 --batch 1 --budget ${BUDGET8:-6.5} \
+    -o $R/llama-3.1-8b-tuning.json &
+  mkdir -p out && cp -r results/llm-h200-s20/llm28 out/llm28 && cp .gpu/commit.txt out/llm28/commit-s21.txt
+  (CUDA_VISIBLE_DEVICES=1 taskset -c 16-31 env TORCHINDUCTOR_COMPILE_THREADS=16 MODELS="llama-3.2-1b llama-3.1-8b" \
+     BATCHES="8 32" DEADLINE_S=$(( END - 90 )) timeout $(( END - SECONDS )) bash benchmarks/llm_table.sh out/llm28 \
+     > $R/llm28.txt 2>&1; echo "llm28 rc=$? $SECONDS s" >> $R/rc.txt; cp -r out/llm28 $R/) &
 else
   (for every in 8 0 32; do
      job 0 0-15 kernels-flush$every env FADE_OCL_FLUSH_EVERY=$every python3 benchmarks/ocl_kernels.py \

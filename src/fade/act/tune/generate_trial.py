@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 
+from fade.act.tune.search import round_settings
 from fade.act.tune.trial import in_rounds
 from fade.measure.case import CaseResult
 
@@ -193,7 +194,7 @@ def tune_generate_side_by_side(ctx, *, config: str, batch: int, configs: dict, r
                                      prompt_tokens=prompt_tokens, new_tokens=new_tokens, dtype=dtype,
                                      device=ctx.device, floor=floor) for name in names}
     pooled, round_medians = in_rounds(names, rounds,
-                                      lambda name: measure(prepared[name].run, device=ctx.device, **ctx.timing))
+                                      lambda name: measure(prepared[name].run, device=ctx.device, **round_settings(ctx.timing, rounds)))
     sides = {name: {"samples_s": pooled[name], "round_medians_s": round_medians[name],
                     "numerics": latency_numerics(prepared[name].numerics, statistics.median(pooled[name]),
                                                  new_tokens, latency_ms),

@@ -65,9 +65,10 @@ Statuses
 Budget
     `budget_s` covers everything: the caller's set-up (`spent_s`: fingerprint, fp32 reference, the diagnosis),
     the search and the final check. The final check keeps a reserve (final_reserve_s: FINAL_SHARE of the budget,
-    or what the baseline and best trials cost if more, once when a measure with side_by_side builds both in one
-    worker, twice when each side runs on its own); trials use only what lies beyond it. (Twice for the paired
-    check too left EfficientNet-B0 on an H200 a 126 s reserve for a check that took about 20 s.)
+    or more where the trials say so: each side's build once when a measure with side_by_side builds both in one
+    worker and times them in rounds that share a trial's samples (round_settings), twice when each side runs on
+    its own, FINAL_ROUNDS x 2 runs of a trial's whole timing); trials use only what lies beyond it. (Twice the whole cost for the paired check left EfficientNet-B0 on an H200 a 126 s reserve
+    for a check that took about 20 s; once the whole cost left an 8B decode 132 s for a check of ~180 s.)
 Final check
     The chosen configuration and the baseline are re-measured interleaved, so clock drift hits both alike:
     in one worker taking turns (`measure.side_by_side`, nothing compiled twice), else FINAL_ORDER
@@ -95,6 +96,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
@@ -119,6 +121,14 @@ OVERRUN_FACTOR = 3.0  # a trial with a known expected cost is stopped at 3x it: 
 MAX_PASSES = 3
 FINAL_ROUNDS = 2  # x FINAL_ORDER: four measurements of each side
 FINAL_ORDER = ("baseline", "chosen", "chosen", "baseline")  # ABBA: a linear drift cancels within each round
+TIMED_WARMUP_CALLS = 2  # warm-up calls before a trial's samples (tuner.TUNE_TIMING's min_warmup_calls)
+# A paired final check's rounds split a trial's samples between them (round_settings): each side's pooled samples
+# number about a trial's, not FINAL_ROUNDS x 2 times as many. A slow step's timing is its sample count (an eager 8B
+# decode: ten 1.85 s calls), which four full rounds made a 180 s check; a fast step's is the timing budget, which
+# each round keeps (ROUND_TIME_S covers it).
+ROUND_WARMUP_CALLS = 1  # each round re-warms with one call: the build already warmed and checked the side
+MIN_ROUND_SAMPLES = 2  # a round's median needs two
+ROUND_TIME_S = 1.5  # a fast step's round: the timing's budget (TUNE_TIMING: 1 s) and its settling
 # the search's baseline and the final check's differ by more than this (or the noise bar): the host changed.
 # Same-process drift on an H100 under its power cap stays within a few % (docs/performance.md); the
 # busy 2-core host of issue 14 moved 8-12x.
@@ -294,7 +304,7 @@ def search(
     needed_s = None
     if untried:  # the final check's room as if the dearest of them had won
         dearest = max([best.cost_s] + [entry["expected_s"] or 0.0 for entry in untried])
-        reserve_s = final_reserve_s(0.0, baseline_trial, Trial(best.config, cost_s=dearest),
+        reserve_s = final_reserve_s(0.0, baseline_trial, Trial(best.config, best.samples_s, cost_s=dearest),
                                     paired=bool(state.can_pair(baseline, best.config)))  # fmt: skip
         needed_s = budget_needed_s(searched_s, [entry["expected_s"] for entry in untried], state.dearest_trial_s(), reserve_s)
         why = untried_line(untried, needed_s) + " " + why
@@ -405,7 +415,9 @@ class _State:
         config = best.config if config is None else config
         cost_s = best.cost_s if cost_if_best is None else max(best.cost_s, cost_if_best)
         paired = bool(self.can_pair(self.baseline_trial.config, config))
-        reserve_s = final_reserve_s(self.budget_s, self.baseline_trial, Trial(config, cost_s=cost_s), paired=paired)
+        # a candidate's timing is not known before it runs: the best's stands for it (a winner times no slower)
+        reserve_s = final_reserve_s(self.budget_s, self.baseline_trial, Trial(config, best.samples_s, cost_s=cost_s),
+                                    paired=paired)
         return self.budget_s - reserve_s - (self.clock() - self.started)
 
     # -- judging one candidate
@@ -630,10 +642,43 @@ def _interaction_probe(state: _State, best: Trial) -> Trial:
 
 
 def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bool) -> float:
-    """What the final check is expected to take: FINAL_SHARE of `budget_s`, or the baseline's and best trial's
-    costs if more: once when `paired` (one worker builds and compiles each once), twice otherwise (each side runs
-    FINAL_ROUNDS x 2 times in fresh workers, on warm compiler caches)."""
-    return max(FINAL_SHARE * budget_s, (1 if paired else 2) * (baseline.cost_s + best.cost_s))
+    """What the final check is expected to take: FINAL_SHARE of `budget_s`, or more where the trials say so. A
+    trial's cost splits into its build (model, compile, checks) and its timing (timed_s). When `paired` (one
+    worker) the check builds each side once and times it in FINAL_ROUNDS x 2 rounds that share a trial's samples
+    (round_settings: a warm-up call and MIN_ROUND_SAMPLES or more each, or a fast step's ROUND_TIME_S); otherwise
+    each side runs FINAL_ROUNDS x 2 times in fresh workers, each a build (on warm compiler caches: twice one
+    build in all) and a trial's whole timing. (An 8B decode on an H200 was given 132 s, its trials' costs, for a
+    check whose rounds each timed ten 1.85 s calls of the eager baseline again: ~180 s, killed at its limit.)"""
+    rounds = FINAL_ROUNDS * len(FINAL_ORDER) // 2
+    needed = 0.0
+    for trial in (baseline, best):
+        timing = timed_s(trial)
+        build = max(trial.cost_s - timing, 0.0)
+        if paired:  # rounds of split samples (round_settings)
+            per_round = max(MIN_ROUND_SAMPLES, math.ceil(len(trial.samples_s) / rounds))
+            round_s = min(timing, (ROUND_WARMUP_CALLS + per_round) * trial.median_s + ROUND_TIME_S) if timing else 0.0
+            needed += build + rounds * round_s
+        else:  # each run a fresh worker with a trial's whole timing
+            needed += 2 * build + rounds * timing
+    return max(FINAL_SHARE * budget_s, needed)
+
+
+def round_settings(settings: dict, rounds: int) -> dict:
+    """A paired final check's timing settings for each of its `rounds`: the trial's `settings` (measure()'s keyword
+    arguments) with its minimum sample count split between the rounds and one warm-up call."""
+    split = dict(settings)
+    split["min_samples"] = max(MIN_ROUND_SAMPLES, math.ceil(settings.get("min_samples", MIN_ROUND_SAMPLES) / rounds))
+    split["max_samples"] = max(split["min_samples"], settings.get("max_samples", split["min_samples"]))
+    split["min_warmup_calls"] = ROUND_WARMUP_CALLS
+    return split
+
+
+def timed_s(trial: Trial) -> float:
+    """About how long `trial`'s timing took: its samples and the warm-up calls before them (TIMED_WARMUP_CALLS),
+    at most its cost; 0 for a trial without samples."""
+    if not trial.samples_s:
+        return 0.0
+    return min(sum(trial.samples_s) + TIMED_WARMUP_CALLS * trial.median_s, trial.cost_s or math.inf)
 
 
 def expected_cost_s(compile_knob, mode: Optional[str], factor: float, eager_costs: list, compile_costs: list) -> Optional[float]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from fade.act.tune.search import round_settings
 from fade.measure.case import CaseResult
 from fade.measure.step.conditions import gc_frozen, pinned_flags
 from fade.measure.step.config import StepConfig, pinned
@@ -196,7 +197,7 @@ def side_by_side(make_workload, mode: str, configs: dict, device: str, timing_se
 
         def timed(name: str):
             with pinned(StepConfig.from_knobs(configs[name])), gc_frozen():
-                return measure(prepared[name].step, device=device, **timing_settings)
+                return measure(prepared[name].step, device=device, **round_settings(timing_settings, rounds))
 
         pooled, round_medians = in_rounds(names, rounds, timed)
     finally:
