@@ -127,14 +127,14 @@ one_job() {  # MODEL BATCH GPU: FADE's three variants, then the reference's, for
   [ "$DEVICE" != cpu ] && env_gpu=(env CUDA_VISIBLE_DEVICES="$visible")
   # shellcheck disable=SC2207
   env_gpu+=($(pin "$gpu"))
-  progress "$tag: fade bench llm (hf-generate, hf-static, fade-loop) on GPU $gpu -> $OUT/fade-$tag.log"
+  progress "$tag: fade bench llm (hf-generate, hf-static, fade-loop) on GPU $visible -> $OUT/fade-$tag.log"
   "${env_gpu[@]}" "$PYTHON" -m fade bench llm --config "$model" --device "$DEVICE" --dtype "$DTYPE" --batch "$batch" \
     --prompt-tokens "$PROMPT" --new-tokens "$NEW" --prefill-tokens "$PREFILL" \
     --variants hf-generate,hf-static,fade-loop --timeout "$CASE_TIMEOUT" $QUICK \
     -o "$OUT/fade-$tag.jsonl" --resume >"$OUT/fade-$tag.log" 2>&1
   progress "$tag: fade exit $?"
   if late; then progress "$tag: past DEADLINE_S=$DEADLINE_S, reference not started"; return; fi
-  progress "$tag: llm_reference.py on GPU $gpu -> $OUT/reference-$tag.log"
+  progress "$tag: llm_reference.py on GPU $visible -> $OUT/reference-$tag.log"
   "${env_gpu[@]}" "$PYTHON" benchmarks/llm_reference.py --config "$model" --device "$DEVICE" --dtype "$DTYPE" \
     --batch "$batch" --prompt-tokens "$PROMPT" --new-tokens "$NEW" --repeats "$REPEATS" \
     --out "$OUT/ref-$tag.jsonl" --resume >"$OUT/reference-$tag.log" 2>&1
