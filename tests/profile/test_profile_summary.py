@@ -204,3 +204,43 @@ def test_read_trace_refuses_a_fifo_and_a_hostile_depth_in_one_line(tmp_path):
     deep.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(FadeUsageError, match="nested too deeply"):
         read_trace(deep)
+
+
+def _gemm_step(m: int, dtype: str = "c10::BFloat16") -> dict:
+    """One 1000 us step, 900 us of it one GEMM of an (m x 4096) by (4096 x 4096) product, launched in time."""
+    return (TraceBuilder()
+            .step(1, 0.0, 1000.0)
+            .cpu_op("aten::mm", 5.0, 40.0, **{"Input Dims": [[m, 4096], [4096, 4096]], "Input type": [dtype, dtype]})
+            .kernel(GEMM, launch=10.0, start=50.0, end=950.0)
+            .trace())
+
+
+def test_a_gemv_below_the_ridge_is_bandwidth_bound_not_low_peak():
+    """A batch-1 decode's GEMM (1 x 4096 by 4096 x 4096, bf16) does 2 FLOPs per weight of 2 bytes: ~1 FLOP/byte,
+    far below an H200's ridge (989 TFLOP/s over 4.8 TB/s: 206). Its 0.004% of peak says nothing about the matrix
+    units; autocast or channels_last cannot help it. The same GEMM with 4096 rows is above the ridge, and low
+    peak is the verdict there."""
+    gemv = summarize_trace(_gemm_step(1), peak_tflops=989.0, peak_dtype="bf16", peak_bandwidth_gbs=4800.0).total
+    assert gemv.flops["gemm_intensity"] == pytest.approx(2 * 4096 * 4096 / (2 * (4096 + 4096 * 4096 + 4096)))
+    assert gemv.flops["ridge_intensity"] == pytest.approx(989e12 / 4800e9)
+    # 33.6 MB least bytes in 900 us: 37 GB/s, 0.78% of 4.8 TB/s
+    assert gemv.flops["pct_of_bandwidth_gemm"] == pytest.approx(100 * 2 * (4096 + 4096 * 4096 + 4096) / 900e-6 / 4800e9)
+    rules = [verdict["rule"] for verdict in summarize_trace(_gemm_step(1), peak_tflops=989.0, peak_dtype="bf16",
+                                                            peak_bandwidth_gbs=4800.0).verdicts]  # fmt: skip
+    assert "gemm_bandwidth_bound" in rules and "gemm_low_peak" not in rules
+
+    square = summarize_trace(_gemm_step(4096), peak_tflops=989.0, peak_dtype="bf16", peak_bandwidth_gbs=4800.0)
+    rules = [verdict["rule"] for verdict in square.verdicts]
+    assert square.total.flops["gemm_intensity"] > square.total.flops["ridge_intensity"]
+    assert "gemm_low_peak" in rules and "gemm_bandwidth_bound" not in rules
+
+
+def test_without_a_bandwidth_or_a_type_the_gemm_verdict_stays_low_peak():
+    """No spec bandwidth, or a trace without "Input type" (older torch): no ridge to judge by, the old rule."""
+    no_bandwidth = summarize_trace(_gemm_step(1), peak_tflops=989.0, peak_dtype="bf16")
+    assert no_bandwidth.total.flops["ridge_intensity"] is None
+    assert "gemm_low_peak" in [verdict["rule"] for verdict in no_bandwidth.verdicts]
+    untyped = summarize_trace(_gemm_step(1, dtype="c10::SomethingNew"), peak_tflops=989.0, peak_dtype="bf16",
+                              peak_bandwidth_gbs=4800.0)  # fmt: skip
+    assert untyped.total.flops["gemm_intensity"] is None
+    assert "gemm_low_peak" in [verdict["rule"] for verdict in untyped.verdicts]

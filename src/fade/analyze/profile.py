@@ -68,6 +68,9 @@ COPY_SHARE = 0.15  # host<->device copies >= 15% of the step: data movement, not
 DOMINANT_KERNEL_SHARE = 0.40  # one kernel name >= 40% of busy time: tuning that one op is the whole story
 GEMM_SHARE = 0.50  # GEMM+conv >= 50% of busy time: the matrix units set the pace
 GEMM_LOW_MFU = 0.40  # ... and below 40% of peak: dense GEMMs reach 60-80% of peak when dtype and layout fit
+# ... unless the GEMMs' arithmetic intensity is below the device's ridge point (gemm_bandwidth_bound: bandwidth
+# sets their pace) and convolutions, whose bytes the trace does not give, are under this share of the FLOPs
+CONV_SHARE_OF_MATRIX = 0.10
 MEMORY_BOUND_SHARE = 0.50  # elementwise+normalization+reduction >= 50% of busy: memory-bound, fusion pays off
 MEMORY_BOUND_CLASSES = ("elementwise", "normalization", "reduction")
 # host ops that read a device value back, so the host waits for the device (a "sync" on a GPU; on the CPU the
@@ -321,8 +324,9 @@ def _summarize(events: TraceEvents, by_step: dict, syncs: list, step_indices: li
         top_host_ops=_top_host_ops(host_ops, top_n),
         launches={"kernels": launched, "shorter_than_overhead": short, "threshold_us": LAUNCH_OVERHEAD_US,
                   "median_launch_call_us": statistics.median(launch_calls) if launch_calls else None},
-        flops=_flops(flops, len(step_indices), window_us if events.device else host_us,
-                     class_us["gemm"] + class_us["convolution"], class_us["attention"], peak, step_s),
+        flops={**_flops(flops, len(step_indices), window_us if events.device else host_us,
+                        class_us["gemm"] + class_us["convolution"], class_us["attention"], peak, step_s),
+               **_gemm_traffic(flops, class_us["gemm"], peak)},
         copies=copies,
         syncs={"count": len(sync_calls), "us": sum(end - start for start, end, _, _ in sync_calls),
                "by_name": dict(by_name), "host_reads": host_reads,
@@ -390,6 +394,22 @@ def _flops(flops: dict, steps: int, window_us: float, gemm_conv_us: float, atten
                     "profiler when step_time_basis is 'unprofiled', else the profiled window); tflops_window = "
                     "FLOPs / profiled window; MFU = TFLOP/s / peak (spec table)"),
     }
+
+
+def _gemm_traffic(flops: dict, gemm_us: float, peak: Optional[dict]) -> dict:
+    """The GEMMs' arithmetic intensity (FLOPs per least byte moved, over the GEMMs whose shapes and types the trace
+    has: trace.op_gemm_bytes), the device's ridge point (peak FLOP/s over peak bytes/s, from the spec table) and the
+    GEMMs' bandwidth as % of peak (their least bytes, scaled to all GEMM FLOPs, over the GEMM kernels' time). A
+    GEMM below the ridge is bounded by memory, not by the matrix units: a batch-1 decode's GEMV reads each weight
+    for 2 FLOPs."""
+    known, moved = flops.get("gemm_bytes_flops") or 0.0, flops.get("gemm_bytes") or 0.0
+    intensity = known / moved if known and moved else None
+    tflops, bandwidth = (peak or {}).get("tflops"), (peak or {}).get("bandwidth_gbs")
+    ridge = tflops * 1e12 / (bandwidth * 1e9) if tflops and bandwidth else None
+    pct = None
+    if intensity and bandwidth and gemm_us > 0 and flops.get("gemm"):
+        pct = 100.0 * (moved * flops["gemm"] / known) / (gemm_us * 1e-6) / (bandwidth * 1e9)
+    return {"gemm_intensity": intensity, "ridge_intensity": ridge, "pct_of_bandwidth_gemm": pct}
 
 
 # -- verdicts -------------------------------------------------------------------------------------------
@@ -473,7 +493,21 @@ def decide(total: StepSummary, *, platform: str, device_timeline: bool, host_lin
                              "fix": fix, "kernel_class": top["class"]})
     gemm_share = (total.class_us["gemm"] + total.class_us["convolution"]) / busy
     mfu = total.flops.get("mfu_gemm_conv")
-    if gemm_share >= GEMM_SHARE and mfu is not None and mfu < GEMM_LOW_MFU:
+    intensity, ridge = total.flops.get("gemm_intensity"), total.flops.get("ridge_intensity")
+    matrix_flops = (total.flops.get("gemm") or 0.0) + (total.flops.get("convolution") or 0.0)
+    below_ridge = (intensity is not None and ridge is not None and intensity < ridge and matrix_flops > 0
+                   and (total.flops.get("convolution") or 0.0) < CONV_SHARE_OF_MATRIX * matrix_flops)
+    if gemm_share >= GEMM_SHARE and mfu is not None and mfu < GEMM_LOW_MFU and below_ridge:
+        pct = total.flops.get("pct_of_bandwidth_gemm")
+        verdicts.append({
+            "rule": "gemm_bandwidth_bound", "share": gemm_share * busy / window,
+            "title": f"GEMM kernels take {100 * gemm_share:.0f}% of device time at {intensity:.1f} FLOP/byte, below "
+                     f"the device's ridge of {ridge:.0f}: memory sets their pace, not the {100 * mfu:.0f}% of peak"
+                     + (f" (they move their operands at {pct:.0f}% of peak bandwidth)" if pct is not None else ""),
+            "fix": "read fewer bytes per FLOP: a larger batch (each weight read serves more rows; decode: more "
+                   "sequences at once), weight-only int8/int4 quantization (fade tune MODEL --generate tries it), "
+                   "and fusing the GEMMs' neighbours so their outputs are not written and read back"})
+    elif gemm_share >= GEMM_SHARE and mfu is not None and mfu < GEMM_LOW_MFU:
         verdicts.append({
             "rule": "gemm_low_peak", "share": gemm_share * busy / window,
             "title": f"GEMM/conv kernels take {100 * gemm_share:.0f}% of device time at {100 * mfu:.0f}% of peak",

@@ -389,10 +389,39 @@ def _parse_list(text) -> list:
     return value if isinstance(value, list) else [value]
 
 
+# "Input type" strings of a trace's cpu_op args -> bytes per element
+ELEMENT_BYTES = {"double": 8, "float": 4, "c10::BFloat16": 2, "c10::Half": 2, "c10::Float8_e4m3fn": 1,
+                 "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "signed char": 1,
+                 "unsigned char": 1, "int": 4, "long int": 8}  # fmt: skip
+
+
+def op_gemm_bytes(event: HostEvent) -> Optional[float]:
+    """The least bytes a GEMM host op moves: each operand read once and the output written once, (m*k + k*n + m*n)
+    x batch elements at its first operand's element size ("Input type"); None without shapes or a known type."""
+    dims, types = event.args.get("Input Dims"), event.args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    first = {"aten::mm": 0, "aten::bmm": 0, "aten::addmm": 1, "aten::baddbmm": 1}.get(event.name)
+    if first is None or len(dims) < first + 2 or len(types) <= first:
+        return None
+    size = ELEMENT_BYTES.get(str(types[first]))
+    a, b = dims[first], dims[first + 1]
+    try:
+        if size is None or len(a) != len(b) or len(a) not in (2, 3):
+            return None
+        batch = a[0] if len(a) == 3 else 1
+        m, k, n = a[-2], a[-1], b[-1]
+        return float(size * batch * (m * k + k * n + m * n))
+    except TypeError:
+        return None
+
+
 def flops_by_kind(cpu_ops: list) -> dict:
     """{"gemm": FLOPs, "convolution": FLOPs, "attention": FLOPs} over `cpu_ops`, each nested FLOP-carrying op
-    counted once."""
+    counted once; with "gemm_bytes" and "gemm_bytes_flops": the least bytes of the GEMMs whose shapes and types
+    the trace has (op_gemm_bytes), and those GEMMs' FLOPs (their arithmetic intensity is the ratio)."""
     totals = dict.fromkeys(FLOP_KINDS, 0.0)
+    totals["gemm_bytes"] = totals["gemm_bytes_flops"] = 0.0
     last_end_by_thread: dict = {}
     for op in cpu_ops:  # sorted by start: an op inside the last counted op of its thread is its child
         counted = op.name in GEMM_FLOP_OPS or op.name in CONV_FLOP_OPS or op.name in ATTENTION_FLOP_OPS
@@ -404,6 +433,10 @@ def flops_by_kind(cpu_ops: list) -> dict:
         last_end_by_thread[op.tid] = op.end_us
         kind = "attention" if op.name in ATTENTION_FLOP_OPS else "convolution" if "conv" in op.name else "gemm"
         totals[kind] += flops
+        moved = op_gemm_bytes(op) if kind == "gemm" else None
+        if moved:
+            totals["gemm_bytes"] += moved
+            totals["gemm_bytes_flops"] += flops
     return totals
 
 
