@@ -175,6 +175,24 @@ class Timing:
         }
 
 
+def split_settings(settings: dict, rounds: int, *, budgets: bool = True, warmup_calls: Optional[int] = None) -> dict:
+    """measure()'s keyword arguments `settings` for one of `rounds` interleaved rounds whose samples are pooled:
+    min_samples split between them (at least 2, for each round's median) and max_samples with it; with
+    `budgets`, the time budgets (budget_s, min_run_s, warmup_s) split too; `warmup_calls` replaces
+    min_warmup_calls (a side already built and warmed needs only one call to re-warm between rounds)."""
+    share = dict(settings)
+    if budgets:
+        for name in ("budget_s", "min_run_s", "warmup_s"):
+            if name in share:
+                share[name] = share[name] / rounds
+    share["min_samples"] = max(2, math.ceil(settings.get("min_samples", MIN_SAMPLES) / rounds))
+    maximum = settings.get("max_samples", MAX_SAMPLES)
+    share["max_samples"] = max(share["min_samples"], maximum // rounds if budgets else maximum)
+    if warmup_calls is not None:
+        share["min_warmup_calls"] = warmup_calls
+    return share
+
+
 def quantile(values: Sequence[float], q: float) -> float:
     """Quantile by linear interpolation between closest ranks (numpy's default, R type 7)."""
     if not values:

@@ -104,7 +104,7 @@ from typing import Callable, Optional
 from fade.act.tune import numerics
 from fade.analyze.knobs import baseline_config, unmet_needs, with_needs
 from fade.analyze.tuneplan import Plan, plan_search
-from fade.measure.timing import quantile
+from fade.measure.timing import quantile, split_settings
 
 NOISE_FLOOR = 0.02  # 2%: below this, run-to-run drift of one H100 under its power cap (docs/performance.md) decides
 FINAL_SHARE = 0.25  # of the budget, kept for the interleaved final check (at least: final_reserve_s)
@@ -127,7 +127,7 @@ TIMED_WARMUP_CALLS = 2  # warm-up calls before a trial's samples (tuner.TUNE_TIM
 # decode: ten 1.85 s calls), which four full rounds made a 180 s check; a fast step's is the timing budget, which
 # each round keeps (ROUND_TIME_S covers it).
 ROUND_WARMUP_CALLS = 1  # each round re-warms with one call: the build already warmed and checked the side
-MIN_ROUND_SAMPLES = 2  # a round's median needs two
+MIN_ROUND_SAMPLES = 2  # a round's median needs two (timing.split_settings keeps at least that)
 ROUND_TIME_S = 1.5  # a fast step's round: the timing's budget (TUNE_TIMING: 1 s) and its settling
 # the search's baseline and the final check's differ by more than this (or the noise bar): the host changed.
 # Same-process drift on an H100 under its power cap stays within a few % (docs/performance.md); the
@@ -665,12 +665,9 @@ def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bo
 
 def round_settings(settings: dict, rounds: int) -> dict:
     """A paired final check's timing settings for each of its `rounds`: the trial's `settings` (measure()'s keyword
-    arguments) with its minimum sample count split between the rounds and one warm-up call."""
-    split = dict(settings)
-    split["min_samples"] = max(MIN_ROUND_SAMPLES, math.ceil(settings.get("min_samples", MIN_ROUND_SAMPLES) / rounds))
-    split["max_samples"] = max(split["min_samples"], settings.get("max_samples", split["min_samples"]))
-    split["min_warmup_calls"] = ROUND_WARMUP_CALLS
-    return split
+    arguments) with its sample counts split between the rounds (timing.split_settings) and one warm-up call; its
+    time budgets stay whole, so a fast step keeps a trial's timing in every round."""
+    return split_settings(settings, rounds, budgets=False, warmup_calls=ROUND_WARMUP_CALLS)
 
 
 def timed_s(trial: Trial) -> float:

@@ -48,7 +48,6 @@ Prefill case
 from __future__ import annotations
 
 import dataclasses
-import math
 import resource
 import sys
 from typing import Optional
@@ -59,7 +58,7 @@ from fade.measure.case import CaseResult, CaseSkipped, synchronize, tflops_resul
 from fade.measure.suites.llm import generation, numerics
 from fade.measure.suites.models.case import device_facts
 from fade.measure.step.runner import inference_context
-from fade.measure.timing import measure
+from fade.measure.timing import measure, split_settings
 
 REFERENCE = numerics.REFERENCE
 TOKEN_NOTE = ("free-running: a mismatch does not fail the case: in bf16/fp16 a near-tie between two logits may round "
@@ -177,12 +176,7 @@ def attention_truth(shape, dtype: str, batch: int, tokens: int, ctx) -> dict:
 def interleaved(first_call, second_call, device: str, settings: dict) -> tuple:
     """(Timing of first_call, Timing of second_call), each pooled over TIMING_ROUNDS alternating measure() rounds
     (module docstring, "Timing")."""
-    share = dict(settings)
-    for name in ("budget_s", "min_run_s", "warmup_s"):
-        if name in share:
-            share[name] = share[name] / TIMING_ROUNDS
-    share["min_samples"] = max(2, math.ceil(settings.get("min_samples", 5) / TIMING_ROUNDS))
-    share["max_samples"] = max(share["min_samples"], settings.get("max_samples", 100) // TIMING_ROUNDS)
+    share = split_settings(settings, TIMING_ROUNDS)
     rounds = {0: [], 1: []}
     for _ in range(TIMING_ROUNDS):
         for side, call in enumerate((first_call, second_call)):
