@@ -190,6 +190,40 @@ def test_the_probe_runs_on_the_cpu_and_names_what_ran():
     json.dumps(result)  # a record: plain data only
 
 
+def test_a_static_cache_decode_is_probed_with_its_mask_and_repeated_kv():
+    """transformers repeats K and V to the query heads whenever it passes a mask (use_gqa_in_sdpa), as every
+    decode step over a static cache does: the probe of that shape never takes enable_gqa, and its label says so.
+    The bench's decode probes cover both caches (attention_truth)."""
+    pytest.importorskip("torch")
+    from fade.measure.attention import QUICK_PROBE_TIMING, AttentionShape, probe_attention
+
+    shape = AttentionShape(batch=1, q_heads=4, kv_heads=2, head_dim=16, q_len=1, kv_len=16, mask="explicit",
+                           dtype="fp32", gqa="repeat_kv")  # fmt: skip
+    result = probe_attention(shape, device="cpu", timing=QUICK_PROBE_TIMING, requests=("default", "math"))
+    assert "repeat_kv" in result["label"] and "explicit" in result["label"]
+    assert {row["gqa_path"] for row in result["backends"] if row["ran"]} == {"repeat_kv"}
+    auto = probe_attention(AttentionShape(1, 4, 2, 16, 1, 16, "none", "fp32"), device="cpu",
+                           timing=QUICK_PROBE_TIMING, requests=("math",))  # fmt: skip
+    assert auto["backends"][0]["gqa_path"] in ("enable_gqa", "repeat_kv") and "repeat_kv" not in auto["label"]
+    with pytest.raises(ValueError, match="gqa"):
+        AttentionShape(1, 4, 2, 16, 1, 16, "none", "fp32", gqa="expand").check()
+
+
+def test_the_bench_probes_decode_over_both_caches():
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from fade.analyze.llm_table import resolve_config
+    from fade.measure.suites.llm.case import attention_truth
+
+    ctx = SimpleNamespace(device="cpu", quick=True)
+    truth = attention_truth(resolve_config("tiny-llama"), "fp32", 1, 8, ctx)
+    assert list(truth) == ["prefill", "decode", "decode_static_cache"]
+    assert truth["decode"]["shape"]["mask"] == "none" and truth["decode"]["shape"]["gqa"] == "auto"
+    assert truth["decode_static_cache"]["shape"]["mask"] == "explicit"
+    assert truth["decode_static_cache"]["shape"]["gqa"] == "repeat_kv"
+
+
 def test_a_bad_shape_is_refused_before_anything_runs():
     pytest.importorskip("torch")
     from fade.measure.attention import AttentionShape, probe_attention

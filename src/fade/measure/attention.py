@@ -11,9 +11,11 @@ Inputs
     aligned bottom-right (query i sees keys up to kv_len - q_len + i), the kind of tensor transformers passes
     when it builds the mask itself.
 GQA
-    kv_heads < q_heads: enable_gqa=True where this torch has it ("enable_gqa"); when a backend refuses it, the
-    call is repeated with k and v repeated to q_heads (transformers' repeat_kv: "repeat_kv", with the refusal
-    recorded). Without enable_gqa in torch, repeat_kv from the start.
+    kv_heads < q_heads, shape.gqa "auto": enable_gqa=True where this torch has it ("enable_gqa"); when a backend
+    refuses it, the call is repeated with k and v repeated to q_heads (transformers' repeat_kv: "repeat_kv", with
+    the refusal recorded). Without enable_gqa in torch, repeat_kv from the start. shape.gqa "repeat_kv": repeat_kv
+    only, as transformers calls SDPA whenever it passes a mask (integrations/sdpa_attention.py,
+    use_gqa_in_sdpa: enable_gqa only without one), e.g. every decode step over a static cache.
 Could it run
     One call with Python warnings recorded: a refused forced backend raises RuntimeError ("No available
     kernel" / "No viable backend"); torch's TORCH_WARN lines before it give the reasons (sdp_utils.cpp). Both
@@ -44,6 +46,7 @@ from fade.measure.timing import measure
 
 REQUESTS = ("default", "flash", "efficient", "cudnn", "math")
 MASKS = ("causal", "none", "explicit")
+GQA_MODES = ("auto", "repeat_kv")
 SEED = 20261128
 # one SDPA call is microseconds to milliseconds: short runs are enough for a median and quartiles
 PROBE_TIMING = {"warmup_s": 0.1, "min_warmup_calls": 2, "min_run_s": 0.2, "budget_s": 1.0, "min_samples": 5,
@@ -65,9 +68,10 @@ class AttentionShape:
     kv_len: int
     mask: str  # one of MASKS
     dtype: str  # "bf16", "fp16", "fp32"
+    gqa: str = "auto"  # one of GQA_MODES (module docstring, GQA)
 
     def label(self) -> str:
-        gqa = f"{self.q_heads}q/{self.kv_heads}kv"
+        gqa = f"{self.q_heads}q/{self.kv_heads}kv" + (" repeat_kv" if self.gqa == "repeat_kv" else "")
         return f"d{self.head_dim} {self.dtype} b{self.batch} {gqa} q{self.q_len}/kv{self.kv_len} {self.mask}"
 
     def check(self) -> None:
@@ -81,6 +85,8 @@ class AttentionShape:
             raise ValueError(f"attention shape: mask {self.mask!r} is not one of {', '.join(MASKS)}")
         if self.dtype not in ("bf16", "fp16", "fp32"):
             raise ValueError(f"attention shape: dtype {self.dtype!r} is not bf16, fp16 or fp32")
+        if self.gqa not in GQA_MODES:
+            raise ValueError(f"attention shape: gqa {self.gqa!r} is not one of {', '.join(GQA_MODES)}")
 
 
 def attention_flops(shape: AttentionShape) -> int:
@@ -210,7 +216,7 @@ def probe_backend(torch, shape: AttentionShape, request: str, device: str, input
     """One row: can `request` run this shape, what ran, how long it took. Never raises for a torch failure."""
     q, k, v, mask = inputs
     gqa_paths = ["none"] if shape.kv_heads == shape.q_heads else (
-        ["enable_gqa", "repeat_kv"] if _has_enable_gqa(torch) else ["repeat_kv"])
+        ["enable_gqa", "repeat_kv"] if _has_enable_gqa(torch) and shape.gqa == "auto" else ["repeat_kv"])
     row = {"requested": request, "ran": False, "backend": None, "gqa_path": None, "error": None, "reasons": [],
            "gqa_refused": None}  # fmt: skip
     for path in gqa_paths:

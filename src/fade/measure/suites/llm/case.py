@@ -160,14 +160,21 @@ def prefill_case(ctx, *, config: dict, dtype: str, batch: int, tokens: int) -> C
 def attention_truth(shape, dtype: str, batch: int, tokens: int, ctx) -> dict:
     """The attention probe (fade.measure.attention) for this model's real attention: its head_dim, heads and KV
     heads (GQA) in the case's dtype, as the prefill runs it (q = kv = tokens, causal: transformers passes
-    is_causal when no padding mask is given) and as a decode step runs it (1 query against `tokens` cached keys,
-    no mask). Each backend's row and the finding (a math fallback with its cause, or a slower default)."""
+    is_causal when no padding mask is given), as a decode step over a dynamic cache runs it (hf-generate: 1 query
+    against `tokens` cached keys, no mask, enable_gqa) and as one over a static cache does (hf-static and FADE's
+    loop: the cache is longer than what it holds, so transformers passes an explicit mask, and with a mask it
+    repeats K and V to the query heads instead of enable_gqa). Each backend's row and the finding (a math
+    fallback with its cause, or a slower default). On the H200 session 21's decode probe without the mask told
+    to force the efficient kernel; in the static-cache step the tuner's forced efficient attention found no
+    kernel (docs/performance.md)."""
     from fade.measure.attention import PROBE_TIMING, QUICK_PROBE_TIMING, AttentionShape, probe_attention
 
     out = {}
-    for phase, q_len, mask in (("prefill", tokens, "causal"), ("decode", 1, "none")):
+    for phase, q_len, mask, gqa in (("prefill", tokens, "causal", "auto"), ("decode", 1, "none", "auto"),
+                                    ("decode_static_cache", 1, "explicit", "repeat_kv")):
         probe_shape = AttentionShape(batch=batch, q_heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
-                                     head_dim=shape.head_dim, q_len=q_len, kv_len=tokens, mask=mask, dtype=dtype)  # fmt: skip
+                                     head_dim=shape.head_dim, q_len=q_len, kv_len=tokens, mask=mask, dtype=dtype,
+                                     gqa=gqa)  # fmt: skip
         out[phase] = probe_attention(probe_shape, device=ctx.device,
                                      timing=QUICK_PROBE_TIMING if ctx.quick else PROBE_TIMING)  # fmt: skip
     return out
