@@ -185,6 +185,36 @@ def test_worker_only_options_with_a_module_are_one_usage_line():
         fade.tune("resnet18", torch.randn(3, 4))
 
 
+def test_the_attention_probe_cuts_the_sdpa_backends_to_those_that_run_fastest_first():
+    """The 8B decode on an H200 (results/s21-h200/C) spent a compiled trial each on forced flash and efficient
+    attention, which torch then refused. With the probe of the decode's real attention in the diagnosis, a refused
+    backend is left out with torch's cause, and the ones that ran are tried fastest first."""
+    from fade.act.tune.tuner import drop_unused
+    from fade.analyze.knobs import Target, load_knobs, searched_knobs
+    from fade.analyze.tuneplan import plan_search
+
+    knobs, left_out = searched_knobs(load_knobs(), Target("cuda", "2.11.0+cu130", "generate", image=False, attention=True))
+    probe = {"label": "d128 bf16 b1 32q/8kv repeat_kv q1/kv136 explicit", "backends": [
+        {"requested": "default", "ran": True, "median_ms": 0.031},
+        {"requested": "flash", "ran": False, "error": "RuntimeError: No available kernel. Aborting execution.",
+         "causes": [{"cause": "an explicit attn_mask (flash takes none)"}]},
+        {"requested": "efficient", "ran": True, "median_ms": 0.024},
+        {"requested": "cudnn", "ran": True, "median_ms": 0.029},
+        {"requested": "math", "ran": True, "median_ms": 0.198}]}
+    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "calls_sdpa": True, "attention": probe})
+    sdpa = next(knob for knob in kept if knob.id == "sdpa_backend")
+    assert sdpa.baseline == "default" and sdpa.alternatives == ("efficient", "cudnn", "math")
+    assert "explicit attn_mask" in reasons["sdpa_backend=flash"] and probe["label"] in reasons["sdpa_backend=flash"]
+    assert "sdpa_backend=flash" not in left_out
+    plan = plan_search(kept, mode="generate")
+    assert [visit.values for visit in plan.visits if visit.knob == "sdpa_backend"] == [("efficient", "cudnn", "math")]
+    refused_all = {"label": "x", "backends": [{"requested": name, "ran": False, "error": "RuntimeError: no"}
+                                              for name in ("flash", "efficient", "cudnn")]}  # fmt: skip
+    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "attention": refused_all})
+    assert next(knob for knob in kept if knob.id == "sdpa_backend").alternatives == ("math",)
+    assert reasons["sdpa_backend=cudnn"].endswith("RuntimeError: no")
+
+
 def test_the_sdpa_backend_is_left_out_when_the_profiled_step_called_no_sdpa():
     """EfficientNet-B0 on an H200 spent four trials on SDPA backends it never called (results/tune-h200-s11/): a
     diagnosis whose trace has no scaled_dot_product_attention op drops the knob, with the reason; no diagnosis, or

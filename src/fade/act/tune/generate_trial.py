@@ -22,6 +22,7 @@ Numerics
 from __future__ import annotations
 
 import statistics
+from typing import Optional
 
 from fade.act.tune.search import round_settings
 from fade.act.tune.trial import in_rounds
@@ -155,8 +156,26 @@ def tune_generate_diagnose(ctx, *, config: str, batch: int, prompt_tokens: int =
                                 context={"workload": {"config": shape.name, "batch": batch, "prompt_tokens": prompt_tokens,
                                                       "new_tokens": DIAGNOSIS_TOKENS, "dtype": dtype}})  # fmt: skip
     diagnosis = diagnosis_record(summary, capture.trace)
+    diagnosis["attention"] = decode_attention_probe(shape, dtype, batch, prompt_tokens + DIAGNOSIS_TOKENS, ctx)
     return CaseResult(value=float(len(diagnosis["verdicts"])), unit="verdicts",
                       formula="verdicts of the baseline decode's profile", extra={"diagnosis": diagnosis})
+
+
+def decode_attention_probe(shape, dtype: str, batch: int, kv_len: int, ctx) -> Optional[dict]:
+    """The attention probe (fade.measure.attention) of one decode step as the searched configurations call SDPA:
+    a static cache, so an explicit mask and K/V repeated to the query heads (fade bench llm's decode_static_cache
+    phase), each backend forced in turn, with the probe's short timing (it only orders the values, in a
+    diagnosis whose time counts against the budget). The search keeps only the sdpa_backend values that ran
+    (tuner.narrow_by_probe). None when the probe itself fails: the search then tries every value."""
+    from fade.measure.attention import QUICK_PROBE_TIMING, AttentionShape, probe_attention
+
+    probe_shape = AttentionShape(batch=batch, q_heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
+                                 head_dim=shape.head_dim, q_len=1, kv_len=kv_len, mask="explicit", dtype=dtype,
+                                 gqa="repeat_kv")  # fmt: skip
+    try:
+        return probe_attention(probe_shape, device=ctx.device, timing=QUICK_PROBE_TIMING)
+    except Exception:  # the diagnosis only orders the search
+        return None
 
 
 def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,

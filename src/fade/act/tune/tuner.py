@@ -421,7 +421,11 @@ def drop_unused(searched: list, left_out: dict, diagnosis: Optional[dict]) -> tu
     when the step called no scaled_dot_product_attention (diagnosis["calls_sdpa"] False; a user's workload is
     searched for it otherwise, since nothing else tells whether it calls SDPA). EfficientNet-B0 on an H200 spent
     four trials on SDPA backends it never called (results/tune-h200-s11/)."""
-    if not diagnosis or diagnosis.get("status") != "ok" or diagnosis.get("calls_sdpa") is not False:
+    if not diagnosis or diagnosis.get("status") != "ok":
+        return searched, left_out
+    if diagnosis.get("attention") and diagnosis.get("calls_sdpa") is not False:
+        return narrow_by_probe(searched, left_out, diagnosis["attention"])
+    if diagnosis.get("calls_sdpa") is not False:
         return searched, left_out
     unused = [knob for knob in searched if knob.attention_only]
     if not unused:
@@ -430,6 +434,33 @@ def drop_unused(searched: list, left_out: dict, diagnosis: Optional[dict]) -> tu
     for knob in unused:
         left_out[knob.id] = "the profiled baseline step called no scaled_dot_product_attention"
     return [knob for knob in searched if not knob.attention_only], left_out
+
+
+def narrow_by_probe(searched: list, left_out: dict, probe: dict) -> tuple:
+    """(searched, left_out) with the SDPA backend knob's values cut to those the attention probe of the step's real
+    attention ran (`probe`: fade.measure.attention.probe_attention's dict, a decode's as its static cache calls
+    SDPA: generate_trial.tune_generate_diagnose), fastest first; each refused value is left out with torch's cause.
+    A refused backend costs a whole compiled trial to find out: on an H200 the 8B decode's forced flash and
+    efficient attention each failed only after it (results/s21-h200/C)."""
+    from dataclasses import replace
+
+    rows = {row.get("requested"): row for row in probe.get("backends") or []}
+    knob = next((knob for knob in searched if knob.id == "sdpa_backend"), None)
+    if knob is None or not rows:
+        return searched, left_out
+    left_out = dict(left_out)
+    kept = []
+    for value in knob.alternatives:
+        row = rows.get(value)
+        if row is None or row.get("ran"):
+            kept.append(value)
+            continue
+        cause = "; ".join(c.get("cause", "") for c in row.get("causes") or [] if c.get("cause")) or \
+            str(row.get("error") or "refused").splitlines()[0][:120]
+        left_out[f"{knob.id}={value}"] = f"torch runs no {value} kernel for this attention ({probe.get('label')}): {cause}"
+    kept.sort(key=lambda value: (rows.get(value) or {}).get("median_ms") or float("inf"))  # stable: unknown last
+    narrowed = replace(knob, values=(knob.baseline, *kept), order=tuple(kept))
+    return [narrowed if item is knob else item for item in searched], left_out
 
 
 def diagnosis_limit_s(budget_min: float) -> float:
