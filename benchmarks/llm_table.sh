@@ -71,6 +71,13 @@ GPUS=${GPUS:-1}
 DEADLINE_S=${DEADLINE_S:-540}
 CASE_TIMEOUT=${CASE_TIMEOUT:-600}
 START=$(date +%s)
+if [ "$DEVICE" != cpu ] && [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # slots map onto the caller's GPUs (one_job)
+  IFS=, read -r -a visible_gpus <<<"$CUDA_VISIBLE_DEVICES"
+  if [ "${#visible_gpus[@]}" -lt "$GPUS" ]; then
+    echo "llm_table: GPUS=$GPUS but CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES' names ${#visible_gpus[@]} GPU(s)" >&2
+    exit 2
+  fi
+fi
 
 progress() {
   local line
@@ -120,9 +127,9 @@ pin() {  # SLOT: with several GPUs, the slot's share of the cores this process m
 one_job() {  # MODEL BATCH GPU: FADE's three variants, then the reference's, for one model and batch
   local model=$1 batch=$2 gpu=$3 tag="$1-b$2" env_gpu=()
   local visible=$gpu allowed=()
-  if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then  # the caller's own choice of GPUs: slot k takes the k-th of them
+  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # the caller's own choice of GPUs: slot k takes the k-th of them
     IFS=, read -r -a allowed <<<"$CUDA_VISIBLE_DEVICES"
-    visible=${allowed[$gpu]:-$gpu}
+    visible=${allowed[$gpu]}  # checked at the start: there are GPUS of them
   fi
   [ "$DEVICE" != cpu ] && env_gpu=(env CUDA_VISIBLE_DEVICES="$visible")
   # shellcheck disable=SC2207

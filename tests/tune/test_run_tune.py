@@ -201,18 +201,27 @@ def test_the_attention_probe_cuts_the_sdpa_backends_to_those_that_run_fastest_fi
         {"requested": "efficient", "ran": True, "median_ms": 0.024},
         {"requested": "cudnn", "ran": True, "median_ms": 0.029},
         {"requested": "math", "ran": True, "median_ms": 0.198}]}
-    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "calls_sdpa": True, "attention": probe})
+    dynamic = {"label": "d128 bf16 b1 32q/8kv q1/kv136 none", "backends": [
+        {"requested": "flash", "ran": False, "error": "RuntimeError: No available kernel."},
+        {"requested": "cudnn", "ran": False, "error": "RuntimeError: No available kernel."}]}
+    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "calls_sdpa": True, "attention": [probe, dynamic]})
     sdpa = next(knob for knob in kept if knob.id == "sdpa_backend")
     assert sdpa.baseline == "default" and sdpa.alternatives == ("efficient", "cudnn", "math")
+    # cudnn is refused over the dynamic cache but runs over the static one: kept (a value that ran in either)
     assert "explicit attn_mask" in reasons["sdpa_backend=flash"] and probe["label"] in reasons["sdpa_backend=flash"]
+    assert dynamic["label"] in reasons["sdpa_backend=flash"] and "sdpa_backend=cudnn" not in reasons
     assert "sdpa_backend=flash" not in left_out
     plan = plan_search(kept, mode="generate")
     assert [visit.values for visit in plan.visits if visit.knob == "sdpa_backend"] == [("efficient", "cudnn", "math")]
     refused_all = {"label": "x", "backends": [{"requested": name, "ran": False, "error": "RuntimeError: no"}
                                               for name in ("flash", "efficient", "cudnn")]}  # fmt: skip
-    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "attention": refused_all})
+    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "attention": [refused_all]})
     assert next(knob for knob in kept if knob.id == "sdpa_backend").alternatives == ("math",)
     assert reasons["sdpa_backend=cudnn"].endswith("RuntimeError: no")
+    nothing = {"label": "x", "backends": [{"requested": name, "ran": False, "error": "RuntimeError: no"}
+                                          for name in ("flash", "efficient", "cudnn", "math")]}  # fmt: skip
+    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "attention": [nothing]})
+    assert "sdpa_backend" not in {knob.id for knob in kept} and "none of its forced backends" in reasons["sdpa_backend"]
 
 
 def test_the_sdpa_backend_is_left_out_when_the_profiled_step_called_no_sdpa():

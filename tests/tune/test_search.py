@@ -705,7 +705,9 @@ def test_the_final_check_fits_the_budget_when_a_slow_sides_timing_dominates():
 
         def side_by_side(self, configs, *, rounds, timeout_s=None):
             split = round_settings(settings, rounds)
-            wall = sum(step_and_build(c)[1] + rounds * (split["min_warmup_calls"] + split["min_samples"]) * step_and_build(c)[0]
+            assert split["max_settle_s"] == 0.0
+            # each round: the warm-up call, measure()'s block-sizing call, the samples
+            wall = sum(step_and_build(c)[1] + rounds * (split["min_warmup_calls"] + 1 + split["min_samples"]) * step_and_build(c)[0]
                        for c in configs.values())  # fmt: skip
             if timeout_s is not None and wall > timeout_s:
                 clock["now"] += timeout_s
@@ -719,3 +721,23 @@ def test_the_final_check_fits_the_budget_when_a_slow_sides_timing_dominates():
     assert result.verdict == "faster", result.verdict_reason
     assert result.chosen["compile"] == "reduce-overhead"
     assert result.elapsed_s <= 420 + FINAL_OVERRUN_S
+
+
+def test_a_knobs_cost_factor_counts_under_a_compile_mode_too():
+    """weight_quant=int8 under reduce-overhead outran 3x its mode's trial on the H200 every time (1B: 87 s against
+    29 s), because the expected cost of a knob judged under a compile mode ignored the knob's own factor. It now
+    multiplies by the row's compiled_cost: 4x for int8 expects 116 s there, and a 1.0 factor leaves the mode's
+    cost as it was."""
+    from fade.act.tune.search import expected_cost_s
+    from fade.analyze.knobs import load_knobs
+
+    knobs = {knob.id: knob for knob in load_knobs()}
+    decode_compile, quant = knobs["decode_compile"], knobs["weight_quant"]
+    costs = [("reduce-overhead", 29.0)]
+    assert quant.compiled_cost["int8"] > 3.0 and "int8" not in quant.cost  # eager: about its trial
+    assert expected_cost_s(decode_compile, "reduce-overhead", quant.compiled_cost["int8"], [40.0], costs) == \
+        29.0 * quant.compiled_cost["int8"]
+    assert expected_cost_s(decode_compile, "reduce-overhead", 1.0, [40.0], costs) == 29.0
+    # a mode not measured yet: the first compiled trial scaled by the modes' factors, then by the knob's
+    assert expected_cost_s(decode_compile, "max-autotune", 2.0, [40.0], costs) == 29.0 * 8.0 * 2.0
+    assert expected_cost_s(decode_compile, None, 2.0, [40.0], costs) == 80.0

@@ -26,7 +26,8 @@ MODES = ("train", "infer", "generate")  # generate: a causal LM's decode (fade t
 BACKENDS = ("cpu", "cuda", "rocm")
 # the verdict rules of fade.analyze.profile.decide that a knob value can answer ("one_kernel_dominates:gemm" names
 # the top kernel's class too); tests/tune/test_plan.py checks that decide emits each of them
-PROFILE_RULES = ("launch_bound", "gemm_low_peak", "memory_bound_elementwise", "one_kernel_dominates")
+PROFILE_RULES = ("launch_bound", "gemm_low_peak", "gemm_bandwidth_bound", "memory_bound_elementwise",
+                 "one_kernel_dominates")
 
 
 class KnobTableError(ValueError):
@@ -48,6 +49,7 @@ class Knob:
     attention_only: bool = False
     cuda_torch: Optional[str] = None
     cost: dict = field(default_factory=dict)  # value -> cost factor (act.tune.search.expected_cost_s; knobs.toml says more)
+    compiled_cost: dict = field(default_factory=dict)  # value -> cost factor when judged under a compile mode (the same)
     ignored_elsewhere: bool = False  # outside `where` torch accepts the flag and it changes nothing (knobs.toml says more)
     answers: dict = field(default_factory=dict)  # value -> profile verdict keys it answers (PROFILE_RULES; knobs.toml says more)
     order: tuple = ()  # the alternatives in the order they are tried, when not the order of `values` (knobs.toml)
@@ -129,9 +131,12 @@ def _knob_from_row(row: dict, where: str) -> Knob:
     if values[0] in env:
         raise KnobTableError(f"{where}: the baseline value {values[0]!r} must set no env")
     cost = {str(value): factor for value, factor in row.get("cost", {}).items()}
-    for value, factor in cost.items():
-        if value not in values or isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
-            raise KnobTableError(f"{where}: cost names {value!r} with {factor!r}; it needs a value of the row and a factor > 0")
+    compiled_cost = {str(value): factor for value, factor in row.get("compiled_cost", {}).items()}
+    for column, factors in (("cost", cost), ("compiled_cost", compiled_cost)):
+        for value, factor in factors.items():
+            if value not in values or isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0:
+                raise KnobTableError(f"{where}: {column} names {value!r} with {factor!r}; it needs a value of the row "
+                                     "and a factor > 0")
     answers = {str(value): tuple(str(key) for key in keys) for value, keys in row.get("answers", {}).items()}
     for value, keys in answers.items():
         if value not in values or value == values[0]:
@@ -169,6 +174,7 @@ def _knob_from_row(row: dict, where: str) -> Knob:
         attention_only=bool(row.get("attention_only", False)),
         cuda_torch=row.get("cuda_torch"),
         cost=cost,
+        compiled_cost=compiled_cost,
         ignored_elsewhere=bool(row.get("ignored_elsewhere", False)),
         answers=answers,
         order=order,

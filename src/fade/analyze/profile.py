@@ -37,7 +37,8 @@ FLOPs and MFU
     the peak the caller passes (the doctor's spec table: fade.analyze.specs), never a literal here.
 Verdicts
     named rules over the whole profile (`decide`: launch_bound, sync_bound, copy_bound, one_kernel_dominates,
-    gemm_low_peak, memory_bound_elementwise), each with a threshold constant below and the fix to try.
+    gemm_low_peak or gemm_bandwidth_bound (GEMMs below the device's ridge point: _gemm_traffic),
+    memory_bound_elementwise), each with a threshold constant below and the fix to try.
 """
 
 from __future__ import annotations

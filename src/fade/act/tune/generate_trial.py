@@ -133,7 +133,8 @@ def _model(shape, dtype: str, device: str, *, with_floor: bool = True) -> tuple:
 DIAGNOSIS_TOKENS = 8  # new tokens of each profiled greedy run: a decode step's pattern shows in a few
 
 
-def tune_generate_diagnose(ctx, *, config: str, batch: int, prompt_tokens: int = 128, dtype: str = "bf16") -> CaseResult:
+def tune_generate_diagnose(ctx, *, config: str, batch: int, prompt_tokens: int = 128, new_tokens: int = 64,
+                           dtype: str = "bf16") -> CaseResult:
     """The baseline decode (every generate knob at its first value: model.generate()'s dynamic cache, eager)
     profiled as `fade profile` profiles a step: a greedy run of DIAGNOSIS_TOKENS new tokens is the step, one
     unprofiled and one warm-up run before DIAGNOSIS_STEPS profiled ones, summarized by fade.analyze.profile (the
@@ -156,26 +157,30 @@ def tune_generate_diagnose(ctx, *, config: str, batch: int, prompt_tokens: int =
                                 context={"workload": {"config": shape.name, "batch": batch, "prompt_tokens": prompt_tokens,
                                                       "new_tokens": DIAGNOSIS_TOKENS, "dtype": dtype}})  # fmt: skip
     diagnosis = diagnosis_record(summary, capture.trace)
-    diagnosis["attention"] = decode_attention_probe(shape, dtype, batch, prompt_tokens + DIAGNOSIS_TOKENS, ctx)
+    if ctx.device.startswith("cuda"):  # CUDA and ROCm: sdpa_backend is searched only there (data/knobs.toml)
+        diagnosis["attention"] = decode_attention_probes(shape, dtype, batch, prompt_tokens + new_tokens, ctx)
     return CaseResult(value=float(len(diagnosis["verdicts"])), unit="verdicts",
                       formula="verdicts of the baseline decode's profile", extra={"diagnosis": diagnosis})
 
 
-def decode_attention_probe(shape, dtype: str, batch: int, kv_len: int, ctx) -> Optional[dict]:
-    """The attention probe (fade.measure.attention) of one decode step as the searched configurations call SDPA:
-    a static cache, so an explicit mask and K/V repeated to the query heads (fade bench llm's decode_static_cache
-    phase), each backend forced in turn, with the probe's short timing (it only orders the values, in a
-    diagnosis whose time counts against the budget). The search keeps only the sdpa_backend values that ran
-    (tuner.narrow_by_probe). None when the probe itself fails: the search then tries every value."""
+def decode_attention_probes(shape, dtype: str, batch: int, kv_len: int, ctx) -> list:
+    """The attention probe (fade.measure.attention) of one decode step as the searched configurations call SDPA,
+    each backend forced in turn: over a static cache first (an explicit mask, K/V repeated to the query heads:
+    fade bench llm's decode_static_cache phase), then over a dynamic one (no mask, enable_gqa: the baseline's
+    cache), both as long as a trial's cache (`kv_len`). The probe's short timing: it only orders the values, in a
+    diagnosis whose time counts against the budget. The search keeps the sdpa_backend values that ran in either
+    (tuner.narrow_by_probe). A probe that fails is left out: with none, the search tries every value."""
     from fade.measure.attention import QUICK_PROBE_TIMING, AttentionShape, probe_attention
 
-    probe_shape = AttentionShape(batch=batch, q_heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
-                                 head_dim=shape.head_dim, q_len=1, kv_len=kv_len, mask="explicit", dtype=dtype,
-                                 gqa="repeat_kv")  # fmt: skip
-    try:
-        return probe_attention(probe_shape, device=ctx.device, timing=QUICK_PROBE_TIMING)
-    except Exception:  # the diagnosis only orders the search
-        return None
+    probes = []
+    for mask, gqa in (("explicit", "repeat_kv"), ("none", "auto")):
+        probe_shape = AttentionShape(batch=batch, q_heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
+                                     head_dim=shape.head_dim, q_len=1, kv_len=kv_len, mask=mask, dtype=dtype, gqa=gqa)  # fmt: skip
+        try:
+            probes.append(probe_attention(probe_shape, device=ctx.device, timing=QUICK_PROBE_TIMING))
+        except Exception:  # the diagnosis only orders the search
+            continue
+    return probes
 
 
 def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,

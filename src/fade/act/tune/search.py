@@ -402,7 +402,9 @@ class _State:
                 self.compiles_finished += 1
 
     def expected_s(self, knob, value: str, config: dict) -> Optional[float]:
-        return expected_cost_s(self.compile_knob, self.compile_mode(config), knob.cost.get(value, 1.0) if knob.group != "compile" else 1.0,
+        mode = self.compile_mode(config)
+        factors = knob.compiled_cost if mode is not None else knob.cost
+        return expected_cost_s(self.compile_knob, mode, factors.get(value, 1.0) if knob.group != "compile" else 1.0,
                                self.eager_costs, self.compile_costs)  # fmt: skip
 
     def dearest_trial_s(self) -> float:
@@ -656,7 +658,10 @@ def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bo
         build = max(trial.cost_s - timing, 0.0)
         if paired:  # rounds of split samples (round_settings)
             per_round = max(MIN_ROUND_SAMPLES, math.ceil(len(trial.samples_s) / rounds))
-            round_s = min(timing, (ROUND_WARMUP_CALLS + per_round) * trial.median_s + ROUND_TIME_S) if timing else 0.0
+            # a slow step: its calls (the warm-up, measure()'s block-sizing one, the samples); a fast one: the time
+            # budget (ROUND_TIME_S), which its per-call samples understate
+            calls_s = (ROUND_WARMUP_CALLS + 1 + per_round) * trial.median_s + ROUND_TIME_S
+            round_s = min(max(timing, ROUND_TIME_S), calls_s) if timing else 0.0
             needed += build + rounds * round_s
         else:  # each run a fresh worker with a trial's whole timing
             needed += 2 * build + rounds * timing
@@ -665,9 +670,10 @@ def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bo
 
 def round_settings(settings: dict, rounds: int) -> dict:
     """A paired final check's timing settings for each of its `rounds`: the trial's `settings` (measure()'s keyword
-    arguments) with its sample counts split between the rounds (timing.split_settings) and one warm-up call; its
-    time budgets stay whole, so a fast step keeps a trial's timing in every round."""
-    return split_settings(settings, rounds, budgets=False, warmup_calls=ROUND_WARMUP_CALLS)
+    arguments) with its sample counts split between the rounds (timing.split_settings), one warm-up call and no
+    settling windows (the build warmed the side, and a slow step's settling costs whole calls); its time budgets
+    stay whole, so a fast step keeps a trial's timing in every round."""
+    return {**split_settings(settings, rounds, budgets=False, warmup_calls=ROUND_WARMUP_CALLS), "max_settle_s": 0.0}
 
 
 def timed_s(trial: Trial) -> float:
@@ -681,18 +687,21 @@ def timed_s(trial: Trial) -> float:
 def expected_cost_s(compile_knob, mode: Optional[str], factor: float, eager_costs: list, compile_costs: list) -> Optional[float]:
     """Seconds a trial is expected to take (module docstring, Cost). A compiled trial under `mode`: the dearest
     trial of that mode so far, else the first compiled trial times the table's cost factor of `mode` over that
-    of the first one's mode; None before any compiled trial. Any other: `factor` (the knob's cost factor for the
-    value) times the dearest eager trial so far; None before any."""
+    of the first one's mode; None before any compiled trial. Any other: the dearest eager trial so far; None
+    before any. Either times `factor`, the knob's cost factor for the value (its table row's `cost`, or
+    `compiled_cost` under a compile mode): weight-only quantization under CUDA graphs outran 3x its compile
+    mode's trial on the H200, while in eager mode it costs about what the trial it joins does
+    (data/knobs.toml, weight_quant)."""
     if mode is None:
         return factor * max(eager_costs) if eager_costs else None
     same = [cost for measured_mode, cost in compile_costs if measured_mode == mode]
     if same:
-        return max(same)
+        return factor * max(same)
     if not compile_costs:
         return None
     first_mode, first_cost = compile_costs[0]
     factors = compile_knob.cost if compile_knob is not None else {}
-    return first_cost * factors.get(mode, 1.0) / factors.get(first_mode, 1.0)
+    return factor * first_cost * factors.get(mode, 1.0) / factors.get(first_mode, 1.0)
 
 
 def budget_needed_s(searched_s: float, expected: list, fallback_s: float, reserve_s: float) -> float:

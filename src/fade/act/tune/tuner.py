@@ -424,7 +424,7 @@ def drop_unused(searched: list, left_out: dict, diagnosis: Optional[dict]) -> tu
     if not diagnosis or diagnosis.get("status") != "ok":
         return searched, left_out
     if diagnosis.get("attention") and diagnosis.get("calls_sdpa") is not False:
-        return narrow_by_probe(searched, left_out, diagnosis["attention"])
+        return narrow_by_probe(searched, left_out, list(diagnosis["attention"]))
     if diagnosis.get("calls_sdpa") is not False:
         return searched, left_out
     unused = [knob for knob in searched if knob.attention_only]
@@ -436,29 +436,36 @@ def drop_unused(searched: list, left_out: dict, diagnosis: Optional[dict]) -> tu
     return [knob for knob in searched if not knob.attention_only], left_out
 
 
-def narrow_by_probe(searched: list, left_out: dict, probe: dict) -> tuple:
-    """(searched, left_out) with the SDPA backend knob's values cut to those the attention probe of the step's real
-    attention ran (`probe`: fade.measure.attention.probe_attention's dict, a decode's as its static cache calls
-    SDPA: generate_trial.tune_generate_diagnose), fastest first; each refused value is left out with torch's cause.
-    A refused backend costs a whole compiled trial to find out: on an H200 the 8B decode's forced flash and
-    efficient attention each failed only after it (results/s21-h200/C)."""
+def narrow_by_probe(searched: list, left_out: dict, probes: list) -> tuple:
+    """(searched, left_out) with the SDPA backend knob's values cut to those the attention probes of the step's real
+    attention ran (`probes`: fade.measure.attention.probe_attention dicts, a decode's over a static and a dynamic
+    cache: generate_trial.decode_attention_probes), ordered by the first probe's time, fastest first. A value that
+    ran in no probe is left out with torch's cause in the first; with none left the knob is. A refused backend
+    costs a whole compiled trial to find out: on an H200 the 8B decode's forced flash and efficient attention each
+    failed only after it (results/s21-h200/C)."""
     from dataclasses import replace
 
-    rows = {row.get("requested"): row for row in probe.get("backends") or []}
     knob = next((knob for knob in searched if knob.id == "sdpa_backend"), None)
-    if knob is None or not rows:
+    tables = [{row.get("requested"): row for row in probe.get("backends") or []} for probe in probes]
+    tables = [table for table in tables if table]
+    if knob is None or not tables:
         return searched, left_out
     left_out = dict(left_out)
     kept = []
     for value in knob.alternatives:
-        row = rows.get(value)
-        if row is None or row.get("ran"):
+        rows = [table.get(value) for table in tables]
+        if any(row is None or row.get("ran") for row in rows):
             kept.append(value)
             continue
-        cause = "; ".join(c.get("cause", "") for c in row.get("causes") or [] if c.get("cause")) or \
-            str(row.get("error") or "refused").splitlines()[0][:120]
-        left_out[f"{knob.id}={value}"] = f"torch runs no {value} kernel for this attention ({probe.get('label')}): {cause}"
-    kept.sort(key=lambda value: (rows.get(value) or {}).get("median_ms") or float("inf"))  # stable: unknown last
+        first = rows[0]
+        cause = "; ".join(c.get("cause", "") for c in first.get("causes") or [] if c.get("cause")) or \
+            str(first.get("error") or "refused").splitlines()[0][:120]
+        labels = " or ".join(str(probe.get("label")) for probe in probes if probe.get("backends"))
+        left_out[f"{knob.id}={value}"] = f"torch runs no {value} kernel for this attention ({labels}): {cause}"
+    if not kept:
+        left_out[knob.id] = "torch ran none of its forced backends for this attention (the sdpa_backend=... lines)"
+        return [item for item in searched if item is not knob], left_out
+    kept.sort(key=lambda value: (tables[0].get(value) or {}).get("median_ms") or float("inf"))  # stable: unknown last
     narrowed = replace(knob, values=(knob.baseline, *kept), order=tuple(kept))
     return [narrowed if item is knob else item for item in searched], left_out
 
