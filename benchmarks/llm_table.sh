@@ -126,10 +126,9 @@ pin() {  # SLOT: with several GPUs, the slot's share of the cores this process m
 
 one_job() {  # MODEL BATCH GPU: FADE's three variants, then the reference's, for one model and batch
   local model=$1 batch=$2 gpu=$3 tag="$1-b$2" env_gpu=()
-  local visible=$gpu allowed=()
-  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # the caller's own choice of GPUs: slot k takes the k-th of them
-    IFS=, read -r -a allowed <<<"$CUDA_VISIBLE_DEVICES"
-    visible=${allowed[$gpu]}  # checked at the start: there are GPUS of them
+  local visible=$gpu
+  if [ "$DEVICE" != cpu ] && [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then  # the caller's GPUs: slot k takes the k-th
+    visible=${visible_gpus[$gpu]}  # read and checked at the start: there are GPUS of them
   fi
   [ "$DEVICE" != cpu ] && env_gpu=(env CUDA_VISIBLE_DEVICES="$visible")
   # shellcheck disable=SC2207

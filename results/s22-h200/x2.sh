@@ -14,12 +14,7 @@ R=/tmp/s22-$PART; mkdir -p $R; cp .gpu/commit.txt $R/
 nvidia-smi --query-gpu=index,name,driver_version,power.limit --format=csv > $R/gpu.txt
 if [ -f .gpu/cl-cache.tgz ]; then mkdir -p $XDG_CACHE_HOME && tar xzf .gpu/cl-cache.tgz -C $XDG_CACHE_HOME; fi
 END=${END_S:-560}
-job() {  # GPU CORES NAME COMMAND...: one job on its GPU and cores until END_S, its output in $R/NAME.txt
-  local gpu=$1 cores=$2 name=$3 left=$(( END - SECONDS )); shift 3
-  if [ $left -lt 30 ]; then echo "$name not started ($SECONDS s)" >> $R/rc.txt; return; fi
-  (CUDA_VISIBLE_DEVICES=$gpu TORCHINDUCTOR_COMPILE_THREADS=16 taskset -c $cores timeout $left "$@" > $R/$name.txt 2>&1
-   echo "$name rc=$? $SECONDS s" >> $R/rc.txt)
-}
+source $PWD/results/ocl-setup-h200/job.sh  # job GPU CORES NAME COMMAND...
 if [ $PART = A ]; then
   job 0 0-15 tune-8b python3 -m fade tune llama-3.1-8b --generate --device cuda:0 --batch 1 --budget ${BUDGET8:-9} \
     -o $R/llama-3.1-8b-tuning.json &

@@ -315,3 +315,13 @@ def test_an_unknown_aotriton_on_a_version_dependent_arch_says_so():
 @pytest.mark.parametrize("aotriton", [None, "0.10.0", "0.11.0", "0.13.0"])
 def test_a_healthy_mi300x_with_aotriton_is_quiet(aotriton):
     assert _attention_ids(_snapshot(MI300X, aotriton=aotriton)) == set()
+
+
+def test_why_a_backend_did_not_run_is_one_line_from_its_causes_or_error():
+    """The CLI's attention lines and the tuner's left-out reasons say it the same way (fade.analyze.attention); a
+    row with neither causes nor an error text says "refused" (the CLI's own copy raised IndexError there)."""
+    from fade.analyze.attention import why_not_run
+
+    assert why_not_run({"causes": [{"cause": "head_dim > 256"}, {"cause": "fp32"}], "error": "x"}) == "head_dim > 256; fp32"
+    assert why_not_run({"error": "RuntimeError: No available kernel.\nmore"}, width=12) == "RuntimeError"
+    assert why_not_run({"error": ""}) == why_not_run({}) == "refused"

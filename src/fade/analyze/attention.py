@@ -196,6 +196,14 @@ def reasons_for(lines: Sequence[str], backend: str) -> list:
 
 # -- the finding over one probe (all backends for one shape) -----------------------------------------------
 
+def why_not_run(row: dict, width: int = 80) -> str:
+    """Why a probe row's backend could not run, in one line: its causes (data/attention.toml), else the first line
+    of torch's error cut to `width`, else "refused"."""
+    causes = "; ".join(cause["cause"] for cause in row.get("causes") or [] if cause.get("cause"))
+    lines = str(row.get("error") or "").splitlines()
+    return causes or (lines[0][:width] if lines else "refused")
+
+
 def _median(row: dict) -> Optional[float]:
     return ((row.get("timing") or {}).get("median_s")) if row.get("ran") else None
 

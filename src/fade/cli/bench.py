@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from fade.analyze.attention import why_not_run
 from fade.cli.args import (add_device_flag, add_json_flag, add_run_flags, check_outputs, positive_float, positive_int,
                            report_run_problems, split_list, write_json)
 from fade.errors import ExitCode, FadeUsageError
@@ -327,8 +328,7 @@ def attention_lines(case_id: str, phase: str, probe: dict) -> list:
             lines.append(f"  {row['requested']:>9}: ran {ran}" + (f" [{library}]" if library else "")
                          + (f" {median:.3g} ms" if median is not None else ""))  # fmt: skip
         else:
-            why = "; ".join(c["cause"] for c in row.get("causes") or []) or (row.get("error") or "").splitlines()[0][:80]
-            lines.append(f"  {row['requested']:>9}: cannot run ({why})")
+            lines.append(f"  {row['requested']:>9}: cannot run ({why_not_run(row)})")
     finding = probe.get("finding") or {}
     if finding.get("status") == "math_fallback":
         lines.append(f"  finding: MATH fallback: {finding.get('message')}")

@@ -66,6 +66,7 @@ MAX_BLOCK_CALLS = 10_000  # bounds a block of a sub-microsecond op to ~10 ms and
 MAX_GRAPH_CALLS = 1_000  # calls captured per CUDA graph; more only costs capture time and graph memory
 ROUND_S = 0.05  # blocks enqueued between host syncs; the stop rule is checked at this granularity
 MIN_SAMPLES = 5  # fewer replicates give no meaningful quartiles
+MIN_SPLIT_SAMPLES = 2  # one of several pooled rounds (split_settings): its median needs two
 MAX_SAMPLES = 100  # beyond this the median no longer moves; it also bounds a record's size
 MIN_RUN_S = 0.1  # timed work before "converged": a shorter burst can end before clocks and power settle
 SETTLE_WINDOW_S = 0.05  # one power-management step on an H100 is ~30-50 ms of work at a time
@@ -177,7 +178,7 @@ class Timing:
 
 def split_settings(settings: dict, rounds: int, *, budgets: bool = True, warmup_calls: Optional[int] = None) -> dict:
     """measure()'s keyword arguments `settings` for one of `rounds` interleaved rounds whose samples are pooled:
-    min_samples split between them (at least 2, for each round's median) and max_samples with it; with
+    min_samples split between them (at least MIN_SPLIT_SAMPLES, for each round's median) and max_samples with it; with
     `budgets`, the time budgets (budget_s, min_run_s, warmup_s) split too; `warmup_calls` replaces
     min_warmup_calls (a side already built and warmed needs only one call to re-warm between rounds)."""
     share = dict(settings)
@@ -185,7 +186,7 @@ def split_settings(settings: dict, rounds: int, *, budgets: bool = True, warmup_
         for name in ("budget_s", "min_run_s", "warmup_s"):
             if name in share:
                 share[name] = share[name] / rounds
-    share["min_samples"] = max(2, math.ceil(settings.get("min_samples", MIN_SAMPLES) / rounds))
+    share["min_samples"] = max(MIN_SPLIT_SAMPLES, math.ceil(settings.get("min_samples", MIN_SAMPLES) / rounds))
     maximum = settings.get("max_samples", MAX_SAMPLES)
     share["max_samples"] = max(share["min_samples"], maximum // rounds if budgets else maximum)
     if warmup_calls is not None:

@@ -170,14 +170,14 @@ def decode_attention_probes(shape, dtype: str, batch: int, kv_len: int, ctx) -> 
     cache), both as long as a trial's cache (`kv_len`). The probe's short timing: it only orders the values, in a
     diagnosis whose time counts against the budget. The search keeps the sdpa_backend values that ran in either
     (tuner.narrow_by_probe). A probe that fails is left out: with none, the search tries every value."""
-    from fade.measure.attention import QUICK_PROBE_TIMING, AttentionShape, probe_attention
+    from fade.measure.attention import QUICK_PROBE_TIMING, probe_attention
+    from fade.measure.suites.llm.case import attention_shape
 
     probes = []
-    for mask, gqa in (("explicit", "repeat_kv"), ("none", "auto")):
-        probe_shape = AttentionShape(batch=batch, q_heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
-                                     head_dim=shape.head_dim, q_len=1, kv_len=kv_len, mask=mask, dtype=dtype, gqa=gqa)  # fmt: skip
+    for phase in ("decode_static_cache", "decode"):
         try:
-            probes.append(probe_attention(probe_shape, device=ctx.device, timing=QUICK_PROBE_TIMING))
+            probes.append(probe_attention(attention_shape(shape, dtype, batch, kv_len, phase), device=ctx.device,
+                                          timing=QUICK_PROBE_TIMING))  # fmt: skip
         except Exception:  # the diagnosis only orders the search
             continue
     return probes

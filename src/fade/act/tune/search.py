@@ -104,7 +104,7 @@ from typing import Callable, Optional
 from fade.act.tune import numerics
 from fade.analyze.knobs import baseline_config, unmet_needs, with_needs
 from fade.analyze.tuneplan import Plan, plan_search
-from fade.measure.timing import quantile, split_settings
+from fade.measure.timing import MIN_SPLIT_SAMPLES, quantile, split_settings
 
 NOISE_FLOOR = 0.02  # 2%: below this, run-to-run drift of one H100 under its power cap (docs/performance.md) decides
 FINAL_SHARE = 0.25  # of the budget, kept for the interleaved final check (at least: final_reserve_s)
@@ -127,7 +127,6 @@ TIMED_WARMUP_CALLS = 2  # warm-up calls before a trial's samples (tuner.TUNE_TIM
 # decode: ten 1.85 s calls), which four full rounds made a 180 s check; a fast step's is the timing budget, which
 # each round keeps (ROUND_TIME_S covers it).
 ROUND_WARMUP_CALLS = 1  # each round re-warms with one call: the build already warmed and checked the side
-MIN_ROUND_SAMPLES = 2  # a round's median needs two (timing.split_settings keeps at least that)
 ROUND_TIME_S = 1.5  # a fast step's round: the timing's budget (TUNE_TIMING: 1 s) and its settling
 # the search's baseline and the final check's differ by more than this (or the noise bar): the host changed.
 # Same-process drift on an H100 under its power cap stays within a few % (docs/performance.md); the
@@ -647,7 +646,7 @@ def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bo
     """What the final check is expected to take: FINAL_SHARE of `budget_s`, or more where the trials say so. A
     trial's cost splits into its build (model, compile, checks) and its timing (timed_s). When `paired` (one
     worker) the check builds each side once and times it in FINAL_ROUNDS x 2 rounds that share a trial's samples
-    (round_settings: a warm-up call and MIN_ROUND_SAMPLES or more each, or a fast step's ROUND_TIME_S); otherwise
+    (round_settings: a warm-up call and MIN_SPLIT_SAMPLES or more each, or a fast step's ROUND_TIME_S); otherwise
     each side runs FINAL_ROUNDS x 2 times in fresh workers, each a build (on warm compiler caches: twice one
     build in all) and a trial's whole timing. (An 8B decode on an H200 was given 132 s, its trials' costs, for a
     check whose rounds each timed ten 1.85 s calls of the eager baseline again: ~180 s, killed at its limit.)"""
@@ -657,7 +656,7 @@ def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bo
         timing = timed_s(trial)
         build = max(trial.cost_s - timing, 0.0)
         if paired:  # rounds of split samples (round_settings)
-            per_round = max(MIN_ROUND_SAMPLES, math.ceil(len(trial.samples_s) / rounds))
+            per_round = max(MIN_SPLIT_SAMPLES, math.ceil(len(trial.samples_s) / rounds))
             # a slow step: its calls (the warm-up, measure()'s block-sizing one, the samples); a fast one: the time
             # budget (ROUND_TIME_S), which its per-call samples understate
             calls_s = (ROUND_WARMUP_CALLS + 1 + per_round) * trial.median_s + ROUND_TIME_S

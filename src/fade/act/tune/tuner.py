@@ -445,6 +445,8 @@ def narrow_by_probe(searched: list, left_out: dict, probes: list) -> tuple:
     failed only after it (results/s21-h200/C)."""
     from dataclasses import replace
 
+    from fade.analyze.attention import why_not_run
+
     knob = next((knob for knob in searched if knob.id == "sdpa_backend"), None)
     tables = [{row.get("requested"): row for row in probe.get("backends") or []} for probe in probes]
     tables = [table for table in tables if table]
@@ -457,9 +459,7 @@ def narrow_by_probe(searched: list, left_out: dict, probes: list) -> tuple:
         if any(row is None or row.get("ran") for row in rows):
             kept.append(value)
             continue
-        first = rows[0]
-        cause = "; ".join(c.get("cause", "") for c in first.get("causes") or [] if c.get("cause")) or \
-            str(first.get("error") or "refused").splitlines()[0][:120]
+        cause = why_not_run(rows[0], width=120)
         labels = " or ".join(str(probe.get("label")) for probe in probes if probe.get("backends"))
         left_out[f"{knob.id}={value}"] = f"torch runs no {value} kernel for this attention ({labels}): {cause}"
     if not kept:

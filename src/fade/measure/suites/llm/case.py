@@ -167,17 +167,27 @@ def attention_truth(shape, dtype: str, batch: int, tokens: int, ctx) -> dict:
     fallback with its cause, or a slower default). On the H200 session 21's decode probe without the mask told
     to force the efficient kernel; in the static-cache step the tuner's forced efficient attention found no
     kernel (docs/performance.md)."""
-    from fade.measure.attention import PROBE_TIMING, QUICK_PROBE_TIMING, AttentionShape, probe_attention
+    from fade.measure.attention import PROBE_TIMING, QUICK_PROBE_TIMING, probe_attention
 
-    out = {}
-    for phase, q_len, mask, gqa in (("prefill", tokens, "causal", "auto"), ("decode", 1, "none", "auto"),
-                                    ("decode_static_cache", 1, "explicit", "repeat_kv")):
-        probe_shape = AttentionShape(batch=batch, q_heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
-                                     head_dim=shape.head_dim, q_len=q_len, kv_len=tokens, mask=mask, dtype=dtype,
-                                     gqa=gqa)  # fmt: skip
-        out[phase] = probe_attention(probe_shape, device=ctx.device,
-                                     timing=QUICK_PROBE_TIMING if ctx.quick else PROBE_TIMING)  # fmt: skip
-    return out
+    return {phase: probe_attention(attention_shape(shape, dtype, batch, tokens, phase), device=ctx.device,
+                                   timing=QUICK_PROBE_TIMING if ctx.quick else PROBE_TIMING)
+            for phase in ATTENTION_PHASES}  # fmt: skip
+
+
+# how each phase calls SDPA (attention_truth): q_len (None: the `tokens` of the cache), mask, GQA path
+ATTENTION_PHASES = {"prefill": (None, "causal", "auto"), "decode": (1, "none", "auto"),
+                    "decode_static_cache": (1, "explicit", "repeat_kv")}  # fmt: skip
+
+
+def attention_shape(shape, dtype: str, batch: int, tokens: int, phase: str):
+    """The fade.measure.attention.AttentionShape of `phase` (ATTENTION_PHASES) for a model `shape` (LlmShape) over
+    `tokens` keys: attention_truth's probes, and fade tune --generate's (generate_trial.decode_attention_probes)."""
+    from fade.measure.attention import AttentionShape
+
+    q_len, mask, gqa = ATTENTION_PHASES[phase]
+    return AttentionShape(batch=batch, q_heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
+                          head_dim=shape.head_dim, q_len=tokens if q_len is None else q_len, kv_len=tokens, mask=mask,
+                          dtype=dtype, gqa=gqa)  # fmt: skip
 
 
 def interleaved(first_call, second_call, device: str, settings: dict) -> tuple:
