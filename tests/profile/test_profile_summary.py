@@ -244,3 +244,16 @@ def test_without_a_bandwidth_or_a_type_the_gemm_verdict_stays_low_peak():
                               peak_bandwidth_gbs=4800.0)  # fmt: skip
     assert untyped.total.flops["gemm_intensity"] is None
     assert "gemm_low_peak" in [verdict["rule"] for verdict in untyped.verdicts]
+
+
+@pytest.mark.parametrize("dims", [[[1, "4096"], [4096, 4096]], [[1, -4096], [4096, 4096]], [[1, 4096.5], [4096, 4096]],
+                                  [[True, 4096], [4096, 4096]], [7, [4096, 4096]], [[1, 4096]]])
+def test_a_gemm_whose_shapes_are_not_positive_integers_has_no_byte_count(dims):
+    """A trace written elsewhere (fade profile reads any Chrome trace): odd sizes give no bytes and so no intensity,
+    never an exception or a negative figure."""
+    from fade.analyze.trace import op_gemm_bytes
+
+    event = HostEvent(0, 1, "aten::mm", 1, {"Input Dims": dims, "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+    assert op_gemm_bytes(event) is None
+    good = HostEvent(0, 1, "aten::mm", 1, {"Input Dims": [[1, 4096], [4096, 4096]], "Input type": ["float", "float"]})
+    assert op_gemm_bytes(good) == 4.0 * (4096 + 4096 * 4096 + 4096)

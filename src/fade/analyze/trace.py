@@ -411,9 +411,11 @@ def op_gemm_bytes(event: HostEvent) -> Optional[float]:
             return None
         batch = a[0] if len(a) == 3 else 1
         m, k, n = a[-2], a[-1], b[-1]
-        return float(size * batch * (m * k + k * n + m * n))
     except TypeError:
         return None
+    if not all(isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 for dim in (batch, m, k, n)):
+        return None  # a trace from elsewhere: only positive integer sizes make a byte count
+    return float(size * batch * (m * k + k * n + m * n))
 
 
 def flops_by_kind(cpu_ops: list) -> dict:
