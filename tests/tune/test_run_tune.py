@@ -221,7 +221,53 @@ def test_the_attention_probe_cuts_the_sdpa_backends_to_those_that_run_fastest_fi
     nothing = {"label": "x", "backends": [{"requested": name, "ran": False, "error": "RuntimeError: no"}
                                           for name in ("flash", "efficient", "cudnn", "math")]}  # fmt: skip
     kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "attention": [nothing]})
-    assert "sdpa_backend" not in {knob.id for knob in kept} and "none of its forced backends" in reasons["sdpa_backend"]
+    assert "sdpa_backend" not in {knob.id for knob in kept} and "no forced backend could speed up" in reasons["sdpa_backend"]
+
+
+def row(requested, backend, median_us, q1_us, q3_us):
+    """A probe row as fade.measure.attention.probe_attention writes it (times in microseconds here)."""
+    return {"requested": requested, "ran": True, "backend": backend, "median_ms": median_us / 1e3,
+            "timing": {"median_s": median_us / 1e6, "q1_s": q1_us / 1e6, "q3_s": q3_us / 1e6}}
+
+
+def test_the_probe_leaves_out_the_backends_that_cannot_speed_up_the_attention():
+    """Session 22's 8B decode on an H200 (results/s22-h200/A, the diagnosis's probes, rounded): flash ran over the
+    dynamic cache only, cudnn is what torch picks by default, math ran 5x slower than the default. All four were
+    kept (each had run somewhere) and each expected at a compiled trial; only efficient can speed up the step."""
+    from fade.act.tune.tuner import drop_unused
+    from fade.analyze.knobs import Target, load_knobs, searched_knobs
+
+    knobs, left_out = searched_knobs(load_knobs(), Target("cuda", "2.11.0+cu130", "generate", image=False, attention=True))
+    static = {"label": "d128 bf16 b1 32q/8kv repeat_kv q1/kv192 explicit", "backends": [
+        row("default", "cudnn", 75.6, 74.4, 77.3),
+        {"requested": "flash", "ran": False, "error": "RuntimeError: No available kernel. Aborting execution."},
+        row("efficient", "efficient", 65.8, 63.3, 67.7), row("cudnn", "cudnn", 70.4, 70.0, 71.5),
+        row("math", "math", 408.0, 384.2, 422.5)]}
+    dynamic = {"label": "d128 bf16 b1 32q/8kv q1/kv192 none", "backends": [
+        row("default", "cudnn", 39.9, 33.7, 40.7), row("flash", "flash", 52.0, 51.2, 55.1),
+        row("efficient", "efficient", 25.2, 24.7, 26.4), row("cudnn", "cudnn", 31.7, 31.2, 32.3),
+        row("math", "math", 219.2, 210.8, 256.2)]}
+    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "calls_sdpa": True, "attention": [static, dynamic]})
+    assert next(knob for knob in kept if knob.id == "sdpa_backend").alternatives == ("efficient",)
+    assert "No available kernel" in reasons["sdpa_backend=flash"]
+    assert "already picks cudnn" in reasons["sdpa_backend=cudnn"]
+    assert "0.408 ms against the default cudnn's 0.076 ms" in reasons["sdpa_backend=math"]
+    # within the noise of the default somewhere: kept (a trial decides)
+    close = {"label": "x", "backends": [row("default", "cudnn", 40.0, 38.0, 42.0), row("math", "math", 41.0, 39.0, 43.0)]}
+    kept, reasons = drop_unused(knobs, left_out, {"status": "ok", "attention": [close]})
+    assert "math" in next(knob for knob in kept if knob.id == "sdpa_backend").alternatives
+
+
+def test_after_a_graph_mode_wins_a_decode_tries_the_mode_that_led_the_measured_decodes_next():
+    """Session 22's 8B tune (results/s22-h200/A) spent its last budget on decode_compile=default, the cheapest
+    mode, which no measured decode has led; coordinate descent (205 tokens/s against reduce-overhead's 179 in fade
+    bench llm) was never reached. The knob table's compiled_order puts it first once a mode compiles."""
+    from fade.analyze.knobs import load_knobs
+
+    decode_compile = next(knob for knob in load_knobs() if knob.id == "decode_compile")
+    order = decode_compile.compiled_order["generate"]
+    assert order[0] == "reduce-overhead+coordinate-descent"
+    assert order.index("max-autotune") < order.index("default") < order.index("max-autotune-no-cudagraphs")
 
 
 def test_the_sdpa_backend_is_left_out_when_the_profiled_step_called_no_sdpa():

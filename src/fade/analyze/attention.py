@@ -204,6 +204,31 @@ def why_not_run(row: dict, width: int = 80) -> str:
     return causes or (lines[0][:width] if lines else "refused")
 
 
+def forced_prospect(rows: Sequence[dict], requested: str) -> Optional[str]:
+    """Why forcing the backend `requested` cannot speed up the attention of one probe (`rows`: probe_attention's
+    `backends`), or None when it could: it did not run (why_not_run); it ran the very backend torch picks by
+    default (the same kernels: a trial of it measures the default again); or it ran slower than the default's,
+    outside both IQRs (its first quartile above the default's third). On an H200 the 8B decode's static-cache
+    attention ran cudnn by default at 0.076 ms, forced efficient 0.066, math 0.41 (results/s22-h200/A): only
+    efficient is worth a compiled trial."""
+    by_request = {row.get("requested"): row for row in rows}
+    row = by_request.get(requested)
+    if row is None:
+        return "not probed"
+    if not row.get("ran"):
+        return why_not_run(row)
+    default = by_request.get("default") or {}
+    if not default.get("ran"):
+        return None
+    if default.get("backend") and default.get("backend") == row.get("backend"):
+        return f"torch already picks {row.get('backend')} for it by default"
+    mine, theirs = row.get("timing") or {}, default.get("timing") or {}
+    if mine.get("q1_s") and theirs.get("q3_s") and mine["q1_s"] > theirs["q3_s"]:
+        return (f"{1e3 * mine['median_s']:.3f} ms against the default {default.get('backend')}'s "
+                f"{1e3 * theirs['median_s']:.3f} ms")
+    return None
+
+
 def _median(row: dict) -> Optional[float]:
     return ((row.get("timing") or {}).get("median_s")) if row.get("ran") else None
 

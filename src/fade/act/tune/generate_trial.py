@@ -185,8 +185,10 @@ def decode_attention_probes(shape, dtype: str, batch: int, kv_len: int, ctx) -> 
 
 def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int, new_tokens: int, dtype: str,
                            device: str, timing_settings: dict) -> CaseResult:
+    from fade.measure import compile_cache
     from fade.measure.timing import measure
 
+    cache_before = compile_cache.counts()
     model, floor = _model(shape, dtype, device)
     prepared = prepare_decode(model, shape, knobs, batch=batch, prompt_tokens=prompt_tokens, new_tokens=new_tokens,
                               dtype=dtype, device=device, floor=floor)
@@ -200,7 +202,8 @@ def measure_generate_trial(shape, knobs: dict, *, batch: int, prompt_tokens: int
         extra={"numerics": prepared.numerics, "knobs": dict(knobs), "samples_per_step": prepared.generated,
                "decode": prepared.facts, "shape": {"config": shape.name, "batch": batch,
                                                    "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
-                                                   "dtype": dtype}},
+                                                   "dtype": dtype},
+               "compile_cache": compile_cache.since(cache_before)},
     )
 
 

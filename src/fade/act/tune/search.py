@@ -38,7 +38,11 @@ Cost
     compile) starts only when TRIAL_SHARE of the search budget left is at least MIN_TRIAL_TIMEOUT_S, and is
     stopped at that share: one compile of unknown cost can take at most half of what is left, never all of it.
     Until a compiled trial has run to the end, a stopped one's cost is only a lower bound: the next compile is
-    still of unproven cost and keeps the share rule.
+    still of unproven cost and keeps the share rule. So is one whose graphs all came from Inductor's on-disk
+    cache (measure.compile_cache): the 8B decode's reduce-overhead trial took 20 s warm on an H200 and ~84 s
+    cold, and a new graph (another SDPA backend, coordinate descent) compiles cold. A trial's cost is divided by
+    its values' cost factors (_State.cost_factor) before it stands for another: a dear value's trial (int8 under
+    CUDA graphs, 15x) does not make the next plain one look dear (results/s22-h200/A).
     A trial whose cost is known starts when it fits the search budget left, counting the larger final check it
     would need should it win, and is stopped at OVERRUN_FACTOR times its expected cost (at least
     MIN_TRIAL_TIMEOUT_S) or at what is left, whichever is sooner. A crashed trial's cost proves nothing. Why not half of
@@ -104,6 +108,7 @@ from typing import Callable, Optional
 from fade.act.tune import numerics
 from fade.analyze.knobs import baseline_config, unmet_needs, with_needs
 from fade.analyze.tuneplan import Plan, plan_search
+from fade.measure.compile_cache import served_from_cache
 from fade.measure.timing import MIN_SPLIT_SAMPLES, quantile, split_settings
 
 NOISE_FLOOR = 0.02  # 2%: below this, run-to-run drift of one H100 under its power cap (docs/performance.md) decides
@@ -113,6 +118,12 @@ MIN_TRIAL_TIMEOUT_S = 30.0  # no trial is stopped sooner: a worker start and a s
 # the rest. A trial whose cost is known starts when it fits what is left (module docstring, Cost).
 TRIAL_SHARE = 0.5
 FINAL_OVERRUN_S = 45.0  # the final check may run this far past the budget before it is stopped (the bar: budget + 60 s)
+# A later pass leaves out the compile modes that do not answer a verdict this large (a share of the step) when
+# the best configuration's mode does: the 8B decode on an H200 waited on the host 89% of its step, and
+# reduce-overhead (CUDA graphs) answered it 3.5x; default, which launches every kernel again, was then given the
+# last 53 s of the budget (results/s22-h200/A), and on the 1B decode it ran at 195 tokens/s against 601
+# (results/s22-h200/B).
+GRAPHLESS_SHARE = 0.75
 OVERRUN_FACTOR = 3.0  # a trial with a known expected cost is stopped at 3x it: something else is wrong by then
 # Coordinate ascent passes: knobs interact both ways on the H100 (mobilenet_v2 infer: bf16 pays only under CUDA
 # graphs; gpt2-small infer: CUDA graphs pay only once bf16 makes the step launch-bound,
@@ -342,9 +353,11 @@ class _State:
         # the final check builds both sides once in one worker when the measure can pair them (same env)
         self.can_pair = getattr(measure, "pairable", None) or (lambda first, second: hasattr(measure, "side_by_side"))
         self.compile_knob = next((knob for knob in knobs if knob.group == "compile"), None)
-        self.eager_costs: list = []  # wall seconds of trials that compiled nothing
-        self.compile_costs: list = []  # (mode, wall seconds) of compiled trials, in measurement order
+        self.eager_costs: list = []  # (wall seconds, cost factor) of trials that compiled nothing
+        self.compile_costs: list = []  # (mode, wall seconds, cost factor) of compiled trials, in measurement order
         self.compiles_finished = 0  # compiled trials that ran to the end: until one has, a compile's cost is a bound
+        self.compiles_cached = 0  # compiled trials that ran to the end on graphs all served from Inductor's cache
+        self.warm_costs: list = []  # their wall seconds: what a rebuild of a graph already compiled costs
         self.candidates: list = []
         self.judged: set = set()  # configurations already judged in this search: never judged twice
         self.measured_values: set = set()  # "knob=value" that some measured trial had
@@ -394,20 +407,42 @@ class _State:
             return  # a crash after 3 s says nothing of what a compile costs
         mode = self.compile_mode(config)
         if mode is None:
-            self.eager_costs.append(trial.cost_s)
+            self.eager_costs.append((trial.cost_s, self.cost_factor(config)))
         else:
-            self.compile_costs.append((mode, trial.cost_s))
+            self.compile_costs.append((mode, trial.cost_s, self.cost_factor(config)))
             if trial.status == "ok" and trial.samples_s:
-                self.compiles_finished += 1
+                if served_from_cache((trial.extra or {}).get("compile_cache") or {}):
+                    self.compiles_cached += 1  # a warm compile bounds a new graph's cost from below only
+                    self.warm_costs.append(trial.cost_s)
+                else:
+                    self.compiles_finished += 1
+
+    def compiles_stopped(self) -> bool:
+        """Whether a compiled trial was stopped at its limit (its cost a lower bound)."""
+        return any(row.status == "not-tried" and row.cost_s and self.compile_mode(row.config) is not None
+                   for row in self.candidates)  # fmt: skip
+
+    def cost_factor(self, config: dict) -> float:
+        """What the values of `config` multiply a trial's cost by: the product of their knob rows' factors
+        (`compiled_cost` under a compile mode, `cost` otherwise; a compile mode's own factor is the mode's cost,
+        expected_cost_s). weight_quant=int8 under reduce-overhead counts 15x, so its stopped 243 s trial does not
+        make the next one-compile trial expected at 243 s (results/s22-h200/A: the 8B decode's SDPA values, ~20 s
+        trials each, were left out as 'expected to take ~243 s')."""
+        mode = self.compile_mode(config)
+        factor = 1.0
+        for knob in self.knobs:
+            if knob.group == "compile":
+                continue
+            factors = knob.compiled_cost if mode is not None else knob.cost
+            factor *= factors.get(str(config.get(knob.id, knob.baseline)), 1.0)
+        return factor
 
     def expected_s(self, knob, value: str, config: dict) -> Optional[float]:
-        mode = self.compile_mode(config)
-        factors = knob.compiled_cost if mode is not None else knob.cost
-        return expected_cost_s(self.compile_knob, mode, factors.get(value, 1.0) if knob.group != "compile" else 1.0,
+        return expected_cost_s(self.compile_knob, self.compile_mode(config), self.cost_factor(config),
                                self.eager_costs, self.compile_costs)  # fmt: skip
 
     def dearest_trial_s(self) -> float:
-        return max(self.eager_costs + [cost for _, cost in self.compile_costs] + [0.0])
+        return max([cost for cost, _ in self.eager_costs] + [cost for _, cost, _ in self.compile_costs] + [0.0])
 
     def search_left_s(self, best: Trial, cost_if_best: Optional[float] = None, config: Optional[dict] = None) -> float:
         """Budget left for search trials: what lies beyond the final check's reserve (final_reserve_s) for `best`,
@@ -418,8 +453,16 @@ class _State:
         paired = bool(self.can_pair(self.baseline_trial.config, config))
         # a candidate's timing is not known before it runs: the best's stands for it (a winner times no slower)
         reserve_s = final_reserve_s(self.budget_s, self.baseline_trial, Trial(config, best.samples_s, cost_s=cost_s),
-                                    paired=paired)
+                                    paired=paired, warm_build_s=self.warm_build_s(config))  # fmt: skip
         return self.budget_s - reserve_s - (self.clock() - self.started)
+
+    def warm_build_s(self, config: dict) -> Optional[float]:
+        """What the final check's build of `config` costs once its trial has compiled it, where the search saw it:
+        the dearest compiled trial whose graphs all came from Inductor's cache, for a configuration with no dear
+        value (the check compiles what the trial did, and finds it in the cache); else None."""
+        if self.compile_mode(config) is None or self.cost_factor(config) != 1.0 or not self.warm_costs:
+            return None
+        return max(self.warm_costs)
 
     # -- judging one candidate
     def judge(self, knob, value: str, config: dict, start: Trial, best: Trial, *, why: str, record_unstarted: bool):
@@ -458,7 +501,9 @@ class _State:
                 reason = (f"expected to take ~{expected:.0f} s, more than the {max(left_s, 0.0):.0f} s of search budget "
                           "left (the final check's room included, should it win)")  # fmt: skip
             elif expected is not None:
-                reason = (f"expected to take more than ~{expected:.0f} s (a compile outran that limit); a compile of unproven "
+                bound = ("the compiles so far came from Inductor's cache, and a new graph's costs more"
+                         if self.compiles_cached and not self.compiles_stopped() else "a compile outran that limit")
+                reason = (f"expected to take more than ~{expected:.0f} s ({bound}); a compile of unproven "
                           f"cost may take {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left")  # fmt: skip
             else:
                 reason = (f"no compiled trial has shown its cost yet, and {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of "
@@ -480,14 +525,16 @@ class _State:
             limit = (f"{OVERRUN_FACTOR:g}x its expected ~{expected:.0f} s, within the {left_s:.0f} s of search budget left"
                      if known else f"{100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left")  # fmt: skip
             reason = f"outran its {timeout_s:.0f} s limit ({limit}) and was stopped"
-            row = _row(knob.id, value, trial, "not-tried", reason, why=why, expected_s=expected)
+            row = _row(knob.id, value, trial, "not-tried", reason, why=why, expected_s=expected,
+                       expected_is_bound=expected is not None and not known)
             self.candidates.append(row)
             self.say(f"{knob.id}={value}: not tried ({reason})")
             return row
         self.measured_values.update(f"{name}={setting}" for name, setting in config.items())
         failure = self.reason_rejected(trial)
         if failure:
-            row = _row(knob.id, value, trial, "rejected", failure, why=why, expected_s=expected)
+            row = _row(knob.id, value, trial, "rejected", failure, why=why, expected_s=expected,
+                       expected_is_bound=expected is not None and not known)
             self.candidates.append(row)
             self.say(f"{knob.id}={value}: rejected: {failure}")
             return row
@@ -502,7 +549,8 @@ class _State:
             status, reason = "within-noise", f"{100 * (speedup - 1):.1f}% faster, inside the {100 * bar:.1f}% noise bar"
         else:
             status, reason = "slower", f"{100 * (1 - speedup):.1f}% slower than the best so far"
-        row = _row(knob.id, value, trial, status, reason, speedup, bar, why=why, expected_s=expected)
+        row = _row(knob.id, value, trial, status, reason, speedup, bar, why=why, expected_s=expected,
+                       expected_is_bound=expected is not None and not known)
         self.candidates.append(row)
         self.say(f"{knob.id}={value}: {status} ({reason})")
         if status == "accepted":
@@ -552,6 +600,8 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
             if knob.group == "compile" and mode_won and pass_number < MAX_PASSES:
                 deferred[index] = values  # another compile first: the knobs under the mode that won come before it
                 continue
+            if knob.group == "compile" and pass_number > 1:
+                values = _leave_out_unanswering(state, knob, values, best)
             first_row = len(state.candidates)
             for position, value in enumerate(values):
                 config = {**best.config, knob.id: value}
@@ -575,6 +625,39 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
         if best.config == best_before_pass:
             break  # a pass that changed nothing: every knob was judged under the final configuration
     return best
+
+
+def _leave_out_unanswering(state: _State, knob, values: list, best: Trial) -> list:
+    """`values` of the compile knob less those that do not answer a verdict of at least GRAPHLESS_SHARE of the
+    step which the best configuration's mode answers (a launch-bound step won by CUDA graphs: the modes without
+    them); each left out gets a not-tried row once."""
+    from fade.analyze.tuneplan import verdict_key
+
+    current = best.config.get(knob.id)
+    for verdict in state.plan.diagnosis:
+        key, share = verdict_key(verdict), verdict.get("share") or 0.0
+
+        def answers(value, key=key) -> bool:
+            keys = knob.answers.get(value, ())
+            return key in keys or key.split(":", 1)[0] in keys
+
+        if share < GRAPHLESS_SHARE or not answers(current):
+            continue
+        kept = []
+        for value in values:
+            if answers(value):
+                kept.append(value)
+                continue
+            config = with_needs(state.knobs, {**best.config, knob.id: value}, keep=knob.id)
+            if config_key(config) in state.judged:
+                continue
+            state.judged.add(config_key(config))
+            reason = (f"the baseline's profile found it {key} ({100 * share:.0f}% of the step), {knob.id}={current} "
+                      f"answered that, and {value} does not")  # fmt: skip
+            state.candidates.append(Candidate(knob.id, value, config, "not-tried", reason, why=state.plan.why(knob.id, value)))
+            state.say(f"{knob.id}={value}: not tried ({reason})")
+        return kept
+    return values
 
 
 def _later_order(state: _State, knob, values: list, config: dict) -> list:
@@ -642,19 +725,25 @@ def _interaction_probe(state: _State, best: Trial) -> Trial:
     return best
 
 
-def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bool) -> float:
+def final_reserve_s(budget_s: float, baseline: Trial, best: Trial, *, paired: bool,
+                    warm_build_s: Optional[float] = None) -> float:
     """What the final check is expected to take: FINAL_SHARE of `budget_s`, or more where the trials say so. A
     trial's cost splits into its build (model, compile, checks) and its timing (timed_s). When `paired` (one
     worker) the check builds each side once and times it in FINAL_ROUNDS x 2 rounds that share a trial's samples
     (round_settings: a warm-up call and MIN_SPLIT_SAMPLES or more each, or a fast step's ROUND_TIME_S); otherwise
     each side runs FINAL_ROUNDS x 2 times in fresh workers, each a build (on warm compiler caches: twice one
     build in all) and a trial's whole timing. (An 8B decode on an H200 was given 132 s, its trials' costs, for a
-    check whose rounds each timed ten 1.85 s calls of the eager baseline again: ~180 s, killed at its limit.)"""
+    check whose rounds each timed ten 1.85 s calls of the eager baseline again: ~180 s, killed at its limit.)
+    `warm_build_s`: what a compiled trial served from Inductor's cache cost (_State.warm_build_s); the best's
+    build is at most that, since its trial left its graphs in the cache (the 8B decode on an H200: a cold
+    reduce-overhead compile ~84 s, the same graph from the cache 20 s, results/s22-h200/)."""
     rounds = FINAL_ROUNDS * len(FINAL_ORDER) // 2
     needed = 0.0
     for trial in (baseline, best):
         timing = timed_s(trial)
         build = max(trial.cost_s - timing, 0.0)
+        if trial is best and warm_build_s is not None:
+            build = min(build, warm_build_s)
         if paired:  # rounds of split samples (round_settings)
             per_round = max(MIN_SPLIT_SAMPLES, math.ceil(len(trial.samples_s) / rounds))
             # a slow step: its calls (the warm-up, measure()'s block-sizing one, the samples); a fast one: the time
@@ -684,23 +773,31 @@ def timed_s(trial: Trial) -> float:
 
 
 def expected_cost_s(compile_knob, mode: Optional[str], factor: float, eager_costs: list, compile_costs: list) -> Optional[float]:
-    """Seconds a trial is expected to take (module docstring, Cost). A compiled trial under `mode`: the dearest
-    trial of that mode so far, else the first compiled trial times the table's cost factor of `mode` over that
-    of the first one's mode; None before any compiled trial. Any other: the dearest eager trial so far; None
-    before any. Either times `factor`, the knob's cost factor for the value (its table row's `cost`, or
-    `compiled_cost` under a compile mode): weight-only quantization under CUDA graphs outran 3x its compile
-    mode's trial on the H200, while in eager mode it costs about what the trial it joins does
-    (data/knobs.toml, weight_quant)."""
+    """Seconds a trial is expected to take (module docstring, Cost): `factor` (the product of its values' cost
+    factors, _State.cost_factor) times a trial's base cost. Compiled trials under `mode`: the base is the dearest
+    of its trials (`compile_costs`: (mode, seconds, factor)) whose values add no factor of their own, else the
+    dearest of theirs divided by their factor; a mode not measured yet takes the same over every compiled trial,
+    each over its mode's cost factor in the compile knob's table, times that of `mode` (a cold compile of one
+    mode stands for the next, not the warm first one); None before any compiled trial. Any other
+    trial: the same over `eager_costs` ((seconds, factor)); None before any. A dear value's trial does not raise
+    the base: weight-only quantization under CUDA graphs took more than 12x its compile mode's trial on the H200
+    (results/s22-h200/A), while in eager mode it costs about what the trial it joins does (data/knobs.toml,
+    weight_quant)."""
+
+    def base(rows: list) -> float:  # rows: (seconds, factor)
+        plain = [cost for cost, row_factor in rows if row_factor == 1.0]
+        return max(plain) if plain else max(cost / row_factor for cost, row_factor in rows)
+
     if mode is None:
-        return factor * max(eager_costs) if eager_costs else None
-    same = [cost for measured_mode, cost in compile_costs if measured_mode == mode]
+        return factor * base(eager_costs) if eager_costs else None
+    same = [(cost, row_factor) for measured_mode, cost, row_factor in compile_costs if measured_mode == mode]
     if same:
-        return factor * max(same)
+        return factor * base(same)
     if not compile_costs:
         return None
-    first_mode, first_cost = compile_costs[0]
     factors = compile_knob.cost if compile_knob is not None else {}
-    return factor * first_cost * factors.get(mode, 1.0) / factors.get(first_mode, 1.0)
+    scaled = [(cost / factors.get(measured_mode, 1.0), row_factor) for measured_mode, cost, row_factor in compile_costs]
+    return factor * base(scaled) * factors.get(mode, 1.0)
 
 
 def budget_needed_s(searched_s: float, expected: list, fallback_s: float, reserve_s: float) -> float:
@@ -873,7 +970,7 @@ def _rate(trial: Trial) -> float:
 
 
 def _row(knob, value, trial: Trial, status: str, reason: str, speedup=None, bar=None, *, why: str = "",
-         expected_s: Optional[float] = None) -> Candidate:  # fmt: skip
+         expected_s: Optional[float] = None, expected_is_bound: bool = False) -> Candidate:  # fmt: skip
     timed = trial.status == "ok" and bool(trial.samples_s)
     return Candidate(
         knob=knob,
@@ -888,5 +985,6 @@ def _row(knob, value, trial: Trial, status: str, reason: str, speedup=None, bar=
         cost_s=round(trial.cost_s, 2) if trial.cost_s else None,
         why=why,
         expected_s=round(expected_s, 1) if expected_s is not None else None,
+        expected_is_bound=expected_is_bound,
     )
 

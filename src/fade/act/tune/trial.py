@@ -130,8 +130,10 @@ def tune_trial(ctx, *, model: str, mode: str, batch: int, knobs: dict, size: Opt
 def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_settings: dict, *, quick: bool = False) -> CaseResult:
     """The trial itself, on the workload `make_workload()` builds after the weight seed (in-process callers
     such as fade.tune pass their own)."""
+    from fade.measure import compile_cache
     from fade.measure.timing import measure
 
+    cache_before = compile_cache.counts()
     prepared = prepare(make_workload, mode, knobs, device, quick=quick, reset_compiler=True)
     retimed = None
     try:
@@ -149,7 +151,8 @@ def measure_trial(make_workload, mode: str, knobs: dict, device: str, timing_set
         formula="samples / median_s (samples per step = batch)",
         timing=timing,
         work={"samples": prepared.samples},
-        extra={"numerics": prepared.numerics, "knobs": dict(knobs), "samples_per_step": prepared.samples, "retimed": retimed},
+        extra={"numerics": prepared.numerics, "knobs": dict(knobs), "samples_per_step": prepared.samples, "retimed": retimed,
+               "compile_cache": compile_cache.since(cache_before)},
     )
 
 

@@ -258,7 +258,8 @@ class WorkerMeasure:
             return Trial(dict(config), (), "failed", reason, None, self.batch, cost_s)
         extra = record.get("extra") or {}
         samples = tuple((record.get("timing") or {}).get("samples_s") or ())
-        return Trial(dict(config), samples, "ok", None, extra.get("numerics"), extra.get("samples_per_step", self.batch), cost_s)
+        return Trial(dict(config), samples, "ok", None, extra.get("numerics"), extra.get("samples_per_step", self.batch), cost_s,
+                     extra={"compile_cache": extra.get("compile_cache") or {}})
 
     @property
     def running(self) -> bool:
@@ -437,35 +438,36 @@ def drop_unused(searched: list, left_out: dict, diagnosis: Optional[dict]) -> tu
 
 
 def narrow_by_probe(searched: list, left_out: dict, probes: list) -> tuple:
-    """(searched, left_out) with the SDPA backend knob's values cut to those the attention probes of the step's real
-    attention ran (`probes`: fade.measure.attention.probe_attention dicts, a decode's over a static and a dynamic
-    cache: generate_trial.decode_attention_probes), ordered by the first probe's time, fastest first. A value that
-    ran in no probe is left out with torch's cause in the first; with none left the knob is. A refused backend
-    costs a whole compiled trial to find out: on an H200 the 8B decode's forced flash and efficient attention each
-    failed only after it (results/s21-h200/C)."""
+    """(searched, left_out) with the SDPA backend knob's values cut to those that could speed up the step's real
+    attention in one of the attention probes (`probes`: fade.measure.attention.probe_attention dicts, a decode's
+    over a static and a dynamic cache: generate_trial.decode_attention_probes): a value that did not run, ran
+    the backend torch already picks, or ran slower than it, in every probe, is left out with the first probe's
+    reason (analyze.attention.forced_prospect); with none left the knob is. The rest are ordered by the first
+    probe's time, fastest first. Each value costs a whole compiled trial: on an H200 the 8B decode's forced
+    flash and efficient attention failed only after one (results/s21-h200/C), and its four values, cudnn (the
+    default's own kernel) and math (5x slower) among them, were expected at a trial each (results/s22-h200/A)."""
     from dataclasses import replace
 
-    from fade.analyze.attention import why_not_run
+    from fade.analyze.attention import forced_prospect
 
     knob = next((knob for knob in searched if knob.id == "sdpa_backend"), None)
-    tables = [{row.get("requested"): row for row in probe.get("backends") or []} for probe in probes]
-    tables = [table for table in tables if table]
+    tables = [probe.get("backends") for probe in probes if probe.get("backends")]
     if knob is None or not tables:
         return searched, left_out
     left_out = dict(left_out)
     kept = []
+    labels = " or ".join(str(probe.get("label")) for probe in probes if probe.get("backends"))
     for value in knob.alternatives:
-        rows = [table.get(value) for table in tables]
-        if any(row is None or row.get("ran") for row in rows):
+        reasons = [forced_prospect(rows, value) for rows in tables]
+        if any(reason is None or reason == "not probed" for reason in reasons):
             kept.append(value)
             continue
-        cause = why_not_run(rows[0], width=120)
-        labels = " or ".join(str(probe.get("label")) for probe in probes if probe.get("backends"))
-        left_out[f"{knob.id}={value}"] = f"torch runs no {value} kernel for this attention ({labels}): {cause}"
+        left_out[f"{knob.id}={value}"] = f"cannot speed up this attention ({labels}): {reasons[0]}"
     if not kept:
-        left_out[knob.id] = "torch ran none of its forced backends for this attention (the sdpa_backend=... lines)"
+        left_out[knob.id] = "no forced backend could speed up this attention (the sdpa_backend=... lines)"
         return [item for item in searched if item is not knob], left_out
-    kept.sort(key=lambda value: (tables[0].get(value) or {}).get("median_ms") or float("inf"))  # stable: unknown last
+    first = {row.get("requested"): row for row in tables[0]}
+    kept.sort(key=lambda value: (first.get(value) or {}).get("median_ms") or float("inf"))  # stable: unknown last
     narrowed = replace(knob, values=(knob.baseline, *kept), order=tuple(kept))
     return [narrowed if item is knob else item for item in searched], left_out
 
