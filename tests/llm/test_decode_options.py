@@ -84,3 +84,36 @@ def test_the_bench_names_a_loop_compiled_in_each_mode_the_tuner_searches(shape, 
     generate, facts = variant_generator(variant, model, batch=1, prompt_tokens=8, new_tokens=4, device="cpu")
     assert facts == {"cache": "StaticCache", "compiled": True, "compile_mode": mode}
     assert generate.__self__.compile_mode == mode and variant in VARIANTS and variant in LLM_VARIANT_ORDER
+
+
+def test_the_gate_runs_the_graph_that_is_timed(shape, model, monkeypatch):
+    """An int8 8B trial on an H200 spent 205 s compiling its timed step and 158 s more compiling the gate's own
+    logits step (results/s22-h200/C). One function now returns the token and its logits: a loop compiles it once,
+    the timed run and the teacher-forced run both call it, and a second loop of the same shapes traces the same
+    code (Inductor's cache then serves its graph)."""
+    compiled = []
+
+    def fake_compile(function, **arguments):
+        compiled.append((function, arguments))
+        calls = []
+
+        def run(*args):
+            calls.append(args)
+            return function(*args)
+
+        run.calls = calls
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    loop = _loop(model, compile="reduce-overhead")
+    assert len(compiled) == 1 and compiled[0][0].__func__ is generation.FadeLoop.eager_decode
+    assert compiled[0][1] == generation.compile_arguments("reduce-overhead")
+    ids = generation.prompt_ids(shape.vocab_size, 1, PROMPT, "cpu")
+    tokens = loop.generate(ids, NEW)
+    assert len(loop.decode.calls) == NEW - 1
+    seen = []
+    loop.forced(ids, tokens, lambda step, logits: seen.append(logits.argmax(dim=-1)))
+    assert len(compiled) == 1 and len(loop.decode.calls) == 2 * (NEW - 1)
+    # fed its own tokens, the forced run's logits pick them again: the same forward
+    assert [int(row[0]) for row in seen] == tokens[0].tolist()
+    assert _loop(model).decode.__func__ is generation.FadeLoop.eager_decode and len(compiled) == 1  # eager: no compile

@@ -14,7 +14,8 @@ fade-loop
     the prompt into a StaticCache allocated once per case for prompt + new tokens, then a single-token step
     (forward + argmax) called new_tokens - 1 times with precomputed position tensors: no Python work per token
     beyond the step call and a clone of its output token (a CUDA-graph replay overwrites its outputs). The
-    step is compiled with torch.compile(mode="reduce-overhead") on CUDA/ROCm and left eager elsewhere;
+    step returns the logits beside the token (the graph materializes them for the argmax anyway), so the
+    generation gate's teacher-forced run uses the very graph that is timed. The step is compiled with torch.compile(mode="reduce-overhead") on CUDA/ROCm and left eager elsewhere;
     `fade-loop+compile` and `fade-loop+eager` force either; `fade-loop+coordinate-descent` (gpt-fast's setting)
     and `fade-loop+max-autotune` compile it in those modes (STEP_COMPILE_MODES) anywhere. Each run starts with StaticCache.reset() (the
     cache counts the tokens it has taken, transformers 5: a run must start it at 0; the reset also zeroes the
@@ -154,8 +155,10 @@ class FadeLoop:
         self.prefill_positions = torch.arange(prompt_tokens, device=device)
         self.step_positions = [torch.tensor([prompt_tokens + index], device=device) for index in range(new_tokens - 1)]
         self.compiled = mode is not None
-        self.step = torch.compile(self.eager_step, **compile_arguments(mode)) if mode else self.eager_step
-        self._logits_step = None  # built by the first forced() call: the timed path never compiles it
+        # one function for the timed step and the numerics check's: the same graph, compiled once per loop, and
+        # a second loop of the same shapes (the gate's) finds it in Inductor's cache. A logits step of its own
+        # was a second cold compile: 158 s of an int8 8B trial's 381 s on an H200 (results/s22-h200/C)
+        self.decode = torch.compile(self.eager_decode, **compile_arguments(mode)) if mode else self.eager_decode
 
     def facts(self) -> dict:
         """How this loop decodes: its cache, compile mode and SDPA backend."""
@@ -192,21 +195,19 @@ class FadeLoop:
         """One decode step's forward: the logits (batch x vocab) of the next token after `token` at `position`."""
         return self.model(token, past_key_values=self.cache, cache_position=position, use_cache=True).logits[:, -1]
 
-    def eager_step(self, token, position):
-        """One decode step: the next token of each sequence (batch x 1) from its last one at `position`."""
-        return self.eager_logits_step(token, position).argmax(dim=-1, keepdim=True)
+    def eager_decode(self, token, position):
+        """One decode step: (the next token of each sequence, batch x 1, from its last one at `position`; the
+        logits it was picked from, batch x vocab). The timed loop keeps the token, the numerics check the logits."""
+        logits = self.eager_logits_step(token, position)
+        return logits.argmax(dim=-1, keepdim=True), logits
 
-    @property
-    def logits_step(self):
-        """eager_logits_step, compiled like `step` when `step` is (the numerics check's path; a compile of its own,
-        since the timed step returns only the argmax)."""
-        if self._logits_step is None:
-            import torch
+    def step(self, token, position):
+        """One decode step's next tokens (batch x 1), through `decode` (compiled when the loop is)."""
+        return self.decode(token, position)[0]
 
-            self._logits_step = torch.compile(self.eager_logits_step, **compile_arguments(self.compile_mode)) \
-                if self.compiled else \
-                self.eager_logits_step
-        return self._logits_step
+    def logits_step(self, token, position):
+        """One decode step's logits (batch x vocab), through the same `decode` as `step`."""
+        return self.decode(token, position)[1]
 
     def forced(self, ids, tokens, observe) -> None:
         """The numerics check's run (numerics.py): the prefill as generate() runs it, then the step fed tokens[:, i]

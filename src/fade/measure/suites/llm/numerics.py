@@ -23,8 +23,8 @@ Variant
     (_merge_criteria_processor_list), so the recorded scores are the model's logits (a CPU test checks them
     against a forward). hf-static runs the forward transformers compiled for it (CUDA).
     fade-loop: FadeLoop.forced: its eager prefill, then its step with the reference's token fed in place of its
-    own argmax; the step returns the logits (FadeLoop.logits_step: the same forward, compiled the same way when
-    the timed step is, a separate compile since the timed step returns only the argmax).
+    own argmax; the step returns the logits (FadeLoop.logits_step: the very function the timed step calls,
+    FadeLoop.decode, which returns the token and its logits; compiled when the timed step is, the same graph).
 Floor
     The plain eager forward in the case's dtype over prompt + the reference's tokens at once (no cache): what
     the dtype alone does to this model's logits, the yardstick of the near-tie tolerance and the KL bound.
