@@ -1505,6 +1505,59 @@ def test_convolution_layout_is_measured_once_per_shape_and_cached(monkeypatch):
     assert convolution.conv_layouts == layouts
 
 
+def test_a_spent_build_budget_stops_measuring_what_builds_programs_per_shape(monkeypatch):
+    """densenet161's ~80 convolution widths kept its first eager step building programs for more than 540 s on
+    the H200 (results/s22-h200/A): every shape measured each layout and each GEMM tiling, a program apiece. Builds
+    are counted and timed per device; once BUILD_BUDGET_S is spent (FADE_OCL_BUILD_BUDGET=auto) a new
+    convolution takes its default layout unmeasured, and a new GEMM is measured against CLBlast and the tiled
+    kernel's runtime-geometry programs only (shared by every shape). Shapes measured before keep their choice;
+    results stay the CPU's."""
+    import dataclasses
+
+    from fade.ocl import convolution, gemm
+
+    dev = runtime.device(0)
+    builds = dev.builds
+    dev.kernel("probe_build", "__kernel void probe_build(__global float* x) { x[0] = 1.0f; }")
+    assert dev.builds == builds + 1 and dev.build_s > 0
+    monkeypatch.setattr(dev, "info", dataclasses.replace(dev.info, kind="gpu"))
+    for module in (gemm, convolution):
+        monkeypatch.setattr(module, "GEMM_OWN" if module is gemm else "CONV_BENCHMARK", "auto")
+    monkeypatch.setattr(gemm, "gemm_kernels", {})
+    monkeypatch.setattr(convolution, "conv_layouts", {})
+    monkeypatch.setattr(gemm, "GEMM_MEASURE_FLOPS", 2 * 130 * 70 * 37)
+    monkeypatch.setattr(runtime, "BUILD_BUDGET", "auto")
+    monkeypatch.setattr(runtime, "BUILD_BUDGET_S", dev.build_s + 3600.0)  # not spent yet
+    torch.manual_seed(0)
+    a, b = torch.randn(130, 37), torch.randn(37, 70)
+    close(a.to(DEV) @ b.to(DEV), a @ b, atol=1e-4, rtol=1e-4)
+    first = dict(gemm.gemm_kernels)
+    assert len(first) == 1 and set(first.values()) <= {"clblast", *gemm.tiled_options(dev, 130, 70, 37, 1)}
+    x = torch.randn(3, 4, 8, 8)
+    conv_matches_the_cpu(x, torch.nn.Conv2d(4, 6, 3, padding=1), atol=1e-4, rtol=1e-4)
+    assert len(convolution.conv_layouts) == 2  # the forward and the backward shape
+    monkeypatch.setattr(runtime, "BUILD_BUDGET_S", 0.0)  # spent
+    offered = []
+    fastest = gemm.measured.fastest
+
+    def spy(dev, table, key, options, run, **kwargs):
+        offered.append(options)
+        return fastest(dev, table, key, options, run, **kwargs)
+
+    monkeypatch.setattr(gemm.measured, "fastest", spy)
+    wide = torch.randn(37, 90)
+    close(a.to(DEV) @ wide.to(DEV), a @ wide, atol=1e-4, rtol=1e-4)
+    new = {key: value for key, value in gemm.gemm_kernels.items() if key not in first}
+    assert len(new) == 1 and len(offered) == 1 and "clblast" in offered[0] and len(offered[0]) > 1
+    assert all(option == "clblast" or option.endswith("/generic") for option in offered[0])
+    close(a.to(DEV) @ b.to(DEV), a @ b, atol=1e-4, rtol=1e-4)  # measured before: kept
+    assert {key: gemm.gemm_kernels[key] for key in first} == first
+    conv_matches_the_cpu(x, torch.nn.Conv2d(4, 6, 3, padding=1, stride=2), atol=1e-4, rtol=1e-4)
+    assert len(convolution.conv_layouts) == 2  # the new shape took its default layouts, unmeasured
+    monkeypatch.setattr(runtime, "BUILD_BUDGET", "off")
+    assert not dev.builds_spent()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_foreach_inplace_ops_run_as_multi_tensor_kernels_and_equal_the_cpu(dtype, monkeypatch):
     """SGD's in-place foreach ops over many tensors of mixed sizes (more than one launch's width, empty ones

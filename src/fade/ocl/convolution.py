@@ -407,8 +407,11 @@ conv_layouts: dict = {}  # convolution key -> "folded", "per-image" or "winograd
 
 def _conv_layout(dev: runtime.Device, key: tuple, layouts: tuple, default: str, run) -> str:
     """Which of `layouts` a convolution runs: measured once per shape (measured.fastest) on GPUs or with
-    CONV_BENCHMARK on, else `default`. Not while a graph is being captured (its launches would be recorded)."""
-    measuring = CONV_BENCHMARK == "on" or (CONV_BENCHMARK == "auto" and dev.info.kind == "gpu")
+    CONV_BENCHMARK on, else `default`. Not while a graph is being captured (its launches would be recorded), nor,
+    under auto, for a new shape once the device's build budget is spent (runtime.Device.builds_spent: each
+    layout builds programs of its own for the shape)."""
+    measuring = CONV_BENCHMARK == "on" or (CONV_BENCHMARK == "auto" and dev.info.kind == "gpu" and
+                                           (key in conv_layouts or not dev.builds_spent()))
     if not measuring or (dev.capture is not None and key not in conv_layouts):
         return default
     return measured.fastest(dev, conv_layouts, key, layouts, run)

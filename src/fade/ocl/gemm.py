@@ -166,6 +166,8 @@ def gemm_kernel(out: Mat, a: Mat, b: Mat, batch: int, strides: tuple) -> str:
     if chosen is not None:
         return chosen
     options = tiled_options(dev, m, n, k, batch, out.dtype)
+    if GEMM_OWN == "auto" and dev.builds_spent():  # the runtime-geometry programs: built once for every shape
+        options = tuple(dict.fromkeys(f"{option.partition('/')[0]}/generic" for option in options))
     if not options:
         return "clblast"
     if GEMM_OWN == "on":

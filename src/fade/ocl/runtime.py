@@ -16,6 +16,7 @@ import ctypes.util
 import dataclasses
 import functools
 import threading
+import time
 
 import torch
 
@@ -23,6 +24,11 @@ from fade.ocl.settings import setting
 
 FP16 = "cl_khr_fp16"
 FLUSH_EVERY = int(setting("FADE_OCL_FLUSH_EVERY"))  # commands between clFlush calls (Device.enqueued); 0: never
+BUILD_BUDGET = setting("FADE_OCL_BUILD_BUDGET")  # auto: Device.builds_spent after BUILD_BUDGET_S; off: never
+# seconds of program builds a device may spend before measuring stops building per-shape programs: a guess, not
+# a measurement (above what a network of a few dozen convolution shapes was seen to spend: resnet50's and
+# convnext_small's first steps on the H200 finished in the loss runs' time limits; densenet161's did not)
+BUILD_BUDGET_S = 180.0
 FP64 = "cl_khr_fp64"
 
 
@@ -133,6 +139,8 @@ class Device:
         self.fresh_bytes = 0  # bytes of new buffers made since the last full sweep of dead tensors
         self.allocations = 0  # allocations since the last full sweep
         self.programs: dict = {}
+        self.builds = 0  # programs built on this device
+        self.build_s = 0.0  # wall seconds those builds took (builds_spent)
         self.kernel_names: dict = {}  # id(kernel) -> its function name, for the profile's labels
         self.typed_kernels: set = set()  # id(kernel) of those whose scalar argument types pyopencl knows
         self.recording: list | None = None  # (label, event) per command while a profile records
@@ -343,6 +351,11 @@ class Device:
             self.pooled_bytes = 0
 
     # programs
+    def builds_spent(self) -> bool:
+        """Whether measuring has spent this device's build budget (FADE_OCL_BUILD_BUDGET: BUILD_BUDGET_S of
+        program builds): from then on a new shape measures nothing that builds a program of its own."""
+        return BUILD_BUDGET == "auto" and self.build_s >= BUILD_BUDGET_S
+
     def kernel(self, name: str, source: str, options: tuple = ()):
         """The kernel `name` of `source`, built at first use (disk-cached by pyopencl per device and driver)."""
         key = (name, source, options)
@@ -353,6 +366,7 @@ class Device:
                 header += "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
             if FP64 in self.cl_device.extensions:
                 header += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+            started = time.monotonic()
             try:
                 program = self.cl.Program(self.context, header + source).build(options=list(options))
             except self.cl.Error as error:
@@ -362,6 +376,9 @@ class Device:
                 status = lines[0].split(" - ")[0] if lines else type(error).__name__
                 raise OclError(f"OpenCL kernel {name!r} failed to build on ocl:{self.index} ({self.info.name}): "
                                f"{status}: {' | '.join(log[:4])[:500]}") from None
+            finally:
+                self.builds += 1
+                self.build_s += time.monotonic() - started
             kernel = getattr(program, name)
             self.programs[key] = kernel
             self.kernel_names[id(kernel)] = name

@@ -43,6 +43,13 @@ SETTINGS = (
             "device: dropout and bernoulli draw on the device by Philox, keyed from torch's CPU generator (seeded "
             "runs repeat; the masks differ from the CPU's, as CUDA's do). cpu: the CPU kernel's own draw, uploaded "
             "(masks identical to the CPU's; ~14 ns an element of host time)."),
+    Setting("FADE_OCL_BUILD_BUDGET", "auto", ("auto", "off"),
+            "How long measuring may build per-shape programs. auto: once a device has spent BUILD_BUDGET_S (180 s) "
+            "building OpenCL programs, a new shape no longer measures layouts and kernels that each build a program "
+            "of their own: a convolution takes its default layout, a GEMM is measured against the tiled kernel's "
+            "runtime-geometry programs (shared by every shape) and CLBlast. densenet161's ~80 convolution widths "
+            "kept its first eager step building for more than 540 s on the H200 (results/s22-h200/A). off: "
+            "measure every shape with its own programs, however long the builds take."),
     Setting("FADE_OCL_GEMM_OWN", "auto", ("on", "off", "auto", "measure"),
             "FADE's tiled GEMM kernel (kernels/tiled_gemm.cl: any transposition read in place, one launch, no "
             "padded copies) or CLBlast, per GEMM shape. auto: measured once per shape on GPUs for products of at "
