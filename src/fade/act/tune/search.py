@@ -118,8 +118,9 @@ MIN_TRIAL_TIMEOUT_S = 30.0  # no trial is stopped sooner: a worker start and a s
 # the rest. A trial whose cost is known starts when it fits what is left (module docstring, Cost).
 TRIAL_SHARE = 0.5
 FINAL_OVERRUN_S = 45.0  # the final check may run this far past the budget before it is stopped (the bar: budget + 60 s)
-# A later pass leaves out the compile modes that do not answer a verdict this large (a share of the step) when
-# the best configuration's mode does: the 8B decode on an H200 waited on the host 89% of its step, and
+# A decode's later pass leaves out the compile modes that do not answer a verdict this large (a share of the
+# step) when the best configuration's mode does (training and inference keep theirs: their compile row does not
+# mark which modes replay graphs, and max-autotune does): the 8B decode on an H200 waited on the host 89% of its step, and
 # reduce-overhead (CUDA graphs) answered it 3.5x; default, which launches every kernel again, was then given the
 # last 53 s of the budget (results/s22-h200/A), and on the 1B decode it ran at 195 tokens/s against 601
 # (results/s22-h200/B).
@@ -600,7 +601,7 @@ def _coordinate_ascent(state: _State, baseline_trial: Trial) -> Trial:
             if knob.group == "compile" and mode_won and pass_number < MAX_PASSES:
                 deferred[index] = values  # another compile first: the knobs under the mode that won come before it
                 continue
-            if knob.group == "compile" and pass_number > 1:
+            if knob.group == "compile" and pass_number > 1 and state.plan.mode == "generate":
                 values = _leave_out_unanswering(state, knob, values, best)
             first_row = len(state.candidates)
             for position, value in enumerate(values):
