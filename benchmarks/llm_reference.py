@@ -350,6 +350,10 @@ def main(argv=None) -> int:
     if args.against:
         if not args.out:
             parser.error("--against needs --out (this script's rows)")
+        for path in (args.against, args.out):  # --against measures nothing: both files must be there already
+            if not Path(path).is_file():
+                parser.error(f"--against compares two files and measures nothing; {path} does not exist (run the "
+                             "reference without --against first)")
         text, ok = against(args.against, args.out, args.bar)
         print(text)
         return 0 if ok else 1

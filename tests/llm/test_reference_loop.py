@@ -100,3 +100,18 @@ def test_against_pairs_fade_records_with_the_rows_and_flags_a_gap(cpu_rows, tmp_
     fade.write_text(fade.read_text() + json.dumps(_fade_record(1, "fade-loop", figures[(1, "fade-loop")] * 0.9)) + "\n")
     text, ok = script.against(str(fade), str(out), 5.0)
     assert not ok and "90.0%" in text and "| NO |" in text
+
+
+def test_against_a_file_that_is_not_there_is_one_line_and_exit_2(tmp_path, capsys):
+    """Session 22's call C gave the reference --against with an --out it had not written yet: --against measures
+    nothing, and the script died with a FileNotFoundError traceback. It now says which file is missing."""
+    import pytest
+
+    script = load_benchmark("llm_reference")
+    fade_rows = tmp_path / "fade.jsonl"
+    fade_rows.write_text("")
+    with pytest.raises(SystemExit) as stopped:
+        script.main(["--against", str(fade_rows), "--out", str(tmp_path / "ref.jsonl")])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "ref.jsonl does not exist" in err and "Traceback" not in err
