@@ -823,3 +823,14 @@ def test_a_compile_served_from_the_cache_does_not_prove_what_a_new_graph_costs()
     # the cold compile now stands for the mode: coordinate descent is expected at 2x 84 s
     descent = next(row for row in result.candidates if row.value == "reduce-overhead+coordinate-descent")
     assert descent.expected_s == pytest.approx(168.0) and not descent.expected_is_bound
+
+
+def test_a_journals_odd_compile_cache_record_proves_nothing_and_crashes_nothing():
+    """A resumed journal's trial carries the compile_cache record its worker wrote; one written elsewhere may hold
+    anything. Only integer counts with hits and no miss say a compile came from the cache."""
+    from fade.measure.compile_cache import served_from_cache
+
+    assert served_from_cache({"hits": 3, "misses": 0}) and served_from_cache({"hits": 2})
+    for odd in ({"hits": "3", "misses": 0}, {"hits": 3, "misses": None}, {"hits": True, "misses": 0}, {"hits": 0},
+                {"hits": 3, "misses": 1}, {}, None, [3, 0], "hits"):
+        assert served_from_cache(odd) is False, odd

@@ -206,7 +206,7 @@ def why_not_run(row: dict, width: int = 80) -> str:
 
 def forced_prospect(rows: Sequence[dict], requested: str) -> Optional[str]:
     """Why forcing the backend `requested` cannot speed up the attention of one probe (`rows`: probe_attention's
-    `backends`), or None when it could: it did not run (why_not_run); it ran the very backend torch picks by
+    `backends`), or None when it could (or the probe did not try it): it did not run (why_not_run); it ran the very backend torch picks by
     default (the same kernels: a trial of it measures the default again); or it ran slower than the default's,
     outside both IQRs (its first quartile above the default's third). On an H200 the 8B decode's static-cache
     attention ran cudnn by default at 0.076 ms, forced efficient 0.066, math 0.41 (results/s22-h200/A): only
@@ -214,7 +214,7 @@ def forced_prospect(rows: Sequence[dict], requested: str) -> Optional[str]:
     by_request = {row.get("requested"): row for row in rows}
     row = by_request.get(requested)
     if row is None:
-        return "not probed"
+        return None
     if not row.get("ran"):
         return why_not_run(row)
     default = by_request.get("default") or {}

@@ -82,7 +82,8 @@ def verdict_key(verdict: dict) -> str:
     return rule
 
 
-def _answers(knob: Knob, value: str, key: str) -> bool:
+def answers(knob: Knob, value: str, key: str) -> bool:
+    """Whether `knob`=`value` answers the verdict `key` (its row's `answers`; "rule:class" matches "rule" too)."""
     keys = knob.answers.get(value, ())
     return key in keys or key.split(":", 1)[0] in keys
 
@@ -90,7 +91,7 @@ def _answers(knob: Knob, value: str, key: str) -> bool:
 def answering_values(knobs: list, key: str) -> list:
     """'knob=value' of every value of `knobs` that answers the verdict `key`, in the table's order: what `fade
     profile` says the tuner tries first for that verdict (fade.analyze.profile.decide adds it to the fix line)."""
-    return [f"{knob.id}={value}" for knob in knobs for value in tried_order(knob) if _answers(knob, value, key)]
+    return [f"{knob.id}={value}" for knob in knobs for value in tried_order(knob) if answers(knob, value, key)]
 
 
 def tried_order(knob: Knob) -> list:
@@ -114,7 +115,7 @@ def plan_search(knobs: list, verdicts: Optional[list] = None, *, note: str = "",
         answered = False
         for knob in knobs:
             for value in knob.values[1:]:
-                if _answers(knob, value, key):
+                if answers(knob, value, key):
                     answered = True
                     named.setdefault(f"{knob.id}={value}", key)
                     first_named.setdefault(knob.id, (index, key))

@@ -28,5 +28,9 @@ def since(before: dict) -> dict:
 
 
 def served_from_cache(record: dict) -> bool:
-    """Whether a trial's compile_cache record says every graph it compiled came from the cache (hits, no miss)."""
-    return bool(record) and record.get("hits", 0) > 0 and record.get("misses", 0) == 0
+    """Whether a trial's compile_cache record says every graph it compiled came from the cache (hits, no miss).
+    A record whose counts are not integers (a journal written elsewhere) says nothing: False."""
+    hits, misses = (record.get("hits", 0), record.get("misses", 0)) if isinstance(record, dict) else (None, None)
+    if not all(isinstance(count, int) and not isinstance(count, bool) for count in (hits, misses)):
+        return False
+    return hits > 0 and misses == 0

@@ -357,8 +357,9 @@ class _State:
         self.eager_costs: list = []  # (wall seconds, cost factor) of trials that compiled nothing
         self.compile_costs: list = []  # (mode, wall seconds, cost factor) of compiled trials, in measurement order
         self.compiles_finished = 0  # compiled trials that ran to the end: until one has, a compile's cost is a bound
-        self.compiles_cached = 0  # compiled trials that ran to the end on graphs all served from Inductor's cache
-        self.warm_costs: list = []  # their wall seconds: what a rebuild of a graph already compiled costs
+        # wall seconds of compiled trials that ran to the end on graphs all served from Inductor's cache: what a
+        # rebuild of a graph already compiled costs
+        self.warm_costs: list = []
         self.candidates: list = []
         self.judged: set = set()  # configurations already judged in this search: never judged twice
         self.measured_values: set = set()  # "knob=value" that some measured trial had
@@ -412,9 +413,8 @@ class _State:
         else:
             self.compile_costs.append((mode, trial.cost_s, self.cost_factor(config)))
             if trial.status == "ok" and trial.samples_s:
-                if served_from_cache((trial.extra or {}).get("compile_cache") or {}):
-                    self.compiles_cached += 1  # a warm compile bounds a new graph's cost from below only
-                    self.warm_costs.append(trial.cost_s)
+                if served_from_cache((trial.extra if isinstance(trial.extra, dict) else {}).get("compile_cache")):
+                    self.warm_costs.append(trial.cost_s)  # a warm compile bounds a new graph's cost from below only
                 else:
                     self.compiles_finished += 1
 
@@ -503,7 +503,7 @@ class _State:
                           "left (the final check's room included, should it win)")  # fmt: skip
             elif expected is not None:
                 bound = ("the compiles so far came from Inductor's cache, and a new graph's costs more"
-                         if self.compiles_cached and not self.compiles_stopped() else "a compile outran that limit")
+                         if self.warm_costs and not self.compiles_stopped() else "a compile outran that limit")
                 reason = (f"expected to take more than ~{expected:.0f} s ({bound}); a compile of unproven "
                           f"cost may take {100 * TRIAL_SHARE:.0f}% of the {left_s:.0f} s of search budget left")  # fmt: skip
             else:
@@ -551,7 +551,7 @@ class _State:
         else:
             status, reason = "slower", f"{100 * (1 - speedup):.1f}% slower than the best so far"
         row = _row(knob.id, value, trial, status, reason, speedup, bar, why=why, expected_s=expected,
-                       expected_is_bound=expected is not None and not known)
+                   expected_is_bound=expected is not None and not known)
         self.candidates.append(row)
         self.say(f"{knob.id}={value}: {status} ({reason})")
         if status == "accepted":
@@ -632,21 +632,16 @@ def _leave_out_unanswering(state: _State, knob, values: list, best: Trial) -> li
     """`values` of the compile knob less those that do not answer a verdict of at least GRAPHLESS_SHARE of the
     step which the best configuration's mode answers (a launch-bound step won by CUDA graphs: the modes without
     them); each left out gets a not-tried row once."""
-    from fade.analyze.tuneplan import verdict_key
+    from fade.analyze.tuneplan import answers, verdict_key
 
     current = best.config.get(knob.id)
     for verdict in state.plan.diagnosis:
         key, share = verdict_key(verdict), verdict.get("share") or 0.0
-
-        def answers(value, key=key) -> bool:
-            keys = knob.answers.get(value, ())
-            return key in keys or key.split(":", 1)[0] in keys
-
-        if share < GRAPHLESS_SHARE or not answers(current):
+        if share < GRAPHLESS_SHARE or not answers(knob, current, key):
             continue
         kept = []
         for value in values:
-            if answers(value):
+            if answers(knob, value, key):
                 kept.append(value)
                 continue
             config = with_needs(state.knobs, {**best.config, knob.id: value}, keep=knob.id)

@@ -459,7 +459,7 @@ def narrow_by_probe(searched: list, left_out: dict, probes: list) -> tuple:
     labels = " or ".join(str(probe.get("label")) for probe in probes if probe.get("backends"))
     for value in knob.alternatives:
         reasons = [forced_prospect(rows, value) for rows in tables]
-        if any(reason is None or reason == "not probed" for reason in reasons):
+        if any(reason is None for reason in reasons):
             kept.append(value)
             continue
         left_out[f"{knob.id}={value}"] = f"cannot speed up this attention ({labels}): {reasons[0]}"

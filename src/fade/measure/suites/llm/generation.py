@@ -15,7 +15,8 @@ fade-loop
     (forward + argmax) called new_tokens - 1 times with precomputed position tensors: no Python work per token
     beyond the step call and a clone of its output token (a CUDA-graph replay overwrites its outputs). The
     step returns the logits beside the token (the graph materializes them for the argmax anyway), so the
-    generation gate's teacher-forced run uses the very graph that is timed. The step is compiled with torch.compile(mode="reduce-overhead") on CUDA/ROCm and left eager elsewhere;
+    generation gate's teacher-forced run uses the very graph that is timed. The step is compiled with
+    torch.compile(mode="reduce-overhead") on CUDA/ROCm and left eager elsewhere;
     `fade-loop+compile` and `fade-loop+eager` force either; `fade-loop+coordinate-descent` (gpt-fast's setting)
     and `fade-loop+max-autotune` compile it in those modes (STEP_COMPILE_MODES) anywhere. Each run starts with StaticCache.reset() (the
     cache counts the tokens it has taken, transformers 5: a run must start it at 0; the reset also zeroes the
